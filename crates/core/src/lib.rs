@@ -1,0 +1,1 @@
+//! The Kalypso pipeline, pure: no IO, no clock, deterministic order.

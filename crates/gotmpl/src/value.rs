@@ -1,0 +1,886 @@
+//! The value model: Go values as `text/template` sees them through reflection.
+//!
+//! Byte-compatible output needs more than "JSON-like" values. Go distinguishes `int` from
+//! `int64` and `float64` (printing, `eq`, `%T`), a typed `map[string]string` from
+//! `map[string]interface {}` (Sprig's dict functions reject the former), YAML-decoded
+//! `map[interface {}]interface {}` maps (whose keys need not be strings), structs with fields,
+//! and values with methods (`semver`, `time.Time`). Every [`Value`] therefore carries its Go
+//! type, and [`Type`] spells it exactly as Go does in messages and `%T`.
+//!
+//! Maps are reference values in Go: Sprig's `set`, `unset` and `merge` mutate a map in place,
+//! and the change is visible through every other reference (`{{ $_ := set $d "k" 1 }}{{ $d }}`).
+//! [`Map`] reproduces this with a shared cell holding a copy-on-write snapshot, so readers
+//! never hold a lock while they work. Slices are immutable (Sprig never mutates one in place).
+//!
+//! There is deliberately no "invalid" value here: Go's missing map entries (printed as
+//! `<no value>`) exist only inside the executor. Functions always receive real values.
+
+use std::any::Any;
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::func::Func;
+use crate::str::Str;
+
+/// The sizes of Go's signed integer types.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum IntKind {
+    /// `int` (64 bits on every platform the original runs on).
+    Int,
+    /// `int8`
+    Int8,
+    /// `int16`
+    Int16,
+    /// `int32` (also `rune`)
+    Int32,
+    /// `int64`
+    Int64,
+}
+
+impl IntKind {
+    /// Go's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            IntKind::Int => "int",
+            IntKind::Int8 => "int8",
+            IntKind::Int16 => "int16",
+            IntKind::Int32 => "int32",
+            IntKind::Int64 => "int64",
+        }
+    }
+
+    /// Size in bits.
+    pub fn bits(self) -> u32 {
+        match self {
+            IntKind::Int | IntKind::Int64 => 64,
+            IntKind::Int8 => 8,
+            IntKind::Int16 => 16,
+            IntKind::Int32 => 32,
+        }
+    }
+}
+
+/// The sizes of Go's unsigned integer types.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum UintKind {
+    /// `uint`
+    Uint,
+    /// `uint8` (also `byte`)
+    Uint8,
+    /// `uint16`
+    Uint16,
+    /// `uint32`
+    Uint32,
+    /// `uint64`
+    Uint64,
+    /// `uintptr`
+    Uintptr,
+}
+
+impl UintKind {
+    /// Go's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            UintKind::Uint => "uint",
+            UintKind::Uint8 => "uint8",
+            UintKind::Uint16 => "uint16",
+            UintKind::Uint32 => "uint32",
+            UintKind::Uint64 => "uint64",
+            UintKind::Uintptr => "uintptr",
+        }
+    }
+
+    /// Size in bits.
+    pub fn bits(self) -> u32 {
+        match self {
+            UintKind::Uint | UintKind::Uint64 | UintKind::Uintptr => 64,
+            UintKind::Uint8 => 8,
+            UintKind::Uint16 => 16,
+            UintKind::Uint32 => 32,
+        }
+    }
+}
+
+/// The sizes of Go's floating-point types.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
+pub enum FloatKind {
+    /// `float32`
+    Float32,
+    /// `float64`
+    Float64,
+}
+
+impl FloatKind {
+    /// Go's name of the type.
+    pub fn name(self) -> &'static str {
+        match self {
+            FloatKind::Float32 => "float32",
+            FloatKind::Float64 => "float64",
+        }
+    }
+}
+
+/// A Go type, as far as templates can observe it.
+///
+/// `Display` spells the type the way Go's reflection does (`map[string]interface {}`), which
+/// is what appears in Go's error messages and in `printf "%T"`.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Type {
+    /// `interface {}`: any value, including nil.
+    Interface,
+    /// `bool`
+    Bool,
+    /// A signed integer type.
+    Int(IntKind),
+    /// An unsigned integer type.
+    Uint(UintKind),
+    /// A floating-point type.
+    Float(FloatKind),
+    /// `complex128`
+    Complex128,
+    /// `string`
+    String,
+    /// `[]T`
+    Slice(Arc<Type>),
+    /// `map[K]V`
+    Map(Arc<Type>, Arc<Type>),
+    /// A named type provided by an [`Object`] (a struct, a pointer to one, `time.Time`...),
+    /// spelled as Go prints it: `scheduler.dataType`, `*semver.Version`.
+    Named(Str),
+}
+
+impl Type {
+    /// `int`
+    pub const INT: Type = Type::Int(IntKind::Int);
+    /// `int64`
+    pub const INT64: Type = Type::Int(IntKind::Int64);
+    /// `float64`
+    pub const FLOAT64: Type = Type::Float(FloatKind::Float64);
+
+    /// `[]elem`
+    pub fn slice(elem: Type) -> Type {
+        Type::Slice(Arc::new(elem))
+    }
+
+    /// `map[key]elem`
+    pub fn map(key: Type, elem: Type) -> Type {
+        Type::Map(Arc::new(key), Arc::new(elem))
+    }
+
+    /// `[]interface {}`
+    pub fn interface_slice() -> Type {
+        Type::slice(Type::Interface)
+    }
+
+    /// `map[string]interface {}`
+    pub fn string_interface_map() -> Type {
+        Type::map(Type::String, Type::Interface)
+    }
+
+    /// Whether Go can represent nil in this type (interfaces, slices, maps, pointers).
+    pub fn can_be_nil(&self) -> bool {
+        match self {
+            Type::Interface | Type::Slice(_) | Type::Map(..) => true,
+            Type::Named(name) => name.as_bytes().first() == Some(&b'*'),
+            _ => false,
+        }
+    }
+
+    /// The name of the reflect.Kind of this type, as Sprig's `kindOf` prints it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Type::Interface => "interface",
+            Type::Bool => "bool",
+            Type::Int(k) => k.name(),
+            Type::Uint(k) => k.name(),
+            Type::Float(k) => k.name(),
+            Type::Complex128 => "complex128",
+            Type::String => "string",
+            Type::Slice(_) => "slice",
+            Type::Map(..) => "map",
+            Type::Named(name) => {
+                if name.as_bytes().first() == Some(&b'*') {
+                    "ptr"
+                } else {
+                    "struct"
+                }
+            }
+        }
+    }
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Interface => f.write_str("interface {}"),
+            Type::Bool => f.write_str("bool"),
+            Type::Int(k) => f.write_str(k.name()),
+            Type::Uint(k) => f.write_str(k.name()),
+            Type::Float(k) => f.write_str(k.name()),
+            Type::Complex128 => f.write_str("complex128"),
+            Type::String => f.write_str("string"),
+            Type::Slice(elem) => write!(f, "[]{elem}"),
+            Type::Map(key, elem) => write!(f, "map[{key}]{elem}"),
+            Type::Named(name) => write!(f, "{name}"),
+        }
+    }
+}
+
+/// A Go value.
+#[derive(Clone)]
+pub enum Value {
+    /// The nil interface: `nil` stored in an `interface {}` (JSON `null`, a nil function result).
+    Nil,
+    /// `bool`
+    Bool(bool),
+    /// A signed integer of the given type.
+    Int(i64, IntKind),
+    /// An unsigned integer of the given type.
+    Uint(u64, UintKind),
+    /// A float of the given type (`float32` values are stored widened).
+    Float(f64, FloatKind),
+    /// `complex128` (real, imaginary).
+    Complex(f64, f64),
+    /// `string`
+    String(Str),
+    /// A slice.
+    List(List),
+    /// A map (a reference value: clones share the same entries).
+    Map(Map),
+    /// A struct, a pointer to one, or another Go value with fields and methods.
+    Object(Obj),
+}
+
+impl Value {
+    /// A Go `int`.
+    pub fn int(i: i64) -> Value {
+        Value::Int(i, IntKind::Int)
+    }
+
+    /// A Go `int64`.
+    pub fn int64(i: i64) -> Value {
+        Value::Int(i, IntKind::Int64)
+    }
+
+    /// A Go `float64`.
+    pub fn float(f: f64) -> Value {
+        Value::Float(f, FloatKind::Float64)
+    }
+
+    /// A Go `string`.
+    pub fn string(s: impl Into<Str>) -> Value {
+        Value::String(s.into())
+    }
+
+    /// The dynamic Go type, or `None` for the nil interface (which `%T` prints as `<nil>`).
+    pub fn type_of(&self) -> Option<Type> {
+        Some(match self {
+            Value::Nil => return None,
+            Value::Bool(_) => Type::Bool,
+            Value::Int(_, k) => Type::Int(*k),
+            Value::Uint(_, k) => Type::Uint(*k),
+            Value::Float(_, k) => Type::Float(*k),
+            Value::Complex(..) => Type::Complex128,
+            Value::String(_) => Type::String,
+            Value::List(l) => l.type_of(),
+            Value::Map(m) => m.type_of(),
+            Value::Object(o) => Type::Named(o.type_name()),
+        })
+    }
+
+    /// Go's spelling of the dynamic type; `<nil>` for the nil interface.
+    pub fn type_name(&self) -> String {
+        match self.type_of() {
+            Some(t) => t.to_string(),
+            None => "<nil>".to_owned(),
+        }
+    }
+
+    /// The name of the reflect.Kind (`string`, `slice`, `map`, `struct`, `ptr`...);
+    /// `invalid` for nil.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            Value::Nil => "invalid",
+            Value::Object(o) => o.kind_name(),
+            other => other.type_of().map_or("invalid", |t| t.kind_name()),
+        }
+    }
+
+    /// Whether this is the nil interface.
+    pub fn is_nil(&self) -> bool {
+        matches!(self, Value::Nil)
+    }
+
+    /// Go template truth (`if`, `with`, `and`, `or`, `not`): false for zero numbers, empty
+    /// strings, slices and maps, and nil; structs are always true.
+    pub fn is_true(&self) -> bool {
+        match self {
+            Value::Nil => false,
+            Value::Bool(b) => *b,
+            Value::Int(i, _) => *i != 0,
+            Value::Uint(u, _) => *u != 0,
+            Value::Float(f, _) => *f != 0.0,
+            Value::Complex(re, im) => *re != 0.0 || *im != 0.0,
+            Value::String(s) => !s.is_empty(),
+            Value::List(l) => !l.is_empty(),
+            Value::Map(m) => m.len() > 0,
+            Value::Object(_) => true,
+        }
+    }
+
+    /// The string, if this is one.
+    pub fn as_string(&self) -> Option<&Str> {
+        match self {
+            Value::String(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The list, if this is one.
+    pub fn as_list(&self) -> Option<&List> {
+        match self {
+            Value::List(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// The map, if this is one.
+    pub fn as_map(&self) -> Option<&Map> {
+        match self {
+            Value::Map(m) => Some(m),
+            _ => None,
+        }
+    }
+
+    /// A deep copy: maps get new cells, so mutating the copy never affects the original.
+    /// Strings, which are immutable, are shared.
+    pub fn deep_copy(&self) -> Value {
+        match self {
+            Value::List(l) => Value::List(List::with_nil(
+                l.elem_type().clone(),
+                l.items().iter().map(Value::deep_copy).collect(),
+                l.is_nil(),
+            )),
+            Value::Map(m) => Value::Map(m.deep_copy()),
+            other => other.clone(),
+        }
+    }
+}
+
+impl From<bool> for Value {
+    fn from(b: bool) -> Value {
+        Value::Bool(b)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(i: i64) -> Value {
+        Value::int(i)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(f: f64) -> Value {
+        Value::float(f)
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Value {
+        Value::String(Str::from(s))
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Value {
+        Value::String(Str::from(s))
+    }
+}
+
+impl From<Str> for Value {
+    fn from(s: Str) -> Value {
+        Value::String(s)
+    }
+}
+
+impl From<List> for Value {
+    fn from(l: List) -> Value {
+        Value::List(l)
+    }
+}
+
+impl From<Map> for Value {
+    fn from(m: Map) -> Value {
+        Value::Map(m)
+    }
+}
+
+impl fmt::Debug for Value {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Value::Nil => f.write_str("nil"),
+            Value::Bool(b) => write!(f, "{b}"),
+            Value::Int(i, k) => write!(f, "{}({i})", k.name()),
+            Value::Uint(u, k) => write!(f, "{}({u})", k.name()),
+            Value::Float(x, k) => write!(f, "{}({x:?})", k.name()),
+            Value::Complex(re, im) => write!(f, "complex128({re:?}+{im:?}i)"),
+            Value::String(s) => write!(f, "{s:?}"),
+            Value::List(l) => fmt::Debug::fmt(l, f),
+            Value::Map(m) => fmt::Debug::fmt(m, f),
+            Value::Object(o) => write!(f, "{}{{..}}", o.type_name()),
+        }
+    }
+}
+
+/// A Go slice. Clones share the (immutable) items.
+#[derive(Clone)]
+pub struct List(Arc<ListData>);
+
+struct ListData {
+    elem: Type,
+    items: Vec<Value>,
+    nil: bool,
+}
+
+impl List {
+    /// A non-nil slice `[]elem` of the given items. Items must have type `elem` (any value for
+    /// `interface {}`).
+    pub fn new(elem: Type, items: Vec<Value>) -> List {
+        List::with_nil(elem, items, false)
+    }
+
+    /// A nil slice of type `[]elem` (printed `[]`, JSON `null`).
+    pub fn nil(elem: Type) -> List {
+        List::with_nil(elem, Vec::new(), true)
+    }
+
+    fn with_nil(elem: Type, items: Vec<Value>, nil: bool) -> List {
+        let nil = nil && items.is_empty();
+        List(Arc::new(ListData { elem, items, nil }))
+    }
+
+    /// `[]interface {}` of the given items.
+    pub fn interfaces(items: Vec<Value>) -> List {
+        List::new(Type::Interface, items)
+    }
+
+    /// `[]string` of the given strings.
+    pub fn strings<I, S>(items: I) -> List
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<Str>,
+    {
+        List::new(Type::String, items.into_iter().map(|s| Value::String(s.into())).collect())
+    }
+
+    /// The element type.
+    pub fn elem_type(&self) -> &Type {
+        &self.0.elem
+    }
+
+    /// The slice type, `[]elem`.
+    pub fn type_of(&self) -> Type {
+        Type::slice(self.0.elem.clone())
+    }
+
+    /// The items.
+    pub fn items(&self) -> &[Value] {
+        &self.0.items
+    }
+
+    /// Number of items.
+    pub fn len(&self) -> usize {
+        self.0.items.len()
+    }
+
+    /// Whether there are no items.
+    pub fn is_empty(&self) -> bool {
+        self.0.items.is_empty()
+    }
+
+    /// Whether this is a nil slice.
+    pub fn is_nil(&self) -> bool {
+        self.0.nil
+    }
+
+    /// The item at `i`.
+    pub fn get(&self, i: usize) -> Option<&Value> {
+        self.0.items.get(i)
+    }
+}
+
+impl fmt::Debug for List {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.type_of())?;
+        f.debug_list().entries(self.items()).finish()
+    }
+}
+
+/// A key of a map, ordered as Go's `fmt` and `text/template` order map keys (package
+/// `internal/fmtsort`): numbers numerically, strings byte-wise, `false` before `true`, nil
+/// first. Keys of different types (only possible in `map[interface {}]interface {}`) are
+/// ordered by type name, then value; Go orders them by the address of the type descriptor,
+/// which is not observable in a portable way (see COMPATIBILITY.md).
+#[derive(Clone, Debug)]
+pub enum MapKey {
+    /// A nil interface key.
+    Nil,
+    /// A boolean key.
+    Bool(bool),
+    /// A signed integer key.
+    Int(i64, IntKind),
+    /// An unsigned integer key.
+    Uint(u64, UintKind),
+    /// A float key.
+    Float(f64, FloatKind),
+    /// A string key.
+    String(Str),
+}
+
+impl MapKey {
+    /// The key for a value, if Go can use the value as a map key here (comparable scalars).
+    pub fn from_value(v: &Value) -> Option<MapKey> {
+        Some(match v {
+            Value::Nil => MapKey::Nil,
+            Value::Bool(b) => MapKey::Bool(*b),
+            Value::Int(i, k) => MapKey::Int(*i, *k),
+            Value::Uint(u, k) => MapKey::Uint(*u, *k),
+            Value::Float(f, k) => MapKey::Float(*f, *k),
+            Value::String(s) => MapKey::String(s.clone()),
+            Value::Complex(..) | Value::List(_) | Value::Map(_) | Value::Object(_) => return None,
+        })
+    }
+
+    /// The key as a value.
+    pub fn to_value(&self) -> Value {
+        match self {
+            MapKey::Nil => Value::Nil,
+            MapKey::Bool(b) => Value::Bool(*b),
+            MapKey::Int(i, k) => Value::Int(*i, *k),
+            MapKey::Uint(u, k) => Value::Uint(*u, *k),
+            MapKey::Float(f, k) => Value::Float(*f, *k),
+            MapKey::String(s) => Value::String(s.clone()),
+        }
+    }
+
+    fn type_rank(&self) -> (&'static str, u8) {
+        // Ordered by Go type name ("bool" < "float64" < "int" < "string" < "uint"), nil first.
+        match self {
+            MapKey::Nil => ("", 0),
+            MapKey::Bool(_) => ("bool", 0),
+            MapKey::Int(_, k) => (k.name(), 0),
+            MapKey::Uint(_, k) => (k.name(), 0),
+            MapKey::Float(_, k) => (k.name(), 0),
+            MapKey::String(_) => ("string", 0),
+        }
+    }
+}
+
+impl PartialEq for MapKey {
+    fn eq(&self, other: &MapKey) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for MapKey {}
+
+impl PartialOrd for MapKey {
+    fn partial_cmp(&self, other: &MapKey) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for MapKey {
+    fn cmp(&self, other: &MapKey) -> Ordering {
+        match (self, other) {
+            (MapKey::Nil, MapKey::Nil) => Ordering::Equal,
+            (MapKey::Bool(a), MapKey::Bool(b)) => a.cmp(b),
+            (MapKey::Int(a, ka), MapKey::Int(b, kb)) if ka == kb => a.cmp(b),
+            (MapKey::Uint(a, ka), MapKey::Uint(b, kb)) if ka == kb => a.cmp(b),
+            (MapKey::Float(a, ka), MapKey::Float(b, kb)) if ka == kb => compare_floats(*a, *b),
+            (MapKey::String(a), MapKey::String(b)) => a.cmp(b),
+            _ => self.type_rank().cmp(&other.type_rank()),
+        }
+    }
+}
+
+/// fmtsort's float order: NaN first, then numeric.
+fn compare_floats(a: f64, b: f64) -> Ordering {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => Ordering::Equal,
+        (true, false) => Ordering::Less,
+        (false, true) => Ordering::Greater,
+        (false, false) => a.partial_cmp(&b).unwrap_or(Ordering::Equal),
+    }
+}
+
+/// The entries of a map, in Go's key order.
+pub type Entries = BTreeMap<MapKey, Value>;
+
+/// A Go map: a reference value. Clones share the same entries, and mutation through one
+/// clone ([`Map::insert`], [`Map::remove`]) is visible through all of them, as in Go.
+#[derive(Clone)]
+pub struct Map(Arc<MapCell>);
+
+struct MapCell {
+    key: Type,
+    elem: Type,
+    nil: bool,
+    entries: Mutex<Arc<Entries>>,
+}
+
+impl Map {
+    /// An empty, non-nil `map[key]elem`.
+    pub fn new(key: Type, elem: Type) -> Map {
+        Map::from_entries(key, elem, Entries::new())
+    }
+
+    /// A nil map of type `map[key]elem` (no entries; printed `map[]`).
+    pub fn nil(key: Type, elem: Type) -> Map {
+        Map(Arc::new(MapCell { key, elem, nil: true, entries: Mutex::new(Arc::new(Entries::new())) }))
+    }
+
+    /// A map of the given type and entries.
+    pub fn from_entries(key: Type, elem: Type, entries: Entries) -> Map {
+        Map(Arc::new(MapCell { key, elem, nil: false, entries: Mutex::new(Arc::new(entries)) }))
+    }
+
+    /// A `map[string]interface {}` of the given entries.
+    pub fn string_interface<I, K>(entries: I) -> Map
+    where
+        I: IntoIterator<Item = (K, Value)>,
+        K: Into<Str>,
+    {
+        Map::from_entries(
+            Type::String,
+            Type::Interface,
+            entries.into_iter().map(|(k, v)| (MapKey::String(k.into()), v)).collect(),
+        )
+    }
+
+    /// A `map[string]string` of the given entries.
+    pub fn string_string<I, K, V>(entries: I) -> Map
+    where
+        I: IntoIterator<Item = (K, V)>,
+        K: Into<Str>,
+        V: Into<Str>,
+    {
+        Map::from_entries(
+            Type::String,
+            Type::String,
+            entries.into_iter().map(|(k, v)| (MapKey::String(k.into()), Value::String(v.into()))).collect(),
+        )
+    }
+
+    /// The key type.
+    pub fn key_type(&self) -> &Type {
+        &self.0.key
+    }
+
+    /// The element type.
+    pub fn elem_type(&self) -> &Type {
+        &self.0.elem
+    }
+
+    /// The map type, `map[key]elem`.
+    pub fn type_of(&self) -> Type {
+        Type::map(self.0.key.clone(), self.0.elem.clone())
+    }
+
+    /// Whether this is a nil map.
+    pub fn is_nil(&self) -> bool {
+        self.0.nil
+    }
+
+    /// The current entries, in Go's key order. The snapshot does not change when the map is
+    /// mutated later.
+    pub fn snapshot(&self) -> Arc<Entries> {
+        self.0.entries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.snapshot().len()
+    }
+
+    /// Whether there are no entries.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The value for `key`.
+    pub fn get(&self, key: &MapKey) -> Option<Value> {
+        self.snapshot().get(key).cloned()
+    }
+
+    /// The value for a string key.
+    pub fn get_str(&self, key: &str) -> Option<Value> {
+        self.get(&MapKey::String(Str::from(key)))
+    }
+
+    /// Sets `key` to `value`, visibly to every clone of this map.
+    ///
+    /// Go panics when assigning to a nil map; callers that emulate Go code must check
+    /// [`Map::is_nil`] first.
+    pub fn insert(&self, key: MapKey, value: Value) {
+        let mut guard = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::make_mut(&mut guard).insert(key, value);
+    }
+
+    /// Removes `key`, visibly to every clone of this map.
+    pub fn remove(&self, key: &MapKey) -> Option<Value> {
+        let mut guard = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        Arc::make_mut(&mut guard).remove(key)
+    }
+
+    /// Whether both are the same Go map (the same reference).
+    pub fn ptr_eq(&self, other: &Map) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// A new map with deep copies of the entries.
+    pub fn deep_copy(&self) -> Map {
+        let entries = self.snapshot().iter().map(|(k, v)| (k.clone(), v.deep_copy())).collect();
+        if self.is_nil() {
+            Map::nil(self.0.key.clone(), self.0.elem.clone())
+        } else {
+            Map::from_entries(self.0.key.clone(), self.0.elem.clone(), entries)
+        }
+    }
+}
+
+impl fmt::Debug for Map {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.type_of())?;
+        f.debug_map().entries(self.snapshot().iter().map(|(k, v)| (k.to_value(), v.clone()))).finish()
+    }
+}
+
+/// A shared Go value with fields and/or methods: a struct, a pointer to a struct, or an
+/// opaque library type such as `*semver.Version` or `time.Time`.
+pub type Obj = Arc<dyn Object>;
+
+/// A Go value the template can inspect through its exported fields and methods.
+///
+/// Implement this for library types (Sprig's `semver` result) and for data structs (the
+/// Kalypso scheduler's `dataType`). [`Struct`] covers plain structs.
+pub trait Object: Send + Sync + 'static {
+    /// Go's spelling of the dynamic type: `scheduler.dataType`, `*semver.Version`.
+    fn type_name(&self) -> Str;
+
+    /// The reflect.Kind name: `struct` for structs (the default), `ptr` for pointers.
+    fn kind_name(&self) -> &'static str {
+        "struct"
+    }
+
+    /// An exported field by name. `None` if the type has no such field.
+    fn field(&self, _name: &str) -> Option<Value> {
+        None
+    }
+
+    /// All fields in declaration order (structs, and pointers to structs), for `%v`, `%+v`,
+    /// JSON and hashing. `None` for types that are not structs.
+    fn fields(&self) -> Option<Vec<(Str, Value)>> {
+        None
+    }
+
+    /// An exported method by name, bound to this receiver. `None` if there is no such
+    /// method. The returned [`Func`] declares the method's parameters, so the executor
+    /// checks and converts arguments as for any function.
+    fn method(&self, _name: &str) -> Option<Func> {
+        None
+    }
+
+    /// The result of the type's `String()` method, if it implements `fmt.Stringer`.
+    /// `fmt` prints such values with it.
+    fn go_string(&self) -> Option<String> {
+        None
+    }
+
+    /// Downcasting support for functions that accept this type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A plain Go struct value: a type name and fields in declaration order.
+#[derive(Clone, Debug)]
+pub struct Struct {
+    type_name: Str,
+    fields: Vec<(Str, Value)>,
+}
+
+impl Struct {
+    /// A struct of the named type with the given fields.
+    pub fn new(type_name: impl Into<Str>, fields: Vec<(Str, Value)>) -> Struct {
+        Struct { type_name: type_name.into(), fields }
+    }
+}
+
+impl Object for Struct {
+    fn type_name(&self) -> Str {
+        self.type_name.clone()
+    }
+
+    fn field(&self, name: &str) -> Option<Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+    }
+
+    fn fields(&self) -> Option<Vec<(Str, Value)>> {
+        Some(self.fields.clone())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn types_are_spelled_like_go() {
+        assert_eq!(Type::string_interface_map().to_string(), "map[string]interface {}");
+        assert_eq!(Type::map(Type::Interface, Type::Interface).to_string(), "map[interface {}]interface {}");
+        assert_eq!(Type::slice(Type::slice(Type::INT)).to_string(), "[][]int");
+        assert_eq!(Value::Nil.type_name(), "<nil>");
+    }
+
+    #[test]
+    fn maps_are_shared_references() {
+        let m = Map::string_interface([("a", Value::int(1))]);
+        let alias = m.clone();
+        let before = m.snapshot();
+        alias.insert(MapKey::String("b".into()), Value::int(2));
+        assert_eq!(m.len(), 2);
+        assert_eq!(before.len(), 1, "snapshots are stable");
+        let copy = m.deep_copy();
+        copy.insert(MapKey::String("c".into()), Value::int(3));
+        assert_eq!(m.len(), 2, "deep copies are independent");
+    }
+
+    #[test]
+    fn map_keys_follow_fmtsort() {
+        let mut keys = vec![
+            MapKey::String("b".into()),
+            MapKey::Int(10, IntKind::Int),
+            MapKey::String("B".into()),
+            MapKey::Int(9, IntKind::Int),
+            MapKey::Bool(true),
+            MapKey::Nil,
+        ];
+        keys.sort();
+        let shown: Vec<String> = keys.iter().map(|k| format!("{:?}", k.to_value())).collect();
+        assert_eq!(shown, ["nil", "true", "int(9)", "int(10)", "\"B\"", "\"b\""]);
+    }
+
+    #[test]
+    fn truth_follows_go() {
+        assert!(!Value::Nil.is_true());
+        assert!(!Value::float(0.0).is_true());
+        assert!(Value::string("false").is_true());
+        assert!(!Value::List(List::interfaces(vec![])).is_true());
+        assert!(Value::Map(Map::string_interface([("a", Value::Nil)])).is_true());
+    }
+}

@@ -1,0 +1,5 @@
+//! The `kalypso` command.
+
+fn main() -> std::process::ExitCode {
+    kalypso_cli::main()
+}
