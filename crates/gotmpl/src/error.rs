@@ -25,7 +25,10 @@ pub struct Error {
 impl Error {
     /// An error of the given kind with Go's full message text.
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Error {
-        Error { kind, message: message.into() }
+        Error {
+            kind,
+            message: message.into(),
+        }
     }
 
     /// The kind of error.

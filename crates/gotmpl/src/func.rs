@@ -23,7 +23,9 @@ pub struct FuncError {
 impl FuncError {
     /// An error with Go's message text.
     pub fn new(message: impl Into<String>) -> FuncError {
-        FuncError { message: message.into() }
+        FuncError {
+            message: message.into(),
+        }
     }
 
     /// The message text.
@@ -59,8 +61,15 @@ pub struct Func {
 
 impl Func {
     /// A function with fixed parameters: `func(p0, p1, ...) T`.
-    pub fn new(params: impl Into<Vec<Type>>, body: impl Fn(&[Value]) -> FuncResult + Send + Sync + 'static) -> Func {
-        Func { params: params.into().into(), variadic: None, body: Arc::new(body) }
+    pub fn new(
+        params: impl Into<Vec<Type>>,
+        body: impl Fn(&[Value]) -> FuncResult + Send + Sync + 'static,
+    ) -> Func {
+        Func {
+            params: params.into().into(),
+            variadic: None,
+            body: Arc::new(body),
+        }
     }
 
     /// A variadic function: `func(p0, ..., rest ...V) T`.
@@ -69,7 +78,11 @@ impl Func {
         rest: Type,
         body: impl Fn(&[Value]) -> FuncResult + Send + Sync + 'static,
     ) -> Func {
-        Func { params: params.into().into(), variadic: Some(rest), body: Arc::new(body) }
+        Func {
+            params: params.into().into(),
+            variadic: Some(rest),
+            body: Arc::new(body),
+        }
     }
 
     /// The fixed parameter types.

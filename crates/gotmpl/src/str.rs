@@ -77,13 +77,19 @@ impl Default for Str {
 
 impl From<&str> for Str {
     fn from(s: &str) -> Str {
-        Str { bytes: Arc::from(s.as_bytes()), utf8: true }
+        Str {
+            bytes: Arc::from(s.as_bytes()),
+            utf8: true,
+        }
     }
 }
 
 impl From<String> for Str {
     fn from(s: String) -> Str {
-        Str { bytes: Arc::from(s.into_bytes()), utf8: true }
+        Str {
+            bytes: Arc::from(s.into_bytes()),
+            utf8: true,
+        }
     }
 }
 

@@ -21,7 +21,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Limits {
-        Limits { max_steps: 10_000_000, max_depth: 100_000, max_output: 64 << 20 }
+        Limits {
+            max_steps: 10_000_000,
+            max_depth: 100_000,
+            max_output: 64 << 20,
+        }
     }
 }
 
@@ -39,7 +43,10 @@ impl Template {
     /// that never runs.
     pub fn parse(name: &str, text: &str, funcs: Arc<FuncMap>) -> Result<Template, Error> {
         let _ = text;
-        Ok(Template { name: name.to_owned(), funcs })
+        Ok(Template {
+            name: name.to_owned(),
+            funcs,
+        })
     }
 
     /// The template's name.

@@ -472,7 +472,10 @@ impl List {
         I: IntoIterator<Item = S>,
         S: Into<Str>,
     {
-        List::new(Type::String, items.into_iter().map(|s| Value::String(s.into())).collect())
+        List::new(
+            Type::String,
+            items.into_iter().map(|s| Value::String(s.into())).collect(),
+        )
     }
 
     /// The element type.
@@ -639,12 +642,22 @@ impl Map {
 
     /// A nil map of type `map[key]elem` (no entries; printed `map[]`).
     pub fn nil(key: Type, elem: Type) -> Map {
-        Map(Arc::new(MapCell { key, elem, nil: true, entries: Mutex::new(Arc::new(Entries::new())) }))
+        Map(Arc::new(MapCell {
+            key,
+            elem,
+            nil: true,
+            entries: Mutex::new(Arc::new(Entries::new())),
+        }))
     }
 
     /// A map of the given type and entries.
     pub fn from_entries(key: Type, elem: Type, entries: Entries) -> Map {
-        Map(Arc::new(MapCell { key, elem, nil: false, entries: Mutex::new(Arc::new(entries)) }))
+        Map(Arc::new(MapCell {
+            key,
+            elem,
+            nil: false,
+            entries: Mutex::new(Arc::new(entries)),
+        }))
     }
 
     /// A `map[string]interface {}` of the given entries.
@@ -656,7 +669,10 @@ impl Map {
         Map::from_entries(
             Type::String,
             Type::Interface,
-            entries.into_iter().map(|(k, v)| (MapKey::String(k.into()), v)).collect(),
+            entries
+                .into_iter()
+                .map(|(k, v)| (MapKey::String(k.into()), v))
+                .collect(),
         )
     }
 
@@ -670,7 +686,10 @@ impl Map {
         Map::from_entries(
             Type::String,
             Type::String,
-            entries.into_iter().map(|(k, v)| (MapKey::String(k.into()), Value::String(v.into()))).collect(),
+            entries
+                .into_iter()
+                .map(|(k, v)| (MapKey::String(k.into()), Value::String(v.into())))
+                .collect(),
         )
     }
 
@@ -697,7 +716,11 @@ impl Map {
     /// The current entries, in Go's key order. The snapshot does not change when the map is
     /// mutated later.
     pub fn snapshot(&self) -> Arc<Entries> {
-        self.0.entries.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.0
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// Number of entries.
@@ -742,7 +765,11 @@ impl Map {
 
     /// A new map with deep copies of the entries.
     pub fn deep_copy(&self) -> Map {
-        let entries = self.snapshot().iter().map(|(k, v)| (k.clone(), v.deep_copy())).collect();
+        let entries = self
+            .snapshot()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.deep_copy()))
+            .collect();
         if self.is_nil() {
             Map::nil(self.0.key.clone(), self.0.elem.clone())
         } else {
@@ -754,7 +781,9 @@ impl Map {
 impl fmt::Debug for Map {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.type_of())?;
-        f.debug_map().entries(self.snapshot().iter().map(|(k, v)| (k.to_value(), v.clone()))).finish()
+        f.debug_map()
+            .entries(self.snapshot().iter().map(|(k, v)| (k.to_value(), v.clone())))
+            .finish()
     }
 }
 
@@ -813,7 +842,10 @@ pub struct Struct {
 impl Struct {
     /// A struct of the named type with the given fields.
     pub fn new(type_name: impl Into<Str>, fields: Vec<(Str, Value)>) -> Struct {
-        Struct { type_name: type_name.into(), fields }
+        Struct {
+            type_name: type_name.into(),
+            fields,
+        }
     }
 }
 
@@ -823,7 +855,10 @@ impl Object for Struct {
     }
 
     fn field(&self, name: &str) -> Option<Value> {
-        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone())
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.clone())
     }
 
     fn fields(&self) -> Option<Vec<(Str, Value)>> {
@@ -841,8 +876,14 @@ mod tests {
 
     #[test]
     fn types_are_spelled_like_go() {
-        assert_eq!(Type::string_interface_map().to_string(), "map[string]interface {}");
-        assert_eq!(Type::map(Type::Interface, Type::Interface).to_string(), "map[interface {}]interface {}");
+        assert_eq!(
+            Type::string_interface_map().to_string(),
+            "map[string]interface {}"
+        );
+        assert_eq!(
+            Type::map(Type::Interface, Type::Interface).to_string(),
+            "map[interface {}]interface {}"
+        );
         assert_eq!(Type::slice(Type::slice(Type::INT)).to_string(), "[][]int");
         assert_eq!(Value::Nil.type_name(), "<nil>");
     }
