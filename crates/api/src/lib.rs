@@ -1,2 +1,506 @@
 //! The `scheduler.kalypso.io/v1alpha1` API: the objects a platform team writes in its
 //! control-plane repository, and the ones the scheduler derives from them.
+//!
+//! These are plain data types with the original's JSON/YAML field names, so that existing
+//! control-plane repositories load unchanged. They know nothing about Kubernetes clients,
+//! files or git: the core pipeline, the CLI, the git daemon and the operator all share them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// The API group of every Kalypso kind.
+pub const GROUP: &str = "scheduler.kalypso.io";
+/// The API version of every Kalypso kind.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of every Kalypso kind.
+pub const API_VERSION: &str = "scheduler.kalypso.io/v1alpha1";
+
+/// Labels (and annotations): sorted, so that iteration is deterministic.
+pub type Labels = BTreeMap<String, String>;
+
+/// Well-known label keys.
+pub mod labels {
+    /// Marks a ConfigMap as platform configuration.
+    pub const PLATFORM_CONFIG: &str = "platform-config";
+    /// The Flux Kustomization that applied an object (`<namespace>-<registration>` for workloads).
+    pub const FLUX_NAME: &str = "kustomize.toolkit.fluxcd.io/name";
+    /// The namespace of the Flux Kustomization that applied an object (`flux-system`).
+    pub const FLUX_NAMESPACE: &str = "kustomize.toolkit.fluxcd.io/namespace";
+    /// The namespace Flux objects live in.
+    pub const FLUX_SYSTEM: &str = "flux-system";
+    /// A deployment target's workload; also a config-matching key.
+    pub const WORKLOAD: &str = "workload";
+    /// A deployment target's workspace.
+    pub const WORKSPACE: &str = "workspace";
+    /// Config-matching key: the cluster type's name.
+    pub const CLUSTER_TYPE: &str = "cluster-type";
+    /// Config-matching key: the deployment target's name.
+    pub const DEPLOYMENT_TARGET: &str = "deployment-target";
+    /// Assignments carry the policy that created them.
+    pub const SCHEDULING_POLICY: &str = "scheduling-policy";
+}
+
+/// The kinds of `scheduler.kalypso.io/v1alpha1`, plus core `v1` ConfigMaps.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Serialize, Deserialize)]
+pub enum Kind {
+    /// [`ClusterTypeSpec`]
+    ClusterType,
+    /// [`TemplateSpec`]
+    Template,
+    /// [`WorkloadRegistrationSpec`]
+    WorkloadRegistration,
+    /// [`WorkloadSpec`]
+    Workload,
+    /// [`DeploymentTargetSpec`]
+    DeploymentTarget,
+    /// [`SchedulingPolicySpec`]
+    SchedulingPolicy,
+    /// [`EnvironmentSpec`]
+    Environment,
+    /// [`GitOpsRepoSpec`]
+    GitOpsRepo,
+    /// [`BaseRepoSpec`]
+    BaseRepo,
+    /// [`ConfigSchemaSpec`]
+    ConfigSchema,
+    /// [`AssignmentSpec`]
+    Assignment,
+    /// [`AssignmentPackageSpec`]
+    AssignmentPackage,
+    /// A core `v1` ConfigMap ([`ConfigMapData`]).
+    ConfigMap,
+}
+
+impl Kind {
+    /// Every kind, in declaration order.
+    pub const ALL: [Kind; 13] = [
+        Kind::ClusterType,
+        Kind::Template,
+        Kind::WorkloadRegistration,
+        Kind::Workload,
+        Kind::DeploymentTarget,
+        Kind::SchedulingPolicy,
+        Kind::Environment,
+        Kind::GitOpsRepo,
+        Kind::BaseRepo,
+        Kind::ConfigSchema,
+        Kind::Assignment,
+        Kind::AssignmentPackage,
+        Kind::ConfigMap,
+    ];
+
+    /// The kind's name as written in `kind:`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::ClusterType => "ClusterType",
+            Kind::Template => "Template",
+            Kind::WorkloadRegistration => "WorkloadRegistration",
+            Kind::Workload => "Workload",
+            Kind::DeploymentTarget => "DeploymentTarget",
+            Kind::SchedulingPolicy => "SchedulingPolicy",
+            Kind::Environment => "Environment",
+            Kind::GitOpsRepo => "GitOpsRepo",
+            Kind::BaseRepo => "BaseRepo",
+            Kind::ConfigSchema => "ConfigSchema",
+            Kind::Assignment => "Assignment",
+            Kind::AssignmentPackage => "AssignmentPackage",
+            Kind::ConfigMap => "ConfigMap",
+        }
+    }
+
+    /// The `apiVersion` objects of this kind carry.
+    pub fn api_version(self) -> &'static str {
+        match self {
+            Kind::ConfigMap => "v1",
+            _ => API_VERSION,
+        }
+    }
+
+    /// The plural resource name, as the original's CRDs spell it (`baserepoes`).
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::ClusterType => "clustertypes",
+            Kind::Template => "templates",
+            Kind::WorkloadRegistration => "workloadregistrations",
+            Kind::Workload => "workloads",
+            Kind::DeploymentTarget => "deploymenttargets",
+            Kind::SchedulingPolicy => "schedulingpolicies",
+            Kind::Environment => "environments",
+            Kind::GitOpsRepo => "gitopsrepoes",
+            Kind::BaseRepo => "baserepoes",
+            Kind::ConfigSchema => "configschemas",
+            Kind::Assignment => "assignments",
+            Kind::AssignmentPackage => "assignmentpackages",
+            Kind::ConfigMap => "configmaps",
+        }
+    }
+
+    /// The kind of an object from its `apiVersion` and `kind`; `None` for kinds the
+    /// scheduler does not read.
+    pub fn from_type_meta(api_version: &str, kind: &str) -> Option<Kind> {
+        let found = Kind::ALL.into_iter().find(|k| k.name() == kind)?;
+        (found.api_version() == api_version).then_some(found)
+    }
+}
+
+impl fmt::Display for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The part of Kubernetes object metadata the scheduler reads.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    /// `metadata.name`
+    #[serde(default)]
+    pub name: String,
+    /// `metadata.namespace`
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// `metadata.labels` (a `null` value is an empty map).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub labels: Labels,
+    /// `metadata.annotations`
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub annotations: Labels,
+}
+
+/// A place in a git repository: `repo` URL, `branch` and `path`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RepositoryRef {
+    /// Repository URL.
+    pub repo: String,
+    /// Branch name.
+    pub branch: String,
+    /// Path inside the repository.
+    pub path: String,
+}
+
+/// A set of cluster types sharing reconciler, namespace and config templates.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTypeSpec {
+    /// Name of the reconciler `Template`.
+    pub reconciler: String,
+    /// Name of the namespace `Template`.
+    pub namespace_service: String,
+    /// Name of the config `Template`.
+    pub config_type: String,
+}
+
+/// What a template is for. Recorded, but (as in the original) never checked against its use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TemplateType {
+    /// Reconciler resources (Flux, Argo CD...).
+    Reconciler,
+    /// The workload namespace and per-namespace resources.
+    Namespace,
+    /// The platform configuration (ConfigMap or env file).
+    Config,
+}
+
+/// One manifest of a template: a Go template string, or (in older control planes) a YAML
+/// object whose string leaves are templates.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Manifest {
+    /// A Go `text/template` string.
+    Text(String),
+    /// A YAML object (the pre-2023-03 form).
+    Object(serde_json::Value),
+}
+
+/// Go templates for reconciler, namespace or config manifests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateSpec {
+    /// What the template is for.
+    #[serde(rename = "type")]
+    pub template_type: TemplateType,
+    /// For config templates: `sh` writes `platform-config.sh`, anything else `.yaml`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub content_type: String,
+    /// The manifests, each rendered separately and joined with `---\n`.
+    pub manifests: Vec<Manifest>,
+}
+
+/// A reference to the place where a workload is defined.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRegistrationSpec {
+    /// Repository, branch and path of the `Workload` definition.
+    pub workload: RepositoryRef,
+    /// The workspace (team) the workload belongs to.
+    #[serde(default)]
+    pub workspace: String,
+}
+
+/// An application or service with the deployment targets its team wants.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadSpec {
+    /// The deployment targets.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub deployment_targets: Vec<DeploymentTargetDetail>,
+    /// JSON schemas every target's platform config must satisfy.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub config_schemas: Vec<String>,
+}
+
+/// One deployment target as a workload declares it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentTargetDetail {
+    /// Target name (the derived DeploymentTarget is `<workload>-<name>`).
+    pub name: String,
+    /// Target labels.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub labels: Labels,
+    /// The target's spec.
+    #[serde(flatten)]
+    pub spec: DeploymentTargetSpec,
+}
+
+/// A place a workload is deployed to within one environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentTargetSpec {
+    /// The environment (`dev`, `stage`...).
+    pub environment: String,
+    /// Where the target's manifests are (`repo`, `branch`, `path`, ...); templates see it as
+    /// `.Manifests`.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub manifests: Labels,
+    /// JSON schemas the target's platform config must satisfy.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub config_schemas: Vec<String>,
+}
+
+/// A Kubernetes label selector: `matchLabels` and `matchExpressions`, all of which must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelector {
+    /// Exact label values.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "BTreeMap::is_empty"
+    )]
+    pub match_labels: Labels,
+    /// Set-based requirements.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One set-based requirement: `In`, `NotIn`, `Exists` or `DoesNotExist`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LabelSelectorRequirement {
+    /// The label key.
+    pub key: String,
+    /// `In`, `NotIn`, `Exists` or `DoesNotExist`.
+    pub operator: String,
+    /// The values (`In`/`NotIn`: at least one; `Exists`/`DoesNotExist`: none).
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub values: Vec<String>,
+}
+
+/// Which deployment targets a policy schedules.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeploymentTargetSelector {
+    /// Only targets of this workspace (empty: any).
+    #[serde(default)]
+    pub workspace: String,
+    /// Targets whose labels match.
+    #[serde(default)]
+    pub label_selector: LabelSelector,
+}
+
+/// Which cluster types a policy schedules onto.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTypeSelector {
+    /// Cluster types whose labels match.
+    #[serde(default)]
+    pub label_selector: LabelSelector,
+}
+
+/// Assigns every selected deployment target to every selected cluster type.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingPolicySpec {
+    /// The deployment targets.
+    #[serde(default)]
+    pub deployment_target_selector: DeploymentTargetSelector,
+    /// The cluster types.
+    #[serde(default)]
+    pub cluster_type_selector: ClusterTypeSelector,
+}
+
+/// A rollout environment and the control-plane branch that configures it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSpec {
+    /// Repository, branch and path of the environment's configuration.
+    pub control_plane: RepositoryRef,
+}
+
+/// Where the environment's platform GitOps tree is delivered.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GitOpsRepoSpec {
+    /// Repository URL.
+    pub repo: String,
+    /// The environment's branch.
+    pub branch: String,
+    /// Path (ignored by the original, which always writes at the repository root).
+    #[serde(default)]
+    pub path: String,
+}
+
+/// The main-branch content an environment is built from; `commit` pins it (promotion).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BaseRepoSpec {
+    /// Repository URL.
+    pub repo: String,
+    /// Branch (normally `main`).
+    pub branch: String,
+    /// Path inside the repository.
+    #[serde(default)]
+    pub path: String,
+    /// The promoted commit, if pinned.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub commit: String,
+}
+
+/// A JSON schema for platform config, applied to assignments matched by its labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigSchemaSpec {
+    /// The JSON schema text.
+    pub schema: String,
+}
+
+/// One deployment target scheduled on one cluster type (derived).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentSpec {
+    /// The workload.
+    pub workload: String,
+    /// The deployment target.
+    pub deployment_target: String,
+    /// The cluster type.
+    pub cluster_type: String,
+}
+
+/// The rendered manifests of one assignment (derived).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentPackageSpec {
+    /// Rendered reconciler manifests.
+    #[serde(default)]
+    pub reconciler_manifests: Vec<String>,
+    /// Rendered namespace manifests.
+    #[serde(default)]
+    pub namespace_manifests: Vec<String>,
+    /// Rendered config manifests.
+    #[serde(default)]
+    pub config_manifests: Vec<String>,
+    /// `yaml` or `sh`.
+    #[serde(default)]
+    pub config_manifests_content_type: String,
+}
+
+/// The data of a core ConfigMap.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapData {
+    /// `data`: string values.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub data: Labels,
+}
+
+/// Treats an explicit YAML/JSON `null` like an absent field (Kubernetes does the same).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + Deserialize<'de>,
+{
+    Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_resolve_from_type_meta() {
+        assert_eq!(
+            Kind::from_type_meta(API_VERSION, "ClusterType"),
+            Some(Kind::ClusterType)
+        );
+        assert_eq!(Kind::from_type_meta("v1", "ConfigMap"), Some(Kind::ConfigMap));
+        assert_eq!(Kind::from_type_meta("v1", "ClusterType"), None);
+        assert_eq!(Kind::from_type_meta(API_VERSION, "Secret"), None);
+        assert_eq!(Kind::BaseRepo.plural(), "baserepoes");
+    }
+
+    #[test]
+    fn templates_accept_strings_and_objects() {
+        let spec: TemplateSpec = serde_json::from_value(serde_json::json!({
+            "type": "reconciler",
+            "manifests": ["a: {{ .X }}", {"kind": "Namespace", "metadata": {"name": "{{ .Namespace }}"}}]
+        }))
+        .unwrap();
+        assert!(matches!(spec.manifests[0], Manifest::Text(_)));
+        assert!(matches!(spec.manifests[1], Manifest::Object(_)));
+    }
+
+    #[test]
+    fn deployment_target_details_flatten_their_spec() {
+        let d: DeploymentTargetDetail = serde_json::from_value(serde_json::json!({
+            "name": "dev", "labels": null, "environment": "dev",
+            "manifests": {"repo": "r", "branch": "b", "path": "p"}
+        }))
+        .unwrap();
+        assert_eq!(d.spec.environment, "dev");
+        assert_eq!(d.spec.manifests["path"], "p");
+        assert!(d.labels.is_empty());
+    }
+}

@@ -1,1 +1,26 @@
-//! The Kalypso pipeline, pure: no IO, no clock, deterministic order.
+//! The Kalypso pipeline, pure: control-plane objects in, platform GitOps tree out.
+//!
+//! No IO, no clock, deterministic order. Source trees are handed in as bytes (by the CLI
+//! from directories, by the git layer from commits); the result is a [`tree::Tree`] and a
+//! record of every decision (which policy placed each assignment, which ConfigMap gave each
+//! config value), which the `plan` and `explain` commands show.
+//!
+//! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`] →
+//! [`config`] + [`schema`] → [`render`] → [`tree`]; [`pipeline`] runs them in order.
+
+pub mod config;
+pub mod diag;
+pub mod load;
+pub mod model;
+pub mod names;
+pub mod pipeline;
+pub mod render;
+pub mod schedule;
+pub mod schema;
+pub mod selector;
+pub mod source;
+pub mod tree;
+pub mod unfold;
+
+pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
+pub use pipeline::{AssignmentRecord, Environment, Inputs, Rendered, load_namespace, render};

@@ -1,0 +1,32 @@
+//! The commands.
+
+mod render;
+mod validate;
+
+pub(crate) use render::render;
+pub(crate) use validate::validate;
+
+use kalypso_core::{Diagnostics, Environment, Rendered};
+use kalypso_template::Engine;
+
+use crate::GlobalArgs;
+
+/// Loads, schedules and renders one environment.
+pub(crate) fn run_pipeline(
+    inputs: &kalypso_core::Inputs,
+    env: &str,
+    diagnostics: &mut Diagnostics,
+) -> (Environment, Rendered) {
+    let namespace = kalypso_core::load_namespace(env, inputs, diagnostics);
+    let environment = Environment::new(namespace, diagnostics);
+    let engine = Engine::new();
+    let rendered = kalypso_core::render(&environment, &engine, diagnostics);
+    (environment, rendered)
+}
+
+/// Prints diagnostics to standard error (warnings only unless quiet).
+pub(crate) fn report(diagnostics: &Diagnostics, global: &GlobalArgs) {
+    for d in diagnostics.iter().filter(|d| d.is_error() || !global.quiet) {
+        eprintln!("{d}");
+    }
+}

@@ -1,0 +1,50 @@
+//! `kalypso validate`: the whole pipeline without writing; the exit code tells the result.
+
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+use kalypso_core::Diagnostics;
+
+use super::{report, run_pipeline};
+use crate::control_plane::{discover_environments, read_inputs};
+use crate::{GlobalArgs, ValidateArgs};
+
+pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitCode> {
+    let environments = if args.env.is_empty() {
+        discover_environments(&args.control_plane)?
+    } else {
+        args.env.clone()
+    };
+    if environments.is_empty() {
+        bail!(
+            "no environment found in {}; name one with --env",
+            args.control_plane.display()
+        );
+    }
+    let mut failed = false;
+    for env in &environments {
+        let inputs = read_inputs(&args.control_plane, env)?;
+        let mut diagnostics = Diagnostics::new();
+        let (_, rendered) = run_pipeline(&inputs, env, &mut diagnostics);
+        if args.strict {
+            diagnostics.make_warnings_errors();
+        }
+        report(&diagnostics, global);
+        let errors = diagnostics.errors().count();
+        if errors > 0 {
+            failed = true;
+            eprintln!("environment {env}: {errors} error(s)");
+        } else if !global.quiet {
+            println!(
+                "environment {env}: ok, {} assignment(s), {} warning(s)",
+                rendered.records.len(),
+                diagnostics.warnings().count()
+            );
+        }
+    }
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}

@@ -1,0 +1,128 @@
+//! The directory form of a control plane: `<DIR>/main/` (main branch content),
+//! `<DIR>/<env>/` (each environment branch), `<DIR>/workloads/<registration>/` (the files
+//! under each WorkloadRegistration's `spec.workload.path`, path prefix stripped).
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{Context, Result, bail};
+use kalypso_api::{EnvironmentSpec, Kind};
+use kalypso_core::Inputs;
+use kalypso_core::names::dns_subdomain_error;
+
+use crate::fsio::read_source_tree;
+
+/// The folder of the main branch.
+pub const MAIN: &str = "main";
+/// The folder of the workload definitions.
+pub const WORKLOADS: &str = "workloads";
+
+/// Reads the trees environment `env` is built from.
+pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
+    if let Some(e) = dns_subdomain_error(env) {
+        bail!("environment name {env:?} {e}");
+    }
+    if env == MAIN || env == WORKLOADS {
+        bail!(
+            "{env:?} is not an environment: {dir}/{env} holds {}",
+            if env == MAIN {
+                "the main branch"
+            } else {
+                "workload definitions"
+            },
+            dir = dir.display()
+        );
+    }
+    let env_dir = dir.join(env);
+    if !env_dir.is_dir() {
+        let known = discover_environments(dir).unwrap_or_default();
+        let hint = if known.is_empty() {
+            String::new()
+        } else {
+            format!(" (environments found: {})", known.join(", "))
+        };
+        bail!("no folder for environment {env:?} at {}{hint}", env_dir.display());
+    }
+    let main_dir = dir.join(MAIN);
+    if !main_dir.is_dir() {
+        bail!("no main branch folder at {}", main_dir.display());
+    }
+    let mut inputs = Inputs {
+        main: read_source_tree(&main_dir, MAIN)?,
+        environment: read_source_tree(&env_dir, env)?,
+        workloads: Default::default(),
+    };
+    let workloads_dir = dir.join(WORKLOADS);
+    if workloads_dir.is_dir() {
+        let entries = fs::read_dir(&workloads_dir)
+            .with_context(|| format!("cannot read {}", workloads_dir.display()))?;
+        for entry in entries {
+            let entry = entry.with_context(|| format!("cannot read {}", workloads_dir.display()))?;
+            if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let label = format!("{WORKLOADS}/{name}");
+                inputs
+                    .workloads
+                    .insert(name, read_source_tree(&entry.path(), &label)?);
+            }
+        }
+    }
+    Ok(inputs)
+}
+
+/// The environments of a control-plane folder: the branches named by `Environment` objects
+/// of the main branch that have a folder, or else every folder (other than `main` and
+/// `workloads`) that holds a ClusterType.
+pub fn discover_environments(dir: &Path) -> Result<Vec<String>> {
+    let main = read_source_tree(&dir.join(MAIN), MAIN).unwrap_or_default();
+    let mut from_objects = Vec::new();
+    for file in main
+        .files()
+        .iter()
+        .filter(|f| f.path.ends_with(".yaml") || f.path.ends_with(".yml"))
+    {
+        let text = String::from_utf8_lossy(&file.content);
+        for doc in text.split("\n---") {
+            #[derive(serde::Deserialize)]
+            struct EnvironmentObject {
+                kind: String,
+                metadata: kalypso_api::ObjectMeta,
+                spec: EnvironmentSpec,
+            }
+            if let Ok(o) = serde_yaml_ng::from_str::<EnvironmentObject>(doc)
+                && o.kind == Kind::Environment.name() {
+                    let branch = if o.spec.control_plane.branch.is_empty() {
+                        o.metadata.name
+                    } else {
+                        o.spec.control_plane.branch
+                    };
+                    if dir.join(&branch).is_dir() && !from_objects.contains(&branch) {
+                        from_objects.push(branch);
+                    }
+                }
+        }
+    }
+    if !from_objects.is_empty() {
+        from_objects.sort();
+        return Ok(from_objects);
+    }
+    let mut found = Vec::new();
+    let entries = fs::read_dir(dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot read {}", dir.display()))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name == MAIN || name == WORKLOADS || name.starts_with('.') || !entry.path().is_dir() {
+            continue;
+        }
+        let tree = read_source_tree(&entry.path(), &name)?;
+        let has_cluster_type = tree.files().iter().any(|f| {
+            let text = String::from_utf8_lossy(&f.content);
+            text.contains("kind: ClusterType") && text.contains(kalypso_api::API_VERSION)
+        });
+        if has_cluster_type {
+            found.push(name);
+        }
+    }
+    found.sort();
+    Ok(found)
+}

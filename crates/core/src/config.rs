@@ -1,0 +1,417 @@
+//! Platform configuration: which ConfigMaps apply to an assignment, how their values merge,
+//! and where every value came from.
+//!
+//! For each assignment the original takes the ConfigMaps labelled `platform-config: "true"`
+//! in name order, keeps those whose labels match the cluster type and deployment target,
+//! converts each value (quoted strings unwrapped, YAML lists and maps parsed) and merges it
+//! into what earlier maps gave for the same key. Then every ConfigMap named
+//! `azure-app-config*` contributes keys of the form `label.value.label.value.KEY`, matched the
+//! same way. Maps merge recursively, lists merge items by their `name`, anything else is
+//! replaced by the later value.
+//!
+//! The result depends only on which sources match, and that depends only on the cluster
+//! type and on the deployment target's values for the few label keys the sources use.
+//! [`ConfigSources::key_for`] computes that key, so a fleet with thousands of assignments
+//! merges each distinct configuration once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kalypso_api::{ClusterTypeSpec, ConfigMapData, Labels, labels};
+use kalypso_gotmpl::{List, Map, MapKey, Str, Type, Value};
+
+use crate::model::{Namespace, Object};
+use crate::unfold::DeploymentTarget;
+
+/// The prefix of ConfigMaps read as Azure App Configuration exports.
+pub const AZURE_APP_CONFIG_PREFIX: &str = "azure-app-config";
+
+/// Where a config value came from.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ConfigSource {
+    /// A key of a `platform-config` ConfigMap.
+    ConfigMap {
+        /// The ConfigMap.
+        name: String,
+    },
+    /// A labelled key of an `azure-app-config*` ConfigMap.
+    AzureAppConfig {
+        /// The ConfigMap.
+        map: String,
+        /// The full key, e.g. `region.west-us.DATABASE_URL`.
+        key: String,
+    },
+}
+
+impl std::fmt::Display for ConfigSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ConfigSource::ConfigMap { name } => write!(f, "ConfigMap {name}"),
+            ConfigSource::AzureAppConfig { map, key } => write!(f, "ConfigMap {map} key {key}"),
+        }
+    }
+}
+
+/// One value a source gave for a config key.
+#[derive(Clone, Debug)]
+pub struct Contribution {
+    /// Where it came from.
+    pub source: ConfigSource,
+    /// The raw ConfigMap string.
+    pub raw: String,
+    /// The converted value that was merged.
+    pub value: Value,
+}
+
+/// The merged platform configuration of an assignment, with provenance.
+#[derive(Clone, Debug)]
+pub struct ConfigData {
+    /// The merged values, keyed by config key, in key order.
+    pub values: BTreeMap<String, Value>,
+    /// Every contribution to each key, in merge order (the last scalar wins).
+    pub provenance: BTreeMap<String, Vec<Contribution>>,
+}
+
+impl ConfigData {
+    /// The values as Go's `map[string]interface {}` (a fresh map: templates may mutate it).
+    pub fn to_map(&self) -> Map {
+        Map::string_interface(self.values.iter().map(|(k, v)| (k.as_str(), v.deep_copy())))
+    }
+}
+
+/// One source of config entries (a ConfigMap, or one labelled key of an Azure export) with
+/// the labels that decide whether it applies.
+#[derive(Clone, Debug)]
+struct Source {
+    source: ConfigSource,
+    filter: Labels,
+    entries: Vec<(String, String, Value)>,
+}
+
+/// The config sources of a namespace, prepared once: values converted, filters extracted.
+#[derive(Clone, Debug, Default)]
+pub struct ConfigSources {
+    sources: Vec<Source>,
+    /// Label keys that sources match against cluster-type and target labels, sorted.
+    relevant_keys: Vec<String>,
+    uses_target_name: bool,
+    uses_workload: bool,
+}
+
+/// Keys a config filter never matches on.
+fn ignored_key(key: &str) -> bool {
+    key == labels::FLUX_NAME || key == labels::FLUX_NAMESPACE || key == labels::PLATFORM_CONFIG
+}
+
+/// The original's label match between a config source (or ConfigSchema) and an assignment:
+/// `cluster-type`, `deployment-target` and `workload` must equal the cluster type's name,
+/// the target's name and its workload; every other key must equal the cluster type's or the
+/// target's label of that key.
+pub fn labels_match(
+    filter: &Labels,
+    cluster_type: &Object<ClusterTypeSpec>,
+    target: &DeploymentTarget,
+) -> bool {
+    filter
+        .iter()
+        .filter(|(k, _)| !ignored_key(k))
+        .all(|(key, value)| match key.as_str() {
+            labels::CLUSTER_TYPE => value == cluster_type.name(),
+            labels::DEPLOYMENT_TARGET => *value == target.name,
+            labels::WORKLOAD => target.labels.get(labels::WORKLOAD).is_some_and(|w| w == value),
+            _ => cluster_type.labels().get(key) == Some(value) || target.labels.get(key) == Some(value),
+        })
+}
+
+/// Parses an `azure-app-config` key `l1.v1.l2.v2.KEY` into its labels and config key. A
+/// middle segment without a partner is dropped, as in the original.
+pub fn parse_azure_key(full: &str) -> (Labels, String) {
+    let mut segments: Vec<&str> = full.split('.').collect();
+    let key = segments.pop().unwrap_or_default().to_owned();
+    let labels = segments
+        .chunks_exact(2)
+        .map(|pair| (pair[0].to_owned(), pair[1].to_owned()))
+        .collect();
+    (labels, key)
+}
+
+impl ConfigSources {
+    /// Collects the namespace's config sources in the original's order: `platform-config`
+    /// ConfigMaps by name, then the keys of `azure-app-config*` ConfigMaps (by map name, then
+    /// key length, then key — the original leaves equal lengths unordered).
+    pub fn new(ns: &Namespace, convert: impl Fn(&str) -> Value) -> ConfigSources {
+        let mut sources = Vec::new();
+        let entries = |data: &ConfigMapData| -> Vec<(String, String, Value)> {
+            data.data
+                .iter()
+                .map(|(k, raw)| (k.clone(), raw.clone(), convert(raw)))
+                .collect()
+        };
+        for (name, map) in &ns.config_maps {
+            if map.labels().get(labels::PLATFORM_CONFIG).map(String::as_str) == Some("true") {
+                sources.push(Source {
+                    source: ConfigSource::ConfigMap { name: name.clone() },
+                    filter: map.labels().clone(),
+                    entries: entries(&map.spec),
+                });
+            }
+        }
+        for (name, map) in ns
+            .config_maps
+            .iter()
+            .filter(|(n, _)| n.starts_with(AZURE_APP_CONFIG_PREFIX))
+        {
+            let mut keys: Vec<&String> = map.spec.data.keys().collect();
+            keys.sort_by(|a, b| a.len().cmp(&b.len()).then_with(|| a.cmp(b)));
+            for full in keys {
+                let raw = &map.spec.data[full];
+                let (filter, key) = parse_azure_key(full);
+                sources.push(Source {
+                    source: ConfigSource::AzureAppConfig {
+                        map: name.clone(),
+                        key: full.clone(),
+                    },
+                    filter,
+                    entries: vec![(key, raw.clone(), convert(raw))],
+                });
+            }
+        }
+        let mut relevant_keys: Vec<String> = sources
+            .iter()
+            .flat_map(|s| s.filter.keys())
+            .filter(|k| !ignored_key(k) && *k != labels::CLUSTER_TYPE)
+            .cloned()
+            .collect();
+        relevant_keys.sort();
+        relevant_keys.dedup();
+        let uses_target_name = relevant_keys.iter().any(|k| k == labels::DEPLOYMENT_TARGET);
+        let uses_workload = relevant_keys.iter().any(|k| k == labels::WORKLOAD);
+        ConfigSources {
+            sources,
+            relevant_keys,
+            uses_target_name,
+            uses_workload,
+        }
+    }
+
+    /// A key that is equal for two assignments exactly when the same sources match both:
+    /// the cluster type and the target's values of the label keys the sources use.
+    pub fn key_for(&self, cluster_type: &str, target: &DeploymentTarget) -> ConfigKey {
+        let mut target_values: Vec<Option<String>> = self
+            .relevant_keys
+            .iter()
+            .map(|k| target.labels.get(k).cloned())
+            .collect();
+        if self.uses_target_name {
+            target_values.push(Some(target.name.clone()));
+        }
+        if self.uses_workload {
+            target_values.push(target.labels.get(labels::WORKLOAD).cloned());
+        }
+        ConfigKey {
+            cluster_type: cluster_type.to_owned(),
+            target_values,
+        }
+    }
+
+    /// Merges the sources that match the assignment.
+    pub fn merge_for(&self, cluster_type: &Object<ClusterTypeSpec>, target: &DeploymentTarget) -> ConfigData {
+        let mut values: BTreeMap<String, Value> = BTreeMap::new();
+        let mut provenance: BTreeMap<String, Vec<Contribution>> = BTreeMap::new();
+        for source in self
+            .sources
+            .iter()
+            .filter(|s| labels_match(&s.filter, cluster_type, target))
+        {
+            for (key, raw, value) in &source.entries {
+                let merged = match values.get(key) {
+                    Some(old) => merge(old, value),
+                    None => value.clone(),
+                };
+                values.insert(key.clone(), merged);
+                provenance.entry(key.clone()).or_default().push(Contribution {
+                    source: source.source.clone(),
+                    raw: raw.clone(),
+                    value: value.clone(),
+                });
+            }
+        }
+        ConfigData { values, provenance }
+    }
+
+    /// Whether any source exists.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+}
+
+/// Identifies a distinct configuration (see [`ConfigSources::key_for`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConfigKey {
+    cluster_type: String,
+    target_values: Vec<Option<String>>,
+}
+
+/// The original's merge of a later config value `b` into an earlier one `a`.
+///
+/// Lists merge item by item: a map item of `b` is merged into *every* map item of `a` with an
+/// equal `name` (two items without `name` count as equal, as in the original); unmatched and
+/// non-map items are appended. Maps merge key by key, recursively. Anything else: `b` wins.
+/// Inputs are never mutated.
+pub fn merge(a: &Value, b: &Value) -> Value {
+    match (a, b) {
+        (Value::List(la), Value::List(lb)) => {
+            let mut items: Vec<Value> = la.items().to_vec();
+            for item in lb.items() {
+                let mut matched = false;
+                if let Value::Map(incoming) = item {
+                    let wanted = incoming.get(&name_key());
+                    for existing in items.iter_mut() {
+                        if let Value::Map(current) = existing
+                            && names_equal(current.get(&name_key()).as_ref(), wanted.as_ref()) {
+                                *existing = merge(&Value::Map(current.clone()), item);
+                                matched = true;
+                            }
+                    }
+                }
+                if !matched {
+                    items.push(item.clone());
+                }
+            }
+            Value::List(List::new(la.elem_type().clone(), items))
+        }
+        (Value::Map(ma), Value::Map(mb)) => {
+            let mut entries = (*ma.snapshot()).clone();
+            for (k, v) in mb.snapshot().iter() {
+                let merged = match entries.get(k) {
+                    Some(old) => merge(old, v),
+                    None => v.clone(),
+                };
+                entries.insert(k.clone(), merged);
+            }
+            Value::Map(Map::from_entries(
+                ma.key_type().clone(),
+                ma.elem_type().clone(),
+                entries,
+            ))
+        }
+        _ => b.clone(),
+    }
+}
+
+fn name_key() -> MapKey {
+    MapKey::String(Str::from("name"))
+}
+
+/// Go's `==` on two interface values holding scalars; absent equals absent.
+fn names_equal(a: Option<&Value>, b: Option<&Value>) -> bool {
+    match (a, b) {
+        (None, None) => true,
+        (Some(a), Some(b)) => match (MapKey::from_value(a), MapKey::from_value(b)) {
+            (Some(ka), Some(kb)) => ka == kb,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+/// A shared, immutable configuration, as cached per [`ConfigKey`].
+pub type SharedConfig = Arc<ConfigData>;
+
+/// The type of a config map: `map[string]interface {}`.
+pub fn config_map_type() -> Type {
+    Type::string_interface_map()
+}
+
+#[cfg(test)]
+mod tests {
+    use kalypso_gotmpl::IntKind;
+
+    use super::*;
+
+    fn ymap(entries: &[(&str, Value)]) -> Value {
+        Value::Map(Map::from_entries(
+            Type::Interface,
+            Type::Interface,
+            entries
+                .iter()
+                .map(|(k, v)| (MapKey::String(Str::from(*k)), v.clone()))
+                .collect(),
+        ))
+    }
+
+    fn list(items: Vec<Value>) -> Value {
+        Value::List(List::interfaces(items))
+    }
+
+    fn show(v: &Value) -> String {
+        match v {
+            Value::String(s) => s.to_string(),
+            Value::Int(i, _) => i.to_string(),
+            Value::List(l) => format!("[{}]", l.items().iter().map(show).collect::<Vec<_>>().join(" ")),
+            Value::Map(m) => format!(
+                "map[{}]",
+                m.snapshot()
+                    .iter()
+                    .map(|(k, v)| format!("{}:{}", show(&k.to_value()), show(v)))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ),
+            Value::Nil => "<nil>".into(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn lists_merge_by_name_into_every_match() {
+        let a = list(vec![
+            ymap(&[("name", "x".into()), ("v", Value::Int(1, IntKind::Int))]),
+            ymap(&[("v", Value::Int(2, IntKind::Int))]),
+            ymap(&[("v", Value::Int(3, IntKind::Int))]),
+            "plain".into(),
+        ]);
+        let b = list(vec![
+            ymap(&[("name", "x".into()), ("w", "new".into())]),
+            ymap(&[("w", "nameless".into())]),
+            ymap(&[("name", "y".into())]),
+            "more".into(),
+        ]);
+        assert_eq!(
+            show(&merge(&a, &b)),
+            "[map[name:x v:1 w:new] map[v:2 w:nameless] map[v:3 w:nameless] plain map[name:y] more]"
+        );
+        assert_eq!(show(&a).matches("w:").count(), 0, "inputs are not mutated");
+    }
+
+    #[test]
+    fn maps_merge_recursively_and_scalars_are_replaced() {
+        let a = ymap(&[
+            ("level", "info".into()),
+            ("sinks", list(vec![ymap(&[("name", "stdout".into())])])),
+        ]);
+        let b = ymap(&[(
+            "sinks",
+            list(vec![ymap(&[
+                ("name", "stdout".into()),
+                ("format", "json".into()),
+            ])]),
+        )]);
+        assert_eq!(
+            show(&merge(&a, &b)),
+            "map[level:info sinks:[map[format:json name:stdout]]]"
+        );
+        assert_eq!(show(&merge(&a, &Value::from("s"))), "s");
+        assert_eq!(show(&merge(&Value::from("s"), &a)), show(&a));
+    }
+
+    #[test]
+    fn azure_keys_carry_labels() {
+        let (l, k) = parse_azure_key("region.west-us.size.large.DATABASE_URL");
+        assert_eq!(k, "DATABASE_URL");
+        assert_eq!(l.len(), 2);
+        let (l, k) = parse_azure_key("region.west-us.orphan.KEY");
+        assert_eq!((l.len(), k.as_str()), (1, "KEY"));
+        let (l, k) = parse_azure_key("PLAIN");
+        assert_eq!((l.len(), k.as_str()), (0, "PLAIN"));
+    }
+}

@@ -1,0 +1,367 @@
+//! The namespace model: everything Flux would have applied into one environment's namespace.
+//!
+//! In the original, an environment is a Kubernetes namespace filled by Flux Kustomizations:
+//! one for the environment branch (named `<env>`), one for the promoted main branch (named
+//! `<env>-<BaseRepo>`), and one per WorkloadRegistration (`<env>-<registration>`). Flux labels
+//! every object it applies with the Kustomization's name, and those labels are visible to
+//! templates and label matching. [`Namespace::apply`] reproduces this, validates names and
+//! labels as the Kubernetes API server would, and rejects duplicate names.
+
+use std::collections::BTreeMap;
+
+use kalypso_api::{
+    BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
+    GitOpsRepoSpec, Kind, ObjectMeta, SchedulingPolicySpec, TemplateSpec, WorkloadRegistrationSpec,
+    WorkloadSpec, labels,
+};
+
+use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::names::{dns_subdomain_error, label_key_error, label_value_error};
+
+/// An object with its metadata, spec and origin.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Object<S> {
+    /// Name, labels, annotations.
+    pub meta: ObjectMeta,
+    /// The kind-specific content.
+    pub spec: S,
+    /// Where it was read from.
+    pub origin: Origin,
+}
+
+impl<S> Object<S> {
+    /// An object of `name` with `spec`, without labels.
+    pub fn new(name: impl Into<String>, spec: S, origin: Origin) -> Object<S> {
+        Object {
+            meta: ObjectMeta {
+                name: name.into(),
+                ..ObjectMeta::default()
+            },
+            spec,
+            origin,
+        }
+    }
+
+    /// `metadata.name`
+    pub fn name(&self) -> &str {
+        &self.meta.name
+    }
+
+    /// `metadata.labels`
+    pub fn labels(&self) -> &kalypso_api::Labels {
+        &self.meta.labels
+    }
+}
+
+/// An object of any kind the scheduler reads.
+#[derive(Clone, Debug, PartialEq)]
+#[allow(missing_docs)]
+pub enum AnyObject {
+    ClusterType(Object<ClusterTypeSpec>),
+    Template(Object<TemplateSpec>),
+    WorkloadRegistration(Object<WorkloadRegistrationSpec>),
+    Workload(Object<WorkloadSpec>),
+    DeploymentTarget(Object<DeploymentTargetSpec>),
+    SchedulingPolicy(Object<SchedulingPolicySpec>),
+    Environment(Object<EnvironmentSpec>),
+    GitOpsRepo(Object<GitOpsRepoSpec>),
+    BaseRepo(Object<BaseRepoSpec>),
+    ConfigSchema(Object<ConfigSchemaSpec>),
+    ConfigMap(Object<ConfigMapData>),
+}
+
+macro_rules! each_object {
+    ($value:expr, $o:ident => $body:expr) => {
+        match $value {
+            AnyObject::ClusterType($o) => $body,
+            AnyObject::Template($o) => $body,
+            AnyObject::WorkloadRegistration($o) => $body,
+            AnyObject::Workload($o) => $body,
+            AnyObject::DeploymentTarget($o) => $body,
+            AnyObject::SchedulingPolicy($o) => $body,
+            AnyObject::Environment($o) => $body,
+            AnyObject::GitOpsRepo($o) => $body,
+            AnyObject::BaseRepo($o) => $body,
+            AnyObject::ConfigSchema($o) => $body,
+            AnyObject::ConfigMap($o) => $body,
+        }
+    };
+}
+
+impl AnyObject {
+    /// The object's kind.
+    pub fn kind(&self) -> Kind {
+        match self {
+            AnyObject::ClusterType(_) => Kind::ClusterType,
+            AnyObject::Template(_) => Kind::Template,
+            AnyObject::WorkloadRegistration(_) => Kind::WorkloadRegistration,
+            AnyObject::Workload(_) => Kind::Workload,
+            AnyObject::DeploymentTarget(_) => Kind::DeploymentTarget,
+            AnyObject::SchedulingPolicy(_) => Kind::SchedulingPolicy,
+            AnyObject::Environment(_) => Kind::Environment,
+            AnyObject::GitOpsRepo(_) => Kind::GitOpsRepo,
+            AnyObject::BaseRepo(_) => Kind::BaseRepo,
+            AnyObject::ConfigSchema(_) => Kind::ConfigSchema,
+            AnyObject::ConfigMap(_) => Kind::ConfigMap,
+        }
+    }
+
+    /// The metadata.
+    pub fn meta(&self) -> &ObjectMeta {
+        each_object!(self, o => &o.meta)
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        each_object!(self, o => &mut o.meta)
+    }
+
+    /// Where it was read from.
+    pub fn origin(&self) -> &Origin {
+        each_object!(self, o => &o.origin)
+    }
+}
+
+/// Which Flux Kustomization brings a tree into the environment's namespace.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// The environment branch (Kustomization `<env>`).
+    Environment,
+    /// The main branch, through the BaseRepo of this name (Kustomization `<env>-<name>`).
+    Base(String),
+    /// A workload folder, through the WorkloadRegistration of this name
+    /// (Kustomization `<env>-<name>`).
+    Workload(String),
+}
+
+impl Delivery {
+    /// The Kustomization's name, which Flux writes into `kustomize.toolkit.fluxcd.io/name`.
+    pub fn kustomization_name(&self, namespace: &str) -> String {
+        match self {
+            Delivery::Environment => namespace.to_owned(),
+            Delivery::Base(name) | Delivery::Workload(name) => format!("{namespace}-{name}"),
+        }
+    }
+}
+
+/// A Workload and the registration that delivered it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct DeliveredWorkload {
+    /// The Workload object.
+    pub object: Object<WorkloadSpec>,
+    /// The WorkloadRegistration whose folder held it (`None`: it came from a control-plane
+    /// branch).
+    pub registration: Option<String>,
+}
+
+/// Everything in one environment's namespace, by kind and name.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Namespace {
+    /// The namespace (= environment) name.
+    pub name: String,
+    /// ClusterTypes.
+    pub cluster_types: BTreeMap<String, Object<ClusterTypeSpec>>,
+    /// Templates.
+    pub templates: BTreeMap<String, Object<TemplateSpec>>,
+    /// WorkloadRegistrations.
+    pub registrations: BTreeMap<String, Object<WorkloadRegistrationSpec>>,
+    /// Workloads.
+    pub workloads: BTreeMap<String, DeliveredWorkload>,
+    /// DeploymentTargets declared directly (not derived from a Workload).
+    pub deployment_targets: BTreeMap<String, Object<DeploymentTargetSpec>>,
+    /// SchedulingPolicies.
+    pub policies: BTreeMap<String, Object<SchedulingPolicySpec>>,
+    /// Environments.
+    pub environments: BTreeMap<String, Object<EnvironmentSpec>>,
+    /// GitOpsRepos.
+    pub gitops_repos: BTreeMap<String, Object<GitOpsRepoSpec>>,
+    /// BaseRepos.
+    pub base_repos: BTreeMap<String, Object<BaseRepoSpec>>,
+    /// ConfigSchemas.
+    pub config_schemas: BTreeMap<String, Object<ConfigSchemaSpec>>,
+    /// ConfigMaps.
+    pub config_maps: BTreeMap<String, Object<ConfigMapData>>,
+}
+
+fn insert_unique<S>(
+    map: &mut BTreeMap<String, Object<S>>,
+    kind: Kind,
+    object: Object<S>,
+    diagnostics: &mut Diagnostics,
+) {
+    match map.get(object.name()) {
+        Some(first) => diagnostics.push(
+            Diagnostic::error(
+                "duplicate-name",
+                format!("another {kind} of this name is defined at {}", first.origin),
+            )
+            .at(&object.origin)
+            .on(kind, object.name()),
+        ),
+        None => {
+            map.insert(object.meta.name.clone(), object);
+        }
+    }
+}
+
+impl Namespace {
+    /// An empty namespace for environment `name`.
+    pub fn new(name: impl Into<String>) -> Namespace {
+        Namespace {
+            name: name.into(),
+            ..Namespace::default()
+        }
+    }
+
+    /// Adds the objects one Flux Kustomization applies: labels them as Flux does, checks
+    /// names and labels as the Kubernetes API server would, and rejects duplicate names.
+    pub fn apply(&mut self, delivery: &Delivery, objects: Vec<AnyObject>, diagnostics: &mut Diagnostics) {
+        let kustomization = delivery.kustomization_name(&self.name);
+        for mut object in objects {
+            if !valid_metadata(&object, diagnostics) {
+                continue;
+            }
+            let meta = object.meta_mut();
+            meta.labels
+                .insert(labels::FLUX_NAME.to_owned(), kustomization.clone());
+            meta.labels
+                .insert(labels::FLUX_NAMESPACE.to_owned(), labels::FLUX_SYSTEM.to_owned());
+            let kind = object.kind();
+            match object {
+                AnyObject::ClusterType(o) => insert_unique(&mut self.cluster_types, kind, o, diagnostics),
+                AnyObject::Template(o) => insert_unique(&mut self.templates, kind, o, diagnostics),
+                AnyObject::WorkloadRegistration(o) => {
+                    insert_unique(&mut self.registrations, kind, o, diagnostics)
+                }
+                AnyObject::Workload(o) => {
+                    let registration = match delivery {
+                        Delivery::Workload(r) => Some(r.clone()),
+                        _ => None,
+                    };
+                    match self.workloads.get(o.name()) {
+                        Some(first) => diagnostics.push(
+                            Diagnostic::error(
+                                "duplicate-name",
+                                format!(
+                                    "another Workload of this name is defined at {}",
+                                    first.object.origin
+                                ),
+                            )
+                            .at(&o.origin)
+                            .on(kind, o.name()),
+                        ),
+                        None => {
+                            self.workloads.insert(
+                                o.meta.name.clone(),
+                                DeliveredWorkload {
+                                    object: o,
+                                    registration,
+                                },
+                            );
+                        }
+                    }
+                }
+                AnyObject::DeploymentTarget(o) => {
+                    insert_unique(&mut self.deployment_targets, kind, o, diagnostics)
+                }
+                AnyObject::SchedulingPolicy(o) => insert_unique(&mut self.policies, kind, o, diagnostics),
+                AnyObject::Environment(o) => insert_unique(&mut self.environments, kind, o, diagnostics),
+                AnyObject::GitOpsRepo(o) => insert_unique(&mut self.gitops_repos, kind, o, diagnostics),
+                AnyObject::BaseRepo(o) => insert_unique(&mut self.base_repos, kind, o, diagnostics),
+                AnyObject::ConfigSchema(o) => insert_unique(&mut self.config_schemas, kind, o, diagnostics),
+                AnyObject::ConfigMap(o) => insert_unique(&mut self.config_maps, kind, o, diagnostics),
+            }
+        }
+    }
+
+    /// The BaseRepo that pins the promoted main commit: the one named `main`.
+    pub fn promoted_base(&self) -> Option<&Object<BaseRepoSpec>> {
+        self.base_repos.get("main")
+    }
+}
+
+/// Checks the name and labels; reports and returns false if the object must be dropped.
+fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
+    let meta = object.meta();
+    let (kind, origin) = (object.kind(), object.origin());
+    let mut ok = true;
+    if let Some(e) = dns_subdomain_error(&meta.name) {
+        diagnostics.push(
+            Diagnostic::error("invalid-name", format!("name {:?} {e}", meta.name))
+                .at(origin)
+                .on(kind, &meta.name)
+                .field("metadata.name"),
+        );
+        ok = false;
+    }
+    for (key, value) in &meta.labels {
+        for e in [label_key_error(key), label_value_error(value)]
+            .into_iter()
+            .flatten()
+        {
+            diagnostics.push(
+                Diagnostic::error("invalid-label", e)
+                    .at(origin)
+                    .on(kind, &meta.name)
+                    .field(format!("metadata.labels.{key}")),
+            );
+            ok = false;
+        }
+    }
+    ok
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster_type(name: &str, line: u32) -> AnyObject {
+        AnyObject::ClusterType(Object::new(
+            name,
+            ClusterTypeSpec::default(),
+            Origin::new("dev/ct.yaml", line),
+        ))
+    }
+
+    #[test]
+    fn flux_labels_are_added_per_delivery() {
+        let mut ns = Namespace::new("dev");
+        let mut d = Diagnostics::new();
+        ns.apply(&Delivery::Environment, vec![cluster_type("large", 1)], &mut d);
+        let w = Object::new(
+            "hw",
+            WorkloadSpec::default(),
+            Origin::new("workloads/hw/w.yaml", 1),
+        );
+        ns.apply(
+            &Delivery::Workload("helloworld".into()),
+            vec![AnyObject::Workload(w)],
+            &mut d,
+        );
+        assert!(d.is_empty());
+        assert_eq!(ns.cluster_types["large"].labels()[labels::FLUX_NAME], "dev");
+        let hw = &ns.workloads["hw"];
+        assert_eq!(hw.object.labels()[labels::FLUX_NAME], "dev-helloworld");
+        assert_eq!(hw.object.labels()[labels::FLUX_NAMESPACE], "flux-system");
+        assert_eq!(hw.registration.as_deref(), Some("helloworld"));
+    }
+
+    #[test]
+    fn rejects_duplicates_and_bad_names() {
+        let mut ns = Namespace::new("dev");
+        let mut d = Diagnostics::new();
+        ns.apply(
+            &Delivery::Environment,
+            vec![
+                cluster_type("large", 1),
+                cluster_type("large", 9),
+                cluster_type("../x", 3),
+            ],
+            &mut d,
+        );
+        assert_eq!(ns.cluster_types.len(), 1);
+        let shown = d.to_string();
+        assert!(shown.contains("duplicate-name"), "{shown}");
+        assert!(shown.contains("defined at dev/ct.yaml:1"), "{shown}");
+        assert!(shown.contains("invalid-name"), "{shown}");
+    }
+}

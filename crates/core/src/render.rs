@@ -1,0 +1,230 @@
+//! Rendering: each assignment's reconciler, namespace and config manifests.
+//!
+//! Every Template is compiled once per run; assignments are rendered in parallel, each with
+//! its own copy of the template data (templates may mutate maps with Sprig's `set`), so the
+//! output does not depend on the number of threads. An assignment whose template is missing,
+//! whose config violates a schema, or whose template fails to execute is an error of that
+//! assignment; as in the original, any such error blocks the environment.
+
+use std::collections::BTreeMap;
+
+use kalypso_api::{ClusterTypeSpec, Kind, Manifest, TemplateSpec};
+use kalypso_gotmpl::{Map, MapKey, Str, Type, Value};
+use kalypso_template::{Compiled, Engine, TemplateData};
+
+use crate::config::ConfigData;
+use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::model::{Namespace, Object};
+use crate::unfold::DeploymentTarget;
+
+/// The name every Kalypso template is parsed under (`template.New("template")` in the
+/// original), which Go's error messages repeat.
+pub const TEMPLATE_NAME: &str = "template";
+
+/// A Template's manifests, compiled.
+#[derive(Debug)]
+pub struct CompiledTemplate {
+    /// The Template object's name.
+    pub name: String,
+    /// One compiled template per manifest.
+    pub manifests: Vec<Compiled>,
+    /// `spec.contentType`.
+    pub content_type: String,
+    /// Where the Template was declared.
+    pub origin: Origin,
+}
+
+/// Every Template of a namespace, compiled; templates that do not parse keep their errors.
+#[derive(Debug, Default)]
+pub struct TemplateSet {
+    templates: BTreeMap<String, Result<CompiledTemplate, Vec<Diagnostic>>>,
+}
+
+impl TemplateSet {
+    /// Compiles every Template of `ns`.
+    pub fn compile(ns: &Namespace, engine: &Engine) -> TemplateSet {
+        let templates = ns
+            .templates
+            .iter()
+            .map(|(name, t)| (name.clone(), compile_template(t, engine)))
+            .collect();
+        TemplateSet { templates }
+    }
+
+    /// The compiled template `name`: `None` if no such Template exists, `Some(Err)` if it
+    /// failed to compile.
+    pub fn get(&self, name: &str) -> Option<&Result<CompiledTemplate, Vec<Diagnostic>>> {
+        self.templates.get(name)
+    }
+}
+
+fn compile_template(t: &Object<TemplateSpec>, engine: &Engine) -> Result<CompiledTemplate, Vec<Diagnostic>> {
+    let mut manifests = Vec::with_capacity(t.spec.manifests.len());
+    let mut errors = Vec::new();
+    for (i, manifest) in t.spec.manifests.iter().enumerate() {
+        let text = match manifest {
+            Manifest::Text(text) => text.clone(),
+            Manifest::Object(object) => object_manifest_text(object),
+        };
+        match engine.compile(TEMPLATE_NAME, &text) {
+            Ok(c) => manifests.push(c),
+            Err(e) => errors.push(
+                Diagnostic::error("template-parse", e.to_string())
+                    .at(&t.origin)
+                    .on(Kind::Template, t.name())
+                    .field(format!("spec.manifests[{i}]")),
+            ),
+        }
+    }
+    if errors.is_empty() {
+        Ok(CompiledTemplate {
+            name: t.name().to_owned(),
+            manifests,
+            content_type: t.spec.content_type.clone(),
+            origin: t.origin.clone(),
+        })
+    } else {
+        Err(errors)
+    }
+}
+
+/// An object manifest (the pre-2023 form) becomes its YAML text, which is then rendered
+/// like any template text.
+fn object_manifest_text(object: &serde_json::Value) -> String {
+    let text = kalypso_goyaml::marshal_v3(&json_to_value(object)).unwrap_or_default();
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+fn json_to_value(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Nil,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => n
+            .as_i64()
+            .map_or_else(|| Value::float(n.as_f64().unwrap_or(0.0)), Value::int),
+        serde_json::Value::String(s) => Value::from(s.as_str()),
+        serde_json::Value::Array(items) => Value::List(kalypso_gotmpl::List::interfaces(
+            items.iter().map(json_to_value).collect(),
+        )),
+        serde_json::Value::Object(fields) => Value::Map(Map::from_entries(
+            Type::String,
+            Type::Interface,
+            fields
+                .iter()
+                .map(|(k, v)| (MapKey::String(Str::from(k.as_str())), json_to_value(v)))
+                .collect(),
+        )),
+    }
+}
+
+/// The original's template data for one assignment.
+pub fn template_data(target: &DeploymentTarget, cluster_type: &str, config: &ConfigData) -> TemplateData {
+    TemplateData {
+        deployment_target_name: target.name.clone(),
+        namespace: format!("{}-{cluster_type}-{}", target.spec.environment, target.name),
+        environment: target.spec.environment.clone(),
+        workspace: target.workspace.clone(),
+        workload: target.workload.clone(),
+        labels: Some(target.labels.clone()),
+        manifests: Some(target.spec.manifests.clone()),
+        cluster_type: cluster_type.to_owned(),
+        config_data: Some(config.to_map()),
+    }
+}
+
+/// Renders every manifest of `template`; outputs that are exactly empty are dropped.
+fn render_manifests(
+    engine: &Engine,
+    template: &CompiledTemplate,
+    data: &Value,
+) -> Result<Vec<Vec<u8>>, (usize, kalypso_template::Error)> {
+    let mut out = Vec::with_capacity(template.manifests.len());
+    for (i, manifest) in template.manifests.iter().enumerate() {
+        let bytes = engine.render(manifest, data).map_err(|e| (i, e))?;
+        if !bytes.is_empty() {
+            out.push(bytes);
+        }
+    }
+    Ok(out)
+}
+
+/// The templates a cluster type uses, looked up once for all of its assignments.
+#[derive(Debug)]
+pub struct ClusterTypeTemplates<'a> {
+    reconciler: &'a CompiledTemplate,
+    namespace: &'a CompiledTemplate,
+    config: &'a CompiledTemplate,
+}
+
+/// Resolves the reconciler, namespace and config templates of a cluster type, reporting
+/// each missing or broken one.
+pub fn cluster_type_templates<'a>(
+    cluster_type: &Object<ClusterTypeSpec>,
+    templates: &'a TemplateSet,
+    diagnostics: &mut Diagnostics,
+) -> Option<ClusterTypeTemplates<'a>> {
+    let mut resolve = |name: &str, field: &str| -> Option<&'a CompiledTemplate> {
+        match templates.get(name) {
+            None => {
+                diagnostics.push(
+                    Diagnostic::error("template-missing", format!("Template {name:?} does not exist"))
+                        .at(&cluster_type.origin)
+                        .on(Kind::ClusterType, cluster_type.name())
+                        .field(field.to_owned()),
+                );
+                None
+            }
+            Some(Err(errors)) => {
+                for e in errors {
+                    diagnostics.push(e.clone());
+                }
+                None
+            }
+            Some(Ok(t)) => Some(t),
+        }
+    };
+    let reconciler = resolve(&cluster_type.spec.reconciler, "spec.reconciler");
+    let namespace = resolve(&cluster_type.spec.namespace_service, "spec.namespaceService");
+    let config = resolve(&cluster_type.spec.config_type, "spec.configType");
+    Some(ClusterTypeTemplates {
+        reconciler: reconciler?,
+        namespace: namespace?,
+        config: config?,
+    })
+}
+
+/// Why an assignment could not be rendered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenderFailure {
+    /// The template that failed.
+    pub template: String,
+    /// Where the template was declared.
+    pub origin: Origin,
+    /// Which manifest of it.
+    pub manifest: usize,
+    /// Go's error text.
+    pub message: String,
+}
+
+/// Renders one assignment's package.
+pub fn render_package(
+    engine: &Engine,
+    templates: &ClusterTypeTemplates<'_>,
+    data: &TemplateData,
+) -> Result<crate::tree::Package, RenderFailure> {
+    let value = data.to_value();
+    let render = |t: &CompiledTemplate| {
+        render_manifests(engine, t, &value).map_err(|(manifest, e)| RenderFailure {
+            template: t.name.clone(),
+            origin: t.origin.clone(),
+            manifest,
+            message: e.to_string(),
+        })
+    };
+    Ok(crate::tree::Package {
+        reconciler: render(templates.reconciler)?,
+        namespace: render(templates.namespace)?,
+        config: render(templates.config)?,
+        config_content_type: templates.config.content_type.clone(),
+    })
+}

@@ -1,0 +1,239 @@
+//! Scheduling: which deployment target goes to which cluster type, and why.
+//!
+//! Each SchedulingPolicy assigns every deployment target it selects (this environment's
+//! targets, of its workspace if it names one, whose labels match) to every cluster type it
+//! selects. The original creates one Assignment object per policy and pair, and when two
+//! policies choose the same pair the second one fails and blocks the whole environment;
+//! here the pair is one assignment that records every policy that chose it (see
+//! COMPATIBILITY.md). The record is what `kalypso explain` and `plan` show.
+
+use std::collections::BTreeMap;
+
+use kalypso_api::Kind;
+
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::Namespace;
+use crate::selector::Selector;
+use crate::unfold::DeploymentTarget;
+
+/// One deployment target scheduled on one cluster type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assignment {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// The deployment target.
+    pub deployment_target: String,
+    /// The target's workload.
+    pub workload: String,
+    /// Every policy that chose this pair, sorted.
+    pub policies: Vec<String>,
+}
+
+/// A policy's valid selectors.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompiledPolicy {
+    /// The policy's name.
+    pub name: String,
+    /// Only targets of this workspace (empty: any).
+    pub workspace: String,
+    /// Selects deployment targets.
+    pub target_selector: Selector,
+    /// Selects cluster types.
+    pub cluster_type_selector: Selector,
+}
+
+impl CompiledPolicy {
+    /// Whether the policy selects `target` (its environment must be `environment`).
+    pub fn selects_target(&self, target: &DeploymentTarget, environment: &str) -> bool {
+        target.spec.environment == environment
+            && (self.workspace.is_empty() || self.workspace == target.workspace)
+            && self.target_selector.matches(&target.labels)
+    }
+}
+
+/// The result of scheduling an environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Schedule {
+    /// Assignments keyed by (cluster type, deployment target): the GitOps tree's order.
+    pub assignments: BTreeMap<(String, String), Assignment>,
+    /// The policies whose selectors are valid, by name.
+    pub policies: BTreeMap<String, CompiledPolicy>,
+}
+
+impl Schedule {
+    /// The assignments in tree order.
+    pub fn iter(&self) -> impl Iterator<Item = &Assignment> {
+        self.assignments.values()
+    }
+}
+
+/// Compiles every policy and computes the assignments. Policies with invalid selectors are
+/// reported and contribute nothing.
+pub fn schedule(
+    ns: &Namespace,
+    targets: &BTreeMap<String, DeploymentTarget>,
+    diagnostics: &mut Diagnostics,
+) -> Schedule {
+    let mut result = Schedule::default();
+    for (name, policy) in &ns.policies {
+        let mut compile = |selector, field: &str| match Selector::parse(selector) {
+            Ok(s) => Some(s),
+            Err(errors) => {
+                for e in errors {
+                    diagnostics.push(
+                        Diagnostic::error("invalid-selector", e)
+                            .at(&policy.origin)
+                            .on(Kind::SchedulingPolicy, name)
+                            .field(field.to_owned()),
+                    );
+                }
+                None
+            }
+        };
+        let target_selector = compile(
+            &policy.spec.deployment_target_selector.label_selector,
+            "spec.deploymentTargetSelector.labelSelector",
+        );
+        let cluster_type_selector = compile(
+            &policy.spec.cluster_type_selector.label_selector,
+            "spec.clusterTypeSelector.labelSelector",
+        );
+        let (Some(target_selector), Some(cluster_type_selector)) = (target_selector, cluster_type_selector)
+        else {
+            continue;
+        };
+        let compiled = CompiledPolicy {
+            name: name.clone(),
+            workspace: policy.spec.deployment_target_selector.workspace.clone(),
+            target_selector,
+            cluster_type_selector,
+        };
+        let cluster_types: Vec<&str> = ns
+            .cluster_types
+            .values()
+            .filter(|ct| compiled.cluster_type_selector.matches(ct.labels()))
+            .map(|ct| ct.name())
+            .collect();
+        if !cluster_types.is_empty() {
+            for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
+                for ct in &cluster_types {
+                    let assignment = result
+                        .assignments
+                        .entry(((*ct).to_owned(), target.name.clone()))
+                        .or_insert_with(|| Assignment {
+                            cluster_type: (*ct).to_owned(),
+                            deployment_target: target.name.clone(),
+                            workload: target.workload.clone(),
+                            policies: Vec::new(),
+                        });
+                    assignment.policies.push(name.clone());
+                }
+            }
+        }
+        result.policies.insert(name.clone(), compiled);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use kalypso_api::{
+        ClusterTypeSelector, ClusterTypeSpec, DeploymentTargetSelector, DeploymentTargetSpec, LabelSelector,
+        Labels, SchedulingPolicySpec,
+    };
+
+    use super::*;
+    use crate::diag::Origin;
+    use crate::model::{AnyObject, Delivery, Object};
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn policy(name: &str, workspace: &str, dt: &[(&str, &str)], ct: &[(&str, &str)]) -> AnyObject {
+        AnyObject::SchedulingPolicy(Object::new(
+            name,
+            SchedulingPolicySpec {
+                deployment_target_selector: DeploymentTargetSelector {
+                    workspace: workspace.into(),
+                    label_selector: LabelSelector {
+                        match_labels: labels(dt),
+                        ..Default::default()
+                    },
+                },
+                cluster_type_selector: ClusterTypeSelector {
+                    label_selector: LabelSelector {
+                        match_labels: labels(ct),
+                        ..Default::default()
+                    },
+                },
+            },
+            Origin::new("dev/p.yaml", 1),
+        ))
+    }
+
+    fn cluster_type(name: &str, l: &[(&str, &str)]) -> AnyObject {
+        let mut o = Object::new(name, ClusterTypeSpec::default(), Origin::new("dev/ct.yaml", 1));
+        o.meta.labels = labels(l);
+        AnyObject::ClusterType(o)
+    }
+
+    fn target(name: &str, env: &str, workspace: &str, l: &[(&str, &str)]) -> DeploymentTarget {
+        DeploymentTarget {
+            name: name.into(),
+            workload: "w".into(),
+            workspace: workspace.into(),
+            labels: labels(l),
+            spec: DeploymentTargetSpec {
+                environment: env.into(),
+                ..Default::default()
+            },
+            origin: Origin::new("w.yaml", 1),
+        }
+    }
+
+    #[test]
+    fn same_pair_from_two_policies_is_one_assignment() {
+        let mut ns = Namespace::new("dev");
+        let mut d = Diagnostics::new();
+        ns.apply(
+            &Delivery::Environment,
+            vec![
+                cluster_type("large", &[("size", "large")]),
+                cluster_type("small", &[("size", "small")]),
+                policy("a", "", &[("zone", "green")], &[]),
+                policy("b", "team", &[("zone", "green")], &[("size", "large")]),
+                policy("c", "other", &[], &[]),
+            ],
+            &mut d,
+        );
+        let targets: BTreeMap<String, DeploymentTarget> = [
+            target("w-green", "dev", "team", &[("zone", "green")]),
+            target("w-stage", "stage", "team", &[("zone", "green")]),
+        ]
+        .into_iter()
+        .map(|t| (t.name.clone(), t))
+        .collect();
+        let s = schedule(&ns, &targets, &mut d);
+        assert!(d.is_empty(), "{d}");
+        let pairs: Vec<(String, Vec<String>)> = s
+            .iter()
+            .map(|a| {
+                (
+                    format!("{}/{}", a.cluster_type, a.deployment_target),
+                    a.policies.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            pairs,
+            [
+                ("large/w-green".to_owned(), vec!["a".to_owned(), "b".to_owned()]),
+                ("small/w-green".to_owned(), vec!["a".to_owned()])
+            ]
+        );
+    }
+}

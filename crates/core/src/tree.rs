@@ -1,0 +1,316 @@
+//! The platform GitOps tree: a folder per cluster type, a folder per deployment target in it,
+//! and the original's rules for updating an existing tree.
+//!
+//! A tree is a sorted map from path to bytes. [`apply`] puts new repository content on top
+//! of the environment branch's current tree exactly as the original does: root files and
+//! dot-folders are kept, folders of cluster types and targets that are no longer scheduled
+//! are deleted, stale files inside still-scheduled target folders survive, and every cluster
+//! type gets a `README.md`. [`diff`] says which paths changed, so writers touch only those.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+/// File contents.
+pub type Blob = Arc<[u8]>;
+
+/// The text of every cluster type's `README.md` (no trailing newline, as in the original).
+pub const README_TEXT: &str = "This folder contains deployment targets scheduled on the cluster type";
+/// Where the promoted main commit is tracked.
+pub const PROMOTED_COMMIT_PATH: &str = ".github/tracking/Promoted_Commit_Id";
+/// A cluster type's readme file name.
+pub const README: &str = "README.md";
+/// The reconciler manifests' file.
+pub const RECONCILER_FILE: &str = "reconciler.yaml";
+/// The namespace manifests' file.
+pub const NAMESPACE_FILE: &str = "namespace.yaml";
+
+/// A tree of files: `/`-separated relative paths to contents, in path order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Tree {
+    files: BTreeMap<String, Blob>,
+}
+
+impl Tree {
+    /// An empty tree.
+    pub fn new() -> Tree {
+        Tree::default()
+    }
+
+    /// Adds or replaces a file.
+    pub fn insert(&mut self, path: impl Into<String>, content: impl Into<Blob>) {
+        self.files.insert(path.into(), content.into());
+    }
+
+    /// Removes a file.
+    pub fn remove(&mut self, path: &str) -> Option<Blob> {
+        self.files.remove(path)
+    }
+
+    /// The file at `path`.
+    pub fn get(&self, path: &str) -> Option<&Blob> {
+        self.files.get(path)
+    }
+
+    /// Every file, in path order.
+    pub fn iter(&self) -> impl Iterator<Item = (&String, &Blob)> {
+        self.files.iter()
+    }
+
+    /// Number of files.
+    pub fn len(&self) -> usize {
+        self.files.len()
+    }
+
+    /// Whether the tree has no files.
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+}
+
+impl FromIterator<(String, Blob)> for Tree {
+    fn from_iter<I: IntoIterator<Item = (String, Blob)>>(iter: I) -> Tree {
+        Tree {
+            files: iter.into_iter().collect(),
+        }
+    }
+}
+
+/// The rendered manifests of one assignment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Package {
+    /// Rendered reconciler manifests (empty outputs already dropped).
+    pub reconciler: Vec<Vec<u8>>,
+    /// Rendered namespace manifests.
+    pub namespace: Vec<Vec<u8>>,
+    /// Rendered config manifests.
+    pub config: Vec<Vec<u8>>,
+    /// The config template's `contentType`: `sh` gives `platform-config.sh`, anything else
+    /// `platform-config.yaml`.
+    pub config_content_type: String,
+}
+
+impl Package {
+    /// The config file's name.
+    pub fn config_file(&self) -> &'static str {
+        if self.config_content_type == "sh" {
+            "platform-config.sh"
+        } else {
+            "platform-config.yaml"
+        }
+    }
+
+    /// The files of the target's folder, as the original writes them: manifests joined by
+    /// `---\n` with nothing inserted; the config file only when there is config output.
+    pub fn files(&self) -> Vec<(&'static str, Vec<u8>)> {
+        let mut files = vec![
+            (RECONCILER_FILE, join(&self.reconciler)),
+            (NAMESPACE_FILE, join(&self.namespace)),
+        ];
+        if !self.config.is_empty() {
+            files.push((self.config_file(), join(&self.config)));
+        }
+        files
+    }
+}
+
+fn join(manifests: &[Vec<u8>]) -> Vec<u8> {
+    manifests.join(&b"---\n"[..])
+}
+
+/// What the scheduler delivers for an environment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RepoContent {
+    /// Every cluster type of the environment (each gets a folder and README).
+    pub cluster_types: BTreeSet<String>,
+    /// The packages, keyed by (cluster type, deployment target).
+    pub packages: BTreeMap<(String, String), Package>,
+    /// The promoted main commit (BaseRepo `main`'s `spec.commit`), if pinned.
+    pub promoted_commit: Option<String>,
+}
+
+/// The outcome of [`apply`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Applied {
+    /// The new tree.
+    pub tree: Tree,
+    /// Whether `Promoted_Commit_Id` was written (the original labels such PRs `promoted`).
+    pub promoted: bool,
+}
+
+/// Puts `content` on top of the branch's current tree `base` with the original's rules.
+pub fn apply(base: &Tree, content: &RepoContent) -> Applied {
+    let mut tree = Tree::new();
+    let scheduled_targets: BTreeMap<&str, BTreeSet<&str>> =
+        content
+            .packages
+            .keys()
+            .fold(BTreeMap::new(), |mut acc, (ct, dt)| {
+                acc.entry(ct.as_str())
+                    .or_insert_with(BTreeSet::new)
+                    .insert(dt.as_str());
+                acc
+            });
+    for (path, blob) in base.iter() {
+        let mut segments = path.split('/');
+        let first = segments.next().unwrap_or_default();
+        let Some(second) = segments.next() else {
+            // A root file.
+            tree.insert(path.clone(), blob.clone());
+            continue;
+        };
+        let keep = first.starts_with('.')
+            || (content.cluster_types.contains(first)
+                && ((second == README && segments.next().is_none())
+                    || scheduled_targets.get(first).is_some_and(|t| t.contains(second))));
+        if keep {
+            tree.insert(path.clone(), blob.clone());
+        }
+    }
+    let mut promoted = false;
+    if let Some(commit) = content.promoted_commit.as_deref().filter(|c| !c.is_empty())
+        && base.get(PROMOTED_COMMIT_PATH).map(|b| &b[..]) != Some(commit.as_bytes()) {
+            tree.insert(PROMOTED_COMMIT_PATH, Blob::from(commit.as_bytes()));
+            promoted = true;
+        }
+    for ((ct, dt), package) in &content.packages {
+        for (file, bytes) in package.files() {
+            tree.insert(format!("{ct}/{dt}/{file}"), Blob::from(bytes));
+        }
+    }
+    for ct in &content.cluster_types {
+        tree.insert(format!("{ct}/{README}"), Blob::from(README_TEXT.as_bytes()));
+    }
+    Applied { tree, promoted }
+}
+
+/// How one path differs between two trees.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// Only in the new tree.
+    Added,
+    /// In both, with different contents.
+    Modified,
+    /// Only in the old tree.
+    Deleted,
+}
+
+/// The paths that differ between `old` and `new`, in path order.
+pub fn diff(old: &Tree, new: &Tree) -> Vec<(String, Change)> {
+    let mut changes = Vec::new();
+    for (path, blob) in new.iter() {
+        match old.get(path) {
+            None => changes.push((path.clone(), Change::Added)),
+            Some(old_blob) if old_blob[..] != blob[..] => changes.push((path.clone(), Change::Modified)),
+            Some(_) => {}
+        }
+    }
+    for (path, _) in old.iter() {
+        if new.get(path).is_none() {
+            changes.push((path.clone(), Change::Deleted));
+        }
+    }
+    changes.sort();
+    changes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree(files: &[(&str, &str)]) -> Tree {
+        files
+            .iter()
+            .map(|(p, c)| ((*p).to_owned(), Blob::from(c.as_bytes())))
+            .collect()
+    }
+
+    fn paths(t: &Tree) -> Vec<&str> {
+        t.iter().map(|(p, _)| p.as_str()).collect()
+    }
+
+    fn package(reconciler: &str, config: &[&str]) -> Package {
+        Package {
+            reconciler: vec![reconciler.as_bytes().to_vec()],
+            namespace: vec![],
+            config: config.iter().map(|c| c.as_bytes().to_vec()).collect(),
+            config_content_type: String::new(),
+        }
+    }
+
+    #[test]
+    fn applies_the_original_update_rules() {
+        let base = tree(&[
+            ("manifests-statement.txt", "root"),
+            (".github/tracking/Promoted_Commit_Id", "old"),
+            (".github/x/y", "dot"),
+            ("gone/README.md", "x"),
+            ("gone/t/reconciler.yaml", "x"),
+            ("large/README.md", "x"),
+            ("large/old-target/reconciler.yaml", "x"),
+            ("large/t/config.yaml", "stale"),
+            ("large/t/reconciler.yaml", "old"),
+            ("large/stray.txt", "x"),
+        ]);
+        let content = RepoContent {
+            cluster_types: ["large".to_owned(), "small".to_owned()].into(),
+            packages: [(("large".to_owned(), "t".to_owned()), package("new", &[]))].into(),
+            promoted_commit: Some("abc".to_owned()),
+        };
+        let applied = apply(&base, &content);
+        assert!(applied.promoted);
+        assert_eq!(
+            paths(&applied.tree),
+            [
+                ".github/tracking/Promoted_Commit_Id",
+                ".github/x/y",
+                "large/README.md",
+                "large/t/config.yaml",
+                "large/t/namespace.yaml",
+                "large/t/reconciler.yaml",
+                "manifests-statement.txt",
+                "small/README.md",
+            ]
+        );
+        assert_eq!(&applied.tree.get("large/t/reconciler.yaml").unwrap()[..], b"new");
+        assert_eq!(&applied.tree.get("large/t/namespace.yaml").unwrap()[..], b"");
+        assert_eq!(&applied.tree.get(PROMOTED_COMMIT_PATH).unwrap()[..], b"abc");
+    }
+
+    #[test]
+    fn same_promoted_commit_is_not_promoted_again() {
+        let base = tree(&[(PROMOTED_COMMIT_PATH, "abc")]);
+        let content = RepoContent {
+            promoted_commit: Some("abc".into()),
+            ..RepoContent::default()
+        };
+        assert!(!apply(&base, &content).promoted);
+    }
+
+    #[test]
+    fn manifests_join_with_bare_separator_and_config_is_optional() {
+        let p = Package {
+            reconciler: vec![b"a: 1".to_vec(), b"b: 2\n".to_vec()],
+            namespace: vec![],
+            config: vec![b"export A=1\n".to_vec()],
+            config_content_type: "sh".into(),
+        };
+        let files = p.files();
+        assert_eq!(files[0], ("reconciler.yaml", b"a: 1---\nb: 2\n".to_vec()));
+        assert_eq!(files[2].0, "platform-config.sh");
+        assert_eq!(package("r", &[]).files().len(), 2);
+    }
+
+    #[test]
+    fn diff_lists_changes_in_path_order() {
+        let old = tree(&[("a", "1"), ("b", "1"), ("c", "1")]);
+        let new = tree(&[("a", "1"), ("b", "2"), ("d", "1")]);
+        assert_eq!(
+            diff(&old, &new),
+            [
+                ("b".to_owned(), Change::Modified),
+                ("c".to_owned(), Change::Deleted),
+                ("d".to_owned(), Change::Added)
+            ]
+        );
+    }
+}

@@ -1,0 +1,170 @@
+//! Golden trees: real runs of the Go scheduler (`../shared/fixtures/kalypso-real`, era
+//! `v1.1`) and the project's own cases (`tests/fixtures/<case>`), all in the same layout:
+//!
+//! ```text
+//! <case>/case.yaml            environment: <env> (and, for real runs, semantics.era)
+//! <case>/input/main/...       control-plane main branch
+//! <case>/input/<env>/...      environment branch
+//! <case>/input/workloads/...  workload folders
+//! <case>/input/gitops-base/   the GitOps branch before the run (optional)
+//! <case>/expected/...         the tree after the run
+//! ```
+//!
+//! Each case copies `input/gitops-base` into a fresh folder, runs the `kalypso render`
+//! binary on it, and requires the folder to equal `expected/` byte for byte, with no missing
+//! or extra file. Adding a case is adding a folder.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
+const OWN_FIXTURES: &str = "tests/fixtures";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every file under `dir` (relative path → bytes), skipping nothing.
+fn read_all(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    if !dir.exists() {
+        return out;
+    }
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let rel = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_string_lossy()
+                    .replace('\\', "/");
+                out.insert(rel, fs::read(&path).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    for (rel, bytes) in read_all(from) {
+        let target = to.join(&rel);
+        fs::create_dir_all(target.parent().unwrap()).unwrap();
+        fs::write(target, bytes).unwrap();
+    }
+}
+
+fn case_field(case_yaml: &str, key: &str) -> Option<String> {
+    case_yaml.lines().find_map(|l| {
+        let t = l.trim();
+        t.strip_prefix(key)
+            .and_then(|rest| rest.strip_prefix(':'))
+            .map(|v| v.trim().trim_matches('"').to_owned())
+    })
+}
+
+struct Case {
+    name: String,
+    dir: PathBuf,
+    env: String,
+}
+
+fn cases() -> Vec<Case> {
+    let mut cases = Vec::new();
+    for (base, only_v11) in [
+        (root().join(REAL_FIXTURES), true),
+        (root().join(OWN_FIXTURES), false),
+    ] {
+        let Ok(entries) = fs::read_dir(&base) else {
+            assert!(!only_v11, "real fixtures not found at {}", base.display());
+            continue;
+        };
+        for entry in entries {
+            let dir = entry.unwrap().path();
+            let Ok(case_yaml) = fs::read_to_string(dir.join("case.yaml")) else {
+                continue;
+            };
+            if only_v11 && case_field(&case_yaml, "era").as_deref() != Some("v1.1") {
+                continue;
+            }
+            let env = case_field(&case_yaml, "environment").expect("case.yaml names the environment");
+            cases.push(Case {
+                name: dir.file_name().unwrap().to_string_lossy().into_owned(),
+                dir,
+                env,
+            });
+        }
+    }
+    cases.sort_by(|a, b| a.name.cmp(&b.name));
+    cases
+}
+
+fn run_case(case: &Case) -> Result<(), String> {
+    let out = tempfile::tempdir().unwrap();
+    copy_dir(&case.dir.join("input/gitops-base"), out.path());
+    let output = Command::new(env!("CARGO_BIN_EXE_kalypso"))
+        .arg("render")
+        .arg(case.dir.join("input"))
+        .args(["--env", &case.env, "--out"])
+        .arg(out.path())
+        .output()
+        .unwrap();
+    if !output.status.success() {
+        return Err(format!(
+            "render failed:\n{}",
+            String::from_utf8_lossy(&output.stderr)
+        ));
+    }
+    let got = read_all(out.path());
+    let want = read_all(&case.dir.join("expected"));
+    let mut problems = Vec::new();
+    for (path, bytes) in &want {
+        match got.get(path) {
+            None => problems.push(format!("missing {path}")),
+            Some(g) if g != bytes => problems.push(format!(
+                "differs {path}\n--- want\n{}\n--- got\n{}",
+                String::from_utf8_lossy(bytes),
+                String::from_utf8_lossy(g)
+            )),
+            Some(_) => {}
+        }
+    }
+    problems.extend(
+        got.keys()
+            .filter(|p| !want.contains_key(*p))
+            .map(|p| format!("extra {p}")),
+    );
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+#[test]
+fn golden_trees() {
+    let cases = cases();
+    assert!(
+        cases.len() >= 6,
+        "expected at least the 6 real v1.1 cases, found {}",
+        cases.len()
+    );
+    let mut failures = Vec::new();
+    for case in &cases {
+        if let Err(e) = run_case(case) {
+            failures.push(format!("{}:\n{e}", case.name));
+        }
+    }
+    println!(
+        "fixtures: {} passed, {} failed",
+        cases.len() - failures.len(),
+        failures.len()
+    );
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
