@@ -90,16 +90,17 @@ pub fn discover_environments(dir: &Path) -> Result<Vec<String>> {
                 spec: EnvironmentSpec,
             }
             if let Ok(o) = serde_yaml_ng::from_str::<EnvironmentObject>(doc)
-                && o.kind == Kind::Environment.name() {
-                    let branch = if o.spec.control_plane.branch.is_empty() {
-                        o.metadata.name
-                    } else {
-                        o.spec.control_plane.branch
-                    };
-                    if dir.join(&branch).is_dir() && !from_objects.contains(&branch) {
-                        from_objects.push(branch);
-                    }
+                && o.kind == Kind::Environment.name()
+            {
+                let branch = if o.spec.control_plane.branch.is_empty() {
+                    o.metadata.name
+                } else {
+                    o.spec.control_plane.branch
+                };
+                if dir.join(&branch).is_dir() && !from_objects.contains(&branch) {
+                    from_objects.push(branch);
                 }
+            }
         }
     }
     if !from_objects.is_empty() {

@@ -56,6 +56,100 @@ enum Command {
     /// rendering) for each environment and reports every problem with its file, object and
     /// field. Usable as a pull-request check.
     Validate(ValidateArgs),
+    /// Show what rendering would change in a GitOps tree, assignment by assignment.
+    ///
+    /// Compares the tree the control plane produces with the current GitOps tree: assignments
+    /// added, removed, moved between cluster types and changed (which files, and for config
+    /// which keys, with old and new values). Exit code 0: no change, 2: changes, 1: error.
+    Plan(PlanArgs),
+    /// Show what rendering would change in a GitOps tree, as a unified diff of files.
+    ///
+    /// Exit code 0: no change, 2: changes, 1: error.
+    Diff(DiffArgs),
+    /// Explain why a deployment target is (or is not) on a cluster type, or where a config
+    /// value comes from.
+    ///
+    /// For each scheduling policy: whether it selects the target and each cluster type, with
+    /// the label values that made every selector term hold or fail. With `--config KEY` (and
+    /// `--cluster-type`): every ConfigMap that contributed to the value, in merge order, the
+    /// ones that did not apply and why, and the final value.
+    Explain(ExplainArgs),
+}
+
+/// Output formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum OutputFormat {
+    /// For people.
+    Text,
+    /// For machines.
+    Json,
+    /// For pull-request comments.
+    Markdown,
+}
+
+/// When to color output.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum ColorChoice {
+    /// When standard output is a terminal and `NO_COLOR` is not set.
+    Auto,
+    /// Always.
+    Always,
+    /// Never.
+    Never,
+}
+
+/// The control plane and GitOps tree to compare.
+#[derive(Debug, Args)]
+struct PlanSource {
+    /// The control-plane folder.
+    #[arg(value_name = "DIR")]
+    control_plane: PathBuf,
+    /// The environment.
+    #[arg(long, value_name = "ENV")]
+    env: String,
+    /// The current GitOps tree of the environment (a folder).
+    #[arg(long, value_name = "GITOPS_DIR")]
+    against: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+struct PlanArgs {
+    #[command(flatten)]
+    source: PlanSource,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
+}
+
+#[derive(Debug, Args)]
+struct DiffArgs {
+    #[command(flatten)]
+    source: PlanSource,
+    /// Color the diff.
+    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+}
+
+#[derive(Debug, Args)]
+struct ExplainArgs {
+    /// The control-plane folder.
+    #[arg(value_name = "DIR")]
+    control_plane: PathBuf,
+    /// The environment.
+    #[arg(long, value_name = "ENV")]
+    env: String,
+    /// The deployment target (e.g. `hello-world-app-functional-test`).
+    #[arg(long, value_name = "DT")]
+    target: String,
+    /// Only this cluster type.
+    #[arg(long, value_name = "CT")]
+    cluster_type: Option<String>,
+    /// Explain this config key of the assignment (requires --cluster-type).
+    #[arg(long, value_name = "KEY")]
+    config: Option<String>,
+    /// Output format (`markdown` prints text).
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    output: OutputFormat,
 }
 
 #[derive(Debug, Args)]
@@ -79,7 +173,7 @@ struct ValidateArgs {
     /// Environments to check (repeatable; default: every environment found).
     #[arg(long, value_name = "ENV")]
     env: Vec<String>,
-    /// Treat warnings as errors.
+    /// Treat warnings (such as ConfigMaps that silently override each other) as errors.
     #[arg(long)]
     strict: bool,
 }
@@ -105,6 +199,9 @@ pub fn run(cli: Cli) -> ExitCode {
     let result = pool.install(|| match &cli.command {
         Command::Render(args) => commands::render(args, &cli.global),
         Command::Validate(args) => commands::validate(args, &cli.global),
+        Command::Plan(args) => commands::plan(args, &cli.global),
+        Command::Diff(args) => commands::diff(args, &cli.global),
+        Command::Explain(args) => commands::explain(args, &cli.global),
     });
     match result {
         Ok(code) => code,

@@ -239,6 +239,20 @@ impl ConfigSources {
         ConfigData { values, provenance }
     }
 
+    /// Every source that has `key`, in merge order: the source, its label filter, and the
+    /// raw value.
+    pub fn entries_for_key(&self, key: &str) -> Vec<(&ConfigSource, &Labels, &str)> {
+        self.sources
+            .iter()
+            .flat_map(|s| {
+                s.entries
+                    .iter()
+                    .filter(|(k, _, _)| k == key)
+                    .map(move |(_, raw, _)| (&s.source, &s.filter, raw.as_str()))
+            })
+            .collect()
+    }
+
     /// Whether any source exists.
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
@@ -268,10 +282,11 @@ pub fn merge(a: &Value, b: &Value) -> Value {
                     let wanted = incoming.get(&name_key());
                     for existing in items.iter_mut() {
                         if let Value::Map(current) = existing
-                            && names_equal(current.get(&name_key()).as_ref(), wanted.as_ref()) {
-                                *existing = merge(&Value::Map(current.clone()), item);
-                                matched = true;
-                            }
+                            && names_equal(current.get(&name_key()).as_ref(), wanted.as_ref())
+                        {
+                            *existing = merge(&Value::Map(current.clone()), item);
+                            matched = true;
+                        }
                     }
                 }
                 if !matched {

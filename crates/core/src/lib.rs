@@ -7,13 +7,16 @@
 //!
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`] →
 //! [`config`] + [`schema`] → [`render`] → [`tree`]; [`pipeline`] runs them in order.
+//! [`plan`] and [`explain`] describe the results for people.
 
 pub mod config;
 pub mod diag;
+pub mod explain;
 pub mod load;
 pub mod model;
 pub mod names;
 pub mod pipeline;
+pub mod plan;
 pub mod render;
 pub mod schedule;
 pub mod schema;

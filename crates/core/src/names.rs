@@ -51,9 +51,10 @@ pub fn label_key_error(key: &str) -> Option<String> {
         None => (None, key),
     };
     if let Some(prefix) = prefix
-        && let Some(e) = dns_subdomain_error(prefix) {
-            return Some(format!("invalid label key {key:?}: prefix {e}"));
-        }
+        && let Some(e) = dns_subdomain_error(prefix)
+    {
+        return Some(format!("invalid label key {key:?}: prefix {e}"));
+    }
     if is_qualified_name_part(name) {
         None
     } else {

@@ -221,10 +221,13 @@ pub fn render_package(
             message: e.to_string(),
         })
     };
-    Ok(crate::tree::Package {
-        reconciler: render(templates.reconciler)?,
-        namespace: render(templates.namespace)?,
-        config: render(templates.config)?,
-        config_content_type: templates.config.content_type.clone(),
-    })
+    let reconciler = render(templates.reconciler)?;
+    let namespace = render(templates.namespace)?;
+    let config = render(templates.config)?;
+    Ok(crate::tree::Package::new(
+        &reconciler,
+        &namespace,
+        &config,
+        &templates.config.content_type,
+    ))
 }

@@ -118,18 +118,19 @@ fn config_instance(config: &ConfigData) -> Json {
 /// A string as Go's `strconv.Atoi` (then `ParseFloat`) reads it, if it is a finite number.
 fn go_number(s: &str) -> Option<Json> {
     let digits = s.strip_prefix(['+', '-']).unwrap_or(s);
-    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(i) = s.parse::<i64>() {
-            return Some(Json::Number(i.into()));
-        }
+    if !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(i) = s.parse::<i64>()
+    {
+        return Some(Json::Number(i.into()));
+    }
     let looks_numeric = s
         .bytes()
         .all(|b| b.is_ascii_digit() || matches!(b, b'+' | b'-' | b'.' | b'e' | b'E'))
         && s.bytes().any(|b| b.is_ascii_digit());
-    if looks_numeric
-        && let Ok(f) = s.parse::<f64>() {
-            return Number::from_f64(f).map(Json::Number);
-        }
+    if looks_numeric && let Ok(f) = s.parse::<f64>() {
+        return Number::from_f64(f).map(Json::Number);
+    }
     None
 }
 

@@ -75,46 +75,54 @@ impl FromIterator<(String, Blob)> for Tree {
     }
 }
 
-/// The rendered manifests of one assignment.
+/// The files of one assignment's folder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Package {
-    /// Rendered reconciler manifests (empty outputs already dropped).
-    pub reconciler: Vec<Vec<u8>>,
-    /// Rendered namespace manifests.
-    pub namespace: Vec<Vec<u8>>,
-    /// Rendered config manifests.
-    pub config: Vec<Vec<u8>>,
-    /// The config template's `contentType`: `sh` gives `platform-config.sh`, anything else
-    /// `platform-config.yaml`.
-    pub config_content_type: String,
+    /// `reconciler.yaml`: the rendered reconciler manifests.
+    pub reconciler: Blob,
+    /// `namespace.yaml`: the rendered namespace manifests.
+    pub namespace: Blob,
+    /// The config file (`platform-config.yaml` or `.sh`) and its content, when the config
+    /// template produced any output.
+    pub config: Option<(&'static str, Blob)>,
 }
 
 impl Package {
-    /// The config file's name.
-    pub fn config_file(&self) -> &'static str {
-        if self.config_content_type == "sh" {
+    /// Builds the files as the original writes them: rendered manifests (empty outputs
+    /// already dropped) joined by `---\n` with nothing inserted; the config file only when
+    /// there is config output, named `platform-config.sh` for content type `sh`, else
+    /// `platform-config.yaml`.
+    pub fn new(
+        reconciler: &[Vec<u8>],
+        namespace: &[Vec<u8>],
+        config: &[Vec<u8>],
+        config_content_type: &str,
+    ) -> Package {
+        let config_file = if config_content_type == "sh" {
             "platform-config.sh"
         } else {
             "platform-config.yaml"
+        };
+        Package {
+            reconciler: join(reconciler),
+            namespace: join(namespace),
+            config: (!config.is_empty()).then(|| (config_file, join(config))),
         }
     }
 
-    /// The files of the target's folder, as the original writes them: manifests joined by
-    /// `---\n` with nothing inserted; the config file only when there is config output.
-    pub fn files(&self) -> Vec<(&'static str, Vec<u8>)> {
-        let mut files = vec![
-            (RECONCILER_FILE, join(&self.reconciler)),
-            (NAMESPACE_FILE, join(&self.namespace)),
-        ];
-        if !self.config.is_empty() {
-            files.push((self.config_file(), join(&self.config)));
-        }
-        files
+    /// The folder's files, in the order they are listed.
+    pub fn files(&self) -> impl Iterator<Item = (&'static str, &Blob)> {
+        [
+            (RECONCILER_FILE, &self.reconciler),
+            (NAMESPACE_FILE, &self.namespace),
+        ]
+        .into_iter()
+        .chain(self.config.as_ref().map(|(name, blob)| (*name, blob)))
     }
 }
 
-fn join(manifests: &[Vec<u8>]) -> Vec<u8> {
-    manifests.join(&b"---\n"[..])
+fn join(manifests: &[Vec<u8>]) -> Blob {
+    Blob::from(manifests.join(&b"---\n"[..]))
 }
 
 /// What the scheduler delivers for an environment.
@@ -168,13 +176,14 @@ pub fn apply(base: &Tree, content: &RepoContent) -> Applied {
     }
     let mut promoted = false;
     if let Some(commit) = content.promoted_commit.as_deref().filter(|c| !c.is_empty())
-        && base.get(PROMOTED_COMMIT_PATH).map(|b| &b[..]) != Some(commit.as_bytes()) {
-            tree.insert(PROMOTED_COMMIT_PATH, Blob::from(commit.as_bytes()));
-            promoted = true;
-        }
+        && base.get(PROMOTED_COMMIT_PATH).map(|b| &b[..]) != Some(commit.as_bytes())
+    {
+        tree.insert(PROMOTED_COMMIT_PATH, Blob::from(commit.as_bytes()));
+        promoted = true;
+    }
     for ((ct, dt), package) in &content.packages {
-        for (file, bytes) in package.files() {
-            tree.insert(format!("{ct}/{dt}/{file}"), Blob::from(bytes));
+        for (file, blob) in package.files() {
+            tree.insert(format!("{ct}/{dt}/{file}"), blob.clone());
         }
     }
     for ct in &content.cluster_types {
@@ -229,12 +238,8 @@ mod tests {
     }
 
     fn package(reconciler: &str, config: &[&str]) -> Package {
-        Package {
-            reconciler: vec![reconciler.as_bytes().to_vec()],
-            namespace: vec![],
-            config: config.iter().map(|c| c.as_bytes().to_vec()).collect(),
-            config_content_type: String::new(),
-        }
+        let config: Vec<Vec<u8>> = config.iter().map(|c| c.as_bytes().to_vec()).collect();
+        Package::new(&[reconciler.as_bytes().to_vec()], &[], &config, "")
     }
 
     #[test]
@@ -288,16 +293,17 @@ mod tests {
 
     #[test]
     fn manifests_join_with_bare_separator_and_config_is_optional() {
-        let p = Package {
-            reconciler: vec![b"a: 1".to_vec(), b"b: 2\n".to_vec()],
-            namespace: vec![],
-            config: vec![b"export A=1\n".to_vec()],
-            config_content_type: "sh".into(),
-        };
-        let files = p.files();
-        assert_eq!(files[0], ("reconciler.yaml", b"a: 1---\nb: 2\n".to_vec()));
+        let p = Package::new(
+            &[b"a: 1".to_vec(), b"b: 2\n".to_vec()],
+            &[],
+            &[b"export A=1\n".to_vec()],
+            "sh",
+        );
+        let files: Vec<(&str, &[u8])> = p.files().map(|(n, b)| (n, &b[..])).collect();
+        assert_eq!(files[0], ("reconciler.yaml", &b"a: 1---\nb: 2\n"[..]));
+        assert_eq!(files[1], ("namespace.yaml", &b""[..]));
         assert_eq!(files[2].0, "platform-config.sh");
-        assert_eq!(package("r", &[]).files().len(), 2);
+        assert_eq!(package("r", &[]).files().count(), 2);
     }
 
     #[test]

@@ -1,8 +1,12 @@
 //! The commands.
 
+mod explain;
+mod plan;
 mod render;
 mod validate;
 
+pub(crate) use explain::explain;
+pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use render::render;
 pub(crate) use validate::validate;
 

@@ -3,7 +3,8 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use kalypso_core::Diagnostics;
+use kalypso_core::explain::all_conflicts;
+use kalypso_core::{Diagnostic, Diagnostics};
 
 use super::{report, run_pipeline};
 use crate::control_plane::{discover_environments, read_inputs};
@@ -26,6 +27,29 @@ pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitC
         let inputs = read_inputs(&args.control_plane, env)?;
         let mut diagnostics = Diagnostics::new();
         let (_, rendered) = run_pipeline(&inputs, env, &mut diagnostics);
+        for (conflict, assignments) in all_conflicts(&rendered.records) {
+            let values: Vec<String> = conflict
+                .values
+                .iter()
+                .map(|(source, raw)| format!("{source} gives {raw:?}"))
+                .collect();
+            let shown: Vec<&str> = assignments.iter().take(3).map(String::as_str).collect();
+            let more = if assignments.len() > 3 {
+                format!(" and {} more", assignments.len() - 3)
+            } else {
+                String::new()
+            };
+            diagnostics.push(Diagnostic::warning(
+                "config-conflict",
+                format!(
+                    "config key {:?} gets different values from ConfigMaps that apply to the same assignments: {}; \
+                     the last one silently wins (assignments: {}{more})",
+                    conflict.key,
+                    values.join(", "),
+                    shown.join(", ")
+                ),
+            ));
+        }
         if args.strict {
             diagnostics.make_warnings_errors();
         }

@@ -1,0 +1,324 @@
+//! `kalypso sync`: one delivery pass from a control plane in git to the GitOps
+//! repositories, as commits (`push` mode) or pull requests (`pr` mode); and the git and
+//! delivery options `sync`, `serve` and `promote` share.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{Context, Result, anyhow};
+use clap::Args;
+use kalypso_git::control_plane::short;
+use kalypso_git::sync::TargetReport;
+use kalypso_git::{
+    AuthSettings, Author, Delivery, DeliverySettings, EnvReport, Mode, Outcome, RepoUrl, RetryPolicy, Settings, Syncer,
+    redact,
+};
+
+use crate::GlobalArgs;
+
+/// Where git credentials and the cache come from.
+#[derive(Debug, Args)]
+pub(crate) struct GitArgs {
+    /// Folder for mirrors of remote repositories (reused between runs).
+    #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Environment variable holding the HTTPS token for git and GitHub.
+    #[arg(long, value_name = "VAR", default_value = kalypso_git::auth::DEFAULT_TOKEN_ENV)]
+    token_env: String,
+    /// File holding the HTTPS token (instead of the variable).
+    #[arg(long, value_name = "FILE")]
+    token_file: Option<PathBuf>,
+    /// Private SSH key for ssh:// and git@ URLs (default: the SSH agent).
+    #[arg(long, value_name = "FILE")]
+    ssh_key: Option<PathBuf>,
+    /// The control plane's main branch.
+    #[arg(long, value_name = "BRANCH", default_value = kalypso_git::control_plane::DEFAULT_MAIN_BRANCH)]
+    main_branch: String,
+    /// Attempts for each network operation.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    retries: u32,
+    /// Wait before the first retry (doubling up to 30s): `500ms`, `2s`.
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kalypso_git::duration::parse)]
+    backoff: std::time::Duration,
+}
+
+impl GitArgs {
+    pub(crate) fn auth(&self) -> AuthSettings {
+        AuthSettings {
+            token_env: Some(self.token_env.clone()),
+            token_file: self.token_file.clone(),
+            ssh_key: self.ssh_key.clone(),
+            ..AuthSettings::default()
+        }
+    }
+
+    pub(crate) fn retry(&self) -> RetryPolicy {
+        RetryPolicy {
+            attempts: self.retries.max(1),
+            initial_backoff: self.backoff,
+            max_backoff: self.backoff.max(std::time::Duration::from_secs(30)),
+        }
+    }
+
+    pub(crate) fn cache_dir(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(kalypso_git::Cache::default_dir)
+    }
+
+    pub(crate) fn main_branch(&self) -> &str {
+        &self.main_branch
+    }
+}
+
+/// Commit author and message.
+#[derive(Debug, Args)]
+pub(crate) struct CommitArgs {
+    /// Commit author name.
+    #[arg(long, value_name = "NAME", default_value = kalypso_git::deliver::DEFAULT_AUTHOR_NAME)]
+    author_name: String,
+    /// Commit author e-mail.
+    #[arg(long, value_name = "EMAIL", default_value = kalypso_git::deliver::DEFAULT_AUTHOR_EMAIL)]
+    author_email: String,
+}
+
+impl CommitArgs {
+    pub(crate) fn author(&self) -> Author {
+        Author {
+            name: self.author_name.clone(),
+            email: self.author_email.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct SyncArgs {
+    /// The control plane: a git URL (https://, ssh://, git@host:..., file://) or a local
+    /// repository path.
+    #[arg(value_name = "CONTROL_PLANE")]
+    control_plane: String,
+    /// Environments to deliver (repeatable; default: every Environment on the main branch).
+    #[arg(long, value_name = "ENV")]
+    env: Vec<String>,
+    /// `pr`: a branch and a pull request per change (as the original); `push`: a commit on
+    /// the GitOps branch; `auto`: `push` for local GitOps repositories, `pr` otherwise.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    mode: Mode,
+    /// Deliver to this repository instead of each GitOpsRepo's spec.repo.
+    #[arg(long, value_name = "URL")]
+    gitops_repo: Option<String>,
+    /// Compute what would be delivered; write nothing, call no API.
+    #[arg(long)]
+    dry_run: bool,
+    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
+    github_api_url: String,
+    /// Prefix of the pull-request branches (`kalypso/` gives `kalypso/<branch>/<tree>`).
+    #[arg(long, value_name = "PREFIX", default_value = kalypso_git::deliver::DEFAULT_BRANCH_PREFIX)]
+    branch_prefix: String,
+    /// Commit message.
+    #[arg(long, value_name = "TEXT", default_value = kalypso_git::deliver::DEFAULT_MESSAGE)]
+    message: String,
+    /// Print the result as JSON on standard output.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    commit: CommitArgs,
+    #[command(flatten)]
+    git: GitArgs,
+}
+
+/// A multi-threaded runtime: GitHub calls block on it from the syncing thread.
+pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
+/// Logs (retries, warnings) go to standard error as text.
+pub(crate) fn init_logs(global: &GlobalArgs) {
+    let level = if global.quiet { "error" } else { "warn" };
+    let _ = kalypso_server::logging::init(kalypso_server::config::LogFormat::Text, Some(level));
+}
+
+pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
+    init_logs(global);
+    let url = RepoUrl::parse(&args.control_plane).map_err(|e| anyhow!("{e}"))?;
+    let settings = Settings {
+        cache_dir: args.git.cache_dir(),
+        auth: args.git.auth(),
+        retry: args.git.retry(),
+        main_branch: args.git.main_branch().to_owned(),
+        delivery: DeliverySettings {
+            mode: args.mode,
+            author: args.commit.author(),
+            message: args.message.clone(),
+            branch_prefix: args.branch_prefix.clone(),
+            github_api_url: args.github_api_url.clone(),
+            dry_run: args.dry_run,
+        },
+        gitops_repo: args.gitops_repo.clone(),
+    };
+    let runtime = runtime()?;
+    let syncer = Syncer::new(settings, runtime.handle().clone()).map_err(|e| anyhow!("{e}"))?;
+    let mut pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
+    let environments = pass.environments(&args.env).map_err(|e| anyhow!("{e}"))?;
+    let mut ok = true;
+    let mut json = Vec::new();
+    for env in &environments {
+        match pass.sync(env) {
+            Ok(report) => {
+                for d in report.diagnostics.iter().filter(|d| d.is_error() || !global.quiet) {
+                    eprintln!("{}", redact(&d.to_string()));
+                }
+                ok &= report.is_success();
+                if args.json {
+                    json.push(report_json(&report));
+                } else {
+                    print_report(&report, global);
+                }
+            }
+            Err(e) => {
+                ok = false;
+                let message = redact(&e.to_string());
+                eprintln!("error: {message}");
+                if args.json {
+                    json.push(serde_json::json!({"environment": env.name, "result": "error", "error": message}));
+                }
+            }
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    }
+    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+}
+
+fn describe_target(t: &TargetReport) -> String {
+    match &t.delivery {
+        Delivery::UpToDate { head, closed } => {
+            let mut s = format!(
+                "up to date: {} {} at {}",
+                t.repo,
+                t.branch,
+                head.map(|h| short(&h.to_string()).to_owned()).unwrap_or_else(|| "(empty)".into())
+            );
+            if !closed.is_empty() {
+                s.push_str(&format!("; closed stale pull requests {}", numbers(closed)));
+            }
+            s
+        }
+        Delivery::Committed { commit, changes } => {
+            format!("committed {} to {} {} ({changes})", short(&commit.to_string()), t.repo, t.branch)
+        }
+        Delivery::PullRequest {
+            number,
+            url,
+            branch,
+            commit,
+            created,
+            promoted,
+            changes,
+            closed,
+        } => {
+            let mut s = format!(
+                "pull request #{number} {url} {} (branch {branch}, commit {}, {changes}){}",
+                if *created { "opened" } else { "already open" },
+                short(&commit.to_string()),
+                if *promoted { " [promoted]" } else { "" },
+            );
+            if !closed.is_empty() {
+                s.push_str(&format!("; superseded {}", numbers(closed)));
+            }
+            s
+        }
+        Delivery::DryRun { mode, changes } => {
+            format!("dry run: would deliver to {} {} in {mode} mode ({changes})", t.repo, t.branch)
+        }
+    }
+}
+
+fn numbers(n: &[u64]) -> String {
+    n.iter().map(|n| format!("#{n}")).collect::<Vec<_>>().join(", ")
+}
+
+fn print_report(report: &EnvReport, global: &GlobalArgs) {
+    match &report.outcome {
+        Outcome::Delivered(targets) => {
+            if global.quiet {
+                return;
+            }
+            for t in targets {
+                println!(
+                    "{}: {} [{} assignment(s); {}]",
+                    report.environment,
+                    describe_target(t),
+                    report.assignments,
+                    report.revisions
+                );
+            }
+        }
+        Outcome::Failed { failures, issues } => {
+            eprintln!(
+                "error: environment {} has {} failure(s); nothing was delivered",
+                report.environment,
+                failures.len()
+            );
+            if let Some(issues) = issues {
+                eprintln!(
+                    "{}: issues opened {}, updated {}, closed {}",
+                    report.environment,
+                    numbers(&issues.created),
+                    numbers(&issues.updated),
+                    numbers(&issues.closed)
+                );
+            }
+        }
+    }
+}
+
+fn report_json(report: &EnvReport) -> serde_json::Value {
+    use serde_json::json;
+    let revisions = json!({
+        "main": report.revisions.main,
+        "environment": report.revisions.environment,
+        "workloads": report.revisions.workloads,
+    });
+    match &report.outcome {
+        Outcome::Delivered(targets) => json!({
+            "environment": report.environment,
+            "result": "delivered",
+            "assignments": report.assignments,
+            "revisions": revisions,
+            "targets": targets.iter().map(|t| {
+                let mut v = json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch});
+                let d = match &t.delivery {
+                    Delivery::UpToDate { head, closed } => json!({"result": "up_to_date", "head": head.map(|h| h.to_string()), "closed": closed}),
+                    Delivery::Committed { commit, changes } => json!({"result": "committed", "commit": commit.to_string(), "added": changes.added, "changed": changes.modified, "deleted": changes.deleted}),
+                    Delivery::PullRequest { number, url, branch, commit, created, promoted, changes, closed } => json!({
+                        "result": "pull_request", "number": number, "url": url, "branch": branch, "commit": commit.to_string(),
+                        "created": created, "promoted": promoted, "added": changes.added, "changed": changes.modified, "deleted": changes.deleted, "closed": closed,
+                    }),
+                    Delivery::DryRun { mode, changes } => json!({"result": "dry_run", "mode": mode.to_string(), "added": changes.added, "changed": changes.modified, "deleted": changes.deleted}),
+                };
+                if let (Some(v), Some(d)) = (v.as_object_mut(), d.as_object()) {
+                    v.extend(d.clone());
+                }
+                v
+            }).collect::<Vec<_>>(),
+        }),
+        Outcome::Failed { failures, issues } => json!({
+            "environment": report.environment,
+            "result": "failed",
+            "assignments": report.assignments,
+            "revisions": revisions,
+            "failures": failures.iter().map(|f| json!({
+                "title": f.title(&report.environment),
+                "message": redact(&f.message),
+            })).collect::<Vec<_>>(),
+            "issues": issues.as_ref().map(|i| json!({"created": i.created, "updated": i.updated, "closed": i.closed})),
+        }),
+    }
+}

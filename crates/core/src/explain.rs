@@ -1,0 +1,309 @@
+//! Explanations: why a deployment target is (or is not) on a cluster type, where each config
+//! value comes from, and which ConfigMaps silently override each other.
+//!
+//! Everything here is computed from the same objects and rules the renderer uses, so an
+//! explanation can never disagree with the output.
+
+use std::collections::BTreeMap;
+
+use kalypso_api::{ClusterTypeSpec, Labels, labels};
+use kalypso_gotmpl::Value;
+use serde::Serialize;
+
+use crate::config::{ConfigData, ConfigSources, labels_match};
+use crate::model::Object;
+use crate::pipeline::Environment;
+use crate::selector::{RequirementCheck, Selector};
+use crate::unfold::DeploymentTarget;
+
+/// One selector requirement checked against labels.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Check {
+    /// The requirement, in selector syntax (`size=large`, `tier in (t0,t1)`).
+    pub requirement: String,
+    /// The label's value, if present.
+    pub actual: Option<String>,
+    /// Whether it held.
+    pub satisfied: bool,
+}
+
+impl From<RequirementCheck> for Check {
+    fn from(c: RequirementCheck) -> Check {
+        Check {
+            requirement: c.requirement.to_string(),
+            actual: c.actual,
+            satisfied: c.satisfied,
+        }
+    }
+}
+
+fn checks(selector: &Selector, labels: &Labels) -> Vec<Check> {
+    selector.explain(labels).into_iter().map(Check::from).collect()
+}
+
+/// How a policy's cluster-type selector fared against one cluster type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterTypeCheck {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// Each requirement of the selector.
+    pub requirements: Vec<Check>,
+    /// Whether the selector selects it.
+    pub selected: bool,
+}
+
+/// How a policy fared against the deployment target.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct PolicyExplanation {
+    /// The policy.
+    pub policy: String,
+    /// Whether the target's environment is this environment (policies only ever select
+    /// targets of their own environment).
+    pub environment_matches: bool,
+    /// The workspace the policy requires (empty: any).
+    pub workspace: String,
+    /// Whether the target's workspace satisfies it.
+    pub workspace_matches: bool,
+    /// The target-selector requirements.
+    pub target_requirements: Vec<Check>,
+    /// Whether the policy selects the target.
+    pub selects_target: bool,
+    /// The cluster-type selector against each cluster type considered.
+    pub cluster_types: Vec<ClusterTypeCheck>,
+}
+
+/// The assignments a target ends up with.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct AssignmentSummary {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// The policies that chose it.
+    pub policies: Vec<String>,
+}
+
+/// Why a deployment target is (or is not) on each cluster type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct TargetExplanation {
+    /// The deployment target.
+    pub deployment_target: String,
+    /// Its workload.
+    pub workload: String,
+    /// Its workspace.
+    pub workspace: String,
+    /// Its environment.
+    pub environment: String,
+    /// Its labels.
+    pub labels: Labels,
+    /// Every valid policy, by name.
+    pub policies: Vec<PolicyExplanation>,
+    /// The resulting assignments (restricted to the cluster type asked about, if any).
+    pub assignments: Vec<AssignmentSummary>,
+}
+
+/// Explains the scheduling of `target`, optionally only against `cluster_type`.
+pub fn explain_target(
+    env: &Environment,
+    target: &DeploymentTarget,
+    cluster_type: Option<&str>,
+) -> TargetExplanation {
+    let cluster_types: Vec<&Object<ClusterTypeSpec>> = env
+        .namespace
+        .cluster_types
+        .values()
+        .filter(|ct| cluster_type.is_none_or(|name| ct.name() == name))
+        .collect();
+    let policies = env
+        .schedule
+        .policies
+        .values()
+        .map(|p| {
+            let environment_matches = target.spec.environment == env.name();
+            let workspace_matches = p.workspace.is_empty() || p.workspace == target.workspace;
+            PolicyExplanation {
+                policy: p.name.clone(),
+                environment_matches,
+                workspace: p.workspace.clone(),
+                workspace_matches,
+                target_requirements: checks(&p.target_selector, &target.labels),
+                selects_target: p.selects_target(target, env.name()),
+                cluster_types: cluster_types
+                    .iter()
+                    .map(|ct| ClusterTypeCheck {
+                        cluster_type: ct.name().to_owned(),
+                        requirements: checks(&p.cluster_type_selector, ct.labels()),
+                        selected: p.cluster_type_selector.matches(ct.labels()),
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let assignments = env
+        .schedule
+        .iter()
+        .filter(|a| a.deployment_target == target.name && cluster_type.is_none_or(|ct| a.cluster_type == ct))
+        .map(|a| AssignmentSummary {
+            cluster_type: a.cluster_type.clone(),
+            policies: a.policies.clone(),
+        })
+        .collect();
+    TargetExplanation {
+        deployment_target: target.name.clone(),
+        workload: target.workload.clone(),
+        workspace: target.workspace.clone(),
+        environment: target.spec.environment.clone(),
+        labels: target.labels.clone(),
+        policies,
+        assignments,
+    }
+}
+
+/// A source's value for the key.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct SourceValue {
+    /// The ConfigMap (and, for Azure exports, the key).
+    pub source: String,
+    /// The raw ConfigMap string.
+    pub raw: String,
+    /// Why the source does not apply (`None`: it applies).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub not_applied_because: Option<String>,
+}
+
+/// Where one config value of one assignment comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConfigExplanation {
+    /// The deployment target.
+    pub deployment_target: String,
+    /// The cluster type.
+    pub cluster_type: String,
+    /// The config key.
+    pub key: String,
+    /// The sources that apply, in merge order (for scalars the last one wins).
+    pub applied: Vec<SourceValue>,
+    /// Sources that have the key but do not apply to this assignment, and why.
+    pub not_applied: Vec<SourceValue>,
+    /// The final value as the templates see it, as YAML (`None`: no source gives the key).
+    pub value: Option<String>,
+}
+
+/// Why a config filter does not match, or `None` if it does.
+fn mismatch(filter: &Labels, ct: &Object<ClusterTypeSpec>, target: &DeploymentTarget) -> Option<String> {
+    for (key, value) in filter {
+        if key == labels::FLUX_NAME || key == labels::FLUX_NAMESPACE || key == labels::PLATFORM_CONFIG {
+            continue;
+        }
+        let single = |k: &str, v: &String| {
+            let mut one = Labels::new();
+            one.insert(k.to_owned(), v.clone());
+            labels_match(&one, ct, target)
+        };
+        if !single(key, value) {
+            return Some(match key.as_str() {
+                labels::CLUSTER_TYPE => {
+                    format!("cluster-type={value}, but the cluster type is {}", ct.name())
+                }
+                labels::DEPLOYMENT_TARGET => {
+                    format!("deployment-target={value}, but the target is {}", target.name)
+                }
+                labels::WORKLOAD => format!(
+                    "workload={value}, but the target's workload is {}",
+                    target.workload
+                ),
+                _ => format!(
+                    "{key}={value}, but the cluster type has {} and the target has {}",
+                    ct.labels()
+                        .get(key)
+                        .map_or("no such label".to_owned(), |v| format!("{key}={v}")),
+                    target
+                        .labels
+                        .get(key)
+                        .map_or("no such label".to_owned(), |v| format!("{key}={v}")),
+                ),
+            });
+        }
+    }
+    None
+}
+
+/// Explains config key `key` for the assignment of `target` on `cluster_type`.
+pub fn explain_config(
+    sources: &ConfigSources,
+    ct: &Object<ClusterTypeSpec>,
+    target: &DeploymentTarget,
+    key: &str,
+    render_value: impl Fn(&Value) -> String,
+) -> ConfigExplanation {
+    let mut applied = Vec::new();
+    let mut not_applied = Vec::new();
+    for (source, filter, raw) in sources.entries_for_key(key) {
+        let reason = mismatch(filter, ct, target);
+        let value = SourceValue {
+            source: source.to_string(),
+            raw: raw.to_owned(),
+            not_applied_because: reason,
+        };
+        if value.not_applied_because.is_some() {
+            not_applied.push(value);
+        } else {
+            applied.push(value);
+        }
+    }
+    let merged = sources.merge_for(ct, target);
+    ConfigExplanation {
+        deployment_target: target.name.clone(),
+        cluster_type: ct.name().to_owned(),
+        key: key.to_owned(),
+        applied,
+        not_applied,
+        value: merged.values.get(key).map(render_value),
+    }
+}
+
+/// Two or more applying ConfigMaps that give different scalar values for one key; the last
+/// (by the original's merge order) silently wins.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Conflict {
+    /// The config key.
+    pub key: String,
+    /// Each source and its raw value, in merge order.
+    pub values: Vec<(String, String)>,
+}
+
+/// The conflicts in one merged configuration.
+pub fn conflicts(config: &ConfigData) -> Vec<Conflict> {
+    let mut out = Vec::new();
+    for (key, contributions) in &config.provenance {
+        let scalars: Vec<_> = contributions
+            .iter()
+            .filter(|c| !matches!(c.value, Value::List(_) | Value::Map(_)))
+            .collect();
+        if scalars.len() < 2 {
+            continue;
+        }
+        let first = &scalars[0].raw;
+        if scalars.iter().any(|c| &c.raw != first) {
+            out.push(Conflict {
+                key: key.clone(),
+                values: scalars
+                    .iter()
+                    .map(|c| (c.source.to_string(), c.raw.clone()))
+                    .collect(),
+            });
+        }
+    }
+    out
+}
+
+/// Conflicts across all rendered assignments, each with the assignments it affects.
+pub fn all_conflicts(records: &[crate::pipeline::AssignmentRecord]) -> BTreeMap<Conflict, Vec<String>> {
+    let mut out: BTreeMap<Conflict, Vec<String>> = BTreeMap::new();
+    for record in records {
+        for conflict in conflicts(&record.config) {
+            out.entry(conflict).or_default().push(format!(
+                "{}/{}",
+                record.assignment.cluster_type, record.assignment.deployment_target
+            ));
+        }
+    }
+    out
+}
