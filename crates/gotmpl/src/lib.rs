@@ -11,11 +11,19 @@
 
 pub mod fmt;
 pub mod strconv;
+pub mod unicode;
 
+mod ast;
+mod builtins;
 mod error;
+mod exec;
 mod func;
+mod lex;
+mod parse;
+mod stack;
 mod str;
 mod template;
+mod unicode_tables;
 mod value;
 
 pub use error::{Error, ErrorKind};

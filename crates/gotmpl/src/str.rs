@@ -192,7 +192,7 @@ mod tests {
 
     #[test]
     fn orders_bytewise_like_go() {
-        let mut v = vec![Str::from("b"), Str::from("B"), Str::from("é"), Str::from("a")];
+        let mut v = [Str::from("b"), Str::from("B"), Str::from("é"), Str::from("a")];
         v.sort();
         let got: Vec<String> = v.iter().map(|s| s.to_string()).collect();
         assert_eq!(got, ["B", "a", "b", "é"]);

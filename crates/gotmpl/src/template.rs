@@ -1,9 +1,11 @@
-//! Parsed templates and their execution.
+//! Parsed templates and their execution: the public face of the engine.
 
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::exec;
 use crate::func::FuncMap;
+use crate::parse::{self, Tree};
 use crate::value::Value;
 
 /// Bounds on one execution, so that a hostile or buggy template fails with an
@@ -13,7 +15,8 @@ use crate::value::Value;
 pub struct Limits {
     /// Maximum number of evaluation steps (nodes visited, loop iterations, function calls).
     pub max_steps: u64,
-    /// Maximum nesting of `{{template}}` calls.
+    /// Maximum nesting of `{{template}}` calls. Go's limit is 100000; reaching it is an
+    /// [`crate::ErrorKind::Exec`] error with Go's message, as in Go.
     pub max_depth: usize,
     /// Maximum output size in bytes.
     pub max_output: usize,
@@ -35,17 +38,23 @@ impl Default for Limits {
 pub struct Template {
     name: String,
     funcs: Arc<FuncMap>,
+    text: Arc<str>,
+    trees: Vec<Tree>,
+    main: usize,
 }
 
 impl Template {
     /// Parses `text` as Go's `template.New(name).Funcs(funcs).Parse(text)` does: a reference
     /// to a function that is neither builtin nor in `funcs` is a parse error, even in a branch
-    /// that never runs.
+    /// that never runs. Functions in `funcs` take precedence over builtins of the same name.
     pub fn parse(name: &str, text: &str, funcs: Arc<FuncMap>) -> Result<Template, Error> {
-        let _ = text;
+        let parsed = crate::stack::grow(|| parse::parse(name, text, &funcs))?;
         Ok(Template {
             name: name.to_owned(),
             funcs,
+            text: Arc::from(text),
+            trees: parsed.trees,
+            main: parsed.main,
         })
     }
 
@@ -54,11 +63,59 @@ impl Template {
         &self.name
     }
 
+    /// The functions the template was parsed with.
+    pub fn funcs(&self) -> &Arc<FuncMap> {
+        &self.funcs
+    }
+
+    /// The names of all templates in the set (the main one and every `{{define}}` and
+    /// `{{block}}`), sorted.
+    pub fn template_names(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.trees.iter().map(|t| t.name.as_str()).collect();
+        names.sort_unstable();
+        names
+    }
+
     /// Executes the template with `data` as dot, appending the output to `out`. On error,
     /// what was appended so far is unspecified; callers discard it, as the original does.
     pub fn execute(&self, data: &Value, out: &mut Vec<u8>, limits: &Limits) -> Result<(), Error> {
-        let _ = (data, out, limits, &self.funcs);
-        unimplemented!("Template::execute")
+        self.execute_index(self.main, data, out, limits)
+    }
+
+    /// Executes the template called `name` in this set (Go's `ExecuteTemplate`).
+    pub fn execute_template(
+        &self,
+        name: &str,
+        data: &Value,
+        out: &mut Vec<u8>,
+        limits: &Limits,
+    ) -> Result<(), Error> {
+        match self.trees.iter().position(|t| t.name == name) {
+            Some(i) => self.execute_index(i, data, out, limits),
+            None => Err(Error::new(
+                crate::ErrorKind::Exec,
+                format!(
+                    "template: no template {} associated with template {}",
+                    crate::strconv::quote(name.as_bytes()),
+                    crate::strconv::quote(self.name.as_bytes())
+                ),
+            )),
+        }
+    }
+
+    fn execute_index(
+        &self,
+        index: usize,
+        data: &Value,
+        out: &mut Vec<u8>,
+        limits: &Limits,
+    ) -> Result<(), Error> {
+        let set = exec::Set {
+            text: &self.text,
+            parse_name: &self.name,
+            trees: &self.trees,
+        };
+        crate::stack::grow(|| exec::execute(set, index, data, out, limits))
     }
 
     /// Executes with default [`Limits`] and returns the output.

@@ -325,7 +325,7 @@ impl Value {
             Value::Complex(re, im) => *re != 0.0 || *im != 0.0,
             Value::String(s) => !s.is_empty(),
             Value::List(l) => !l.is_empty(),
-            Value::Map(m) => m.len() > 0,
+            Value::Map(m) => !m.is_empty(),
             Value::Object(_) => true,
         }
     }
@@ -357,6 +357,10 @@ impl Value {
     /// A deep copy: maps get new cells, so mutating the copy never affects the original.
     /// Strings, which are immutable, are shared.
     pub fn deep_copy(&self) -> Value {
+        crate::stack::grow(|| self.deep_copy_inner())
+    }
+
+    fn deep_copy_inner(&self) -> Value {
         match self {
             Value::List(l) => Value::List(List::with_nil(
                 l.elem_type().clone(),
@@ -634,6 +638,63 @@ struct MapCell {
     entries: Mutex<Arc<Entries>>,
 }
 
+/// Values whose last reference is being dropped, taken apart one level at a time so that
+/// dropping a deeply nested value (a dict built in a loop) never recurses.
+fn drop_iteratively(mut stack: Vec<Value>) {
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Map(m) => {
+                if let Ok(mut cell) = Arc::try_unwrap(m.0) {
+                    take_entries(&mut cell, &mut stack);
+                }
+            }
+            Value::List(l) => {
+                if let Ok(mut data) = Arc::try_unwrap(l.0) {
+                    stack.append(&mut data.items);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn take_entries(cell: &mut MapCell, stack: &mut Vec<Value>) {
+    let slot = cell.entries.get_mut().unwrap_or_else(PoisonError::into_inner);
+    if slot.is_empty() {
+        return;
+    }
+    let entries = std::mem::take(slot);
+    if let Ok(entries) = Arc::try_unwrap(entries) {
+        stack.extend(
+            entries
+                .into_values()
+                .filter(|v| matches!(v, Value::Map(_) | Value::List(_))),
+        );
+    }
+}
+
+impl Drop for MapCell {
+    fn drop(&mut self) {
+        let mut stack = Vec::new();
+        take_entries(self, &mut stack);
+        if !stack.is_empty() {
+            drop_iteratively(stack);
+        }
+    }
+}
+
+impl Drop for ListData {
+    fn drop(&mut self) {
+        if self
+            .items
+            .iter()
+            .any(|v| matches!(v, Value::Map(_) | Value::List(_)))
+        {
+            drop_iteratively(std::mem::take(&mut self.items));
+        }
+    }
+}
+
 impl Map {
     /// An empty, non-nil `map[key]elem`.
     pub fn new(key: Type, elem: Type) -> Map {
@@ -903,7 +964,7 @@ mod tests {
 
     #[test]
     fn map_keys_follow_fmtsort() {
-        let mut keys = vec![
+        let mut keys = [
             MapKey::String("b".into()),
             MapKey::Int(10, IntKind::Int),
             MapKey::String("B".into()),
