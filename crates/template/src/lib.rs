@@ -6,10 +6,16 @@
 //! original does, but at most [`MAX_PASSES`] times. Sprig's `env` and `expandenv` are absent,
 //! so templates cannot read the scheduler's environment (the original leaks tokens this way).
 
+mod data;
+mod funcs;
+mod hash;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kalypso_gotmpl::{FuncMap, Limits, Map, Value};
+use kalypso_gotmpl::{ErrorKind, FuncMap, Limits, Map, Value};
+
+pub use data::DATA_TYPE_NAME;
 
 /// Maximum number of executions of nested rendering before it fails.
 pub const MAX_PASSES: usize = 10;
@@ -48,10 +54,19 @@ impl Engine {
     /// The original's function set: Sprig (without `env`/`expandenv`) plus `toYaml`,
     /// `stringify`, `hash` and `unquote`, with default limits.
     pub fn new() -> Engine {
+        let mut funcs = kalypso_sprig::funcs();
+        funcs.remove("env");
+        funcs.remove("expandenv");
+        funcs::register(&mut funcs);
         Engine {
-            funcs: Arc::new(kalypso_sprig::funcs()),
+            funcs: Arc::new(funcs),
             limits: Limits::default(),
         }
+    }
+
+    /// The functions templates can call.
+    pub fn funcs(&self) -> &Arc<FuncMap> {
+        &self.funcs
     }
 
     /// The same functions with other limits.
@@ -69,16 +84,49 @@ impl Engine {
 
     /// Renders `template` with `data` as dot; while the output contains `{{` it is parsed and
     /// rendered again with the same data, at most [`MAX_PASSES`] executions in all.
+    ///
+    /// Each pass is parsed as a template named `template` with the same functions, as the
+    /// original does. Output that is not valid UTF-8 is re-parsed with each invalid byte read
+    /// as U+FFFD.
     pub fn render(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
-        let _ = (template, data, &self.limits);
-        Err(Error::TooManyPasses)
+        let mut out = self.render_once(template, data)?;
+        let mut passes = 1;
+        while contains_action(&out) {
+            if passes >= MAX_PASSES {
+                return Err(Error::TooManyPasses);
+            }
+            let next = self.compile("template", &String::from_utf8_lossy(&out))?;
+            out = self.render_once(&next, data)?;
+            passes += 1;
+        }
+        Ok(out)
     }
 
     /// Renders `template` once, without nested rendering.
     pub fn render_once(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
-        let _ = (template, data, &self.limits);
-        Err(Error::TooManyPasses)
+        let mut out = Vec::new();
+        template
+            .template
+            .execute(data, &mut out, &self.limits)
+            .map_err(|e| match e.kind() {
+                ErrorKind::Parse => Error::Parse(e),
+                ErrorKind::Limit => Error::Limit(e),
+                _ => Error::Exec(e),
+            })?;
+        Ok(out)
     }
+}
+
+/// Whether rendered output still contains an action opener, `{{`.
+fn contains_action(out: &[u8]) -> bool {
+    let mut rest = out;
+    while let Some(i) = rest.iter().position(|&b| b == b'{') {
+        if rest.get(i + 1) == Some(&b'{') {
+            return true;
+        }
+        rest = &rest[i + 1..];
+    }
+    false
 }
 
 impl Default for Engine {
@@ -113,15 +161,21 @@ pub struct TemplateData {
 
 impl TemplateData {
     /// The `scheduler.dataType` struct value.
+    ///
+    /// `Labels` and `Manifests` are `map[string]string` (nil maps for `None`), `ConfigData` a
+    /// `map[string]interface {}` shared with `config_data` (Go maps are references: a template
+    /// that `set`s a key changes it for later renders with the same data, as in the original).
     pub fn to_value(&self) -> Value {
-        unimplemented!("TemplateData::to_value")
+        data::to_value(self)
     }
 }
 
 /// Converts a ConfigMap data string as the original does before rendering: a trimmed value
 /// wrapped in `'…'` becomes the text inside; otherwise, if go-yaml v2 parses it to a list or a
 /// map, that value; otherwise the original string, untrimmed.
+///
+/// Lists are `[]interface {}` and maps `map[interface {}]interface {}` with YAML 1.1 scalars
+/// (`yes` is `true`, `0123` is 83).
 pub fn config_value(raw: &str) -> Value {
-    let _ = raw;
-    unimplemented!("config_value")
+    data::config_value(raw)
 }
