@@ -1,0 +1,397 @@
+//! A control plane read from git: a `main` branch and one branch per environment, plus the
+//! workload repositories its registrations point at.
+//!
+//! Environments are the `Environment` objects of the main branch's tip (typically in
+//! `.environments/`, which `.sourceignore` hides from Flux but which kalypso reads for
+//! discovery); each names its branch and folder. An environment is read in three steps, as
+//! Flux would deliver it into the environment's namespace:
+//! 1. its branch (cluster types, configs, policies, `gitops-repo.yaml`, `base-repo.yaml`);
+//! 2. the main branch at the commit the environment's BaseRepo `main` pins (promotion), or at
+//!    the tip of the BaseRepo's branch when nothing is pinned;
+//! 3. for every WorkloadRegistration, the folder `spec.workload.path` of branch
+//!    `spec.workload.branch` of `spec.workload.repo`, fetched into the cache.
+//!
+//! The `repo` fields of Environment and BaseRepo objects name the control plane as the
+//! clusters see it (usually a GitHub URL); kalypso reads both branches from the control
+//! plane it was given, so that a local clone or a mirror can be used as is.
+
+use std::collections::{BTreeMap, HashMap};
+
+use git2::Oid;
+use kalypso_core::model::AnyObject;
+use kalypso_core::source::{SOURCEIGNORE, SourceTree};
+use kalypso_core::{Diagnostics, Inputs};
+
+use crate::repo::{self, Cache, Repo, Transport};
+use crate::url::{self as repo_url, RepoUrl};
+
+/// The branch environments are discovered on when no other is configured.
+pub const DEFAULT_MAIN_BRANCH: &str = "main";
+/// The BaseRepo that pins the promoted main commit.
+pub const PROMOTED_BASE: &str = "main";
+
+/// Why a control plane or an environment cannot be read.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A git operation failed.
+    #[error(transparent)]
+    Repo(#[from] repo::Error),
+    /// A repository location is invalid.
+    #[error("{what}: {error}")]
+    Url {
+        /// Whose location.
+        what: String,
+        /// Why (its message is part of this error's).
+        error: repo_url::Error,
+    },
+    /// A branch is missing.
+    #[error("branch {branch:?} ({what}) does not exist in {repo}")]
+    NoBranch {
+        /// The repository, redacted.
+        repo: String,
+        /// The branch.
+        branch: String,
+        /// What it was needed for.
+        what: String,
+    },
+    /// An environment was asked for that the control plane does not define.
+    #[error("environment {name:?} is not defined on branch {main:?} of {repo}{}", known_list(.known))]
+    UnknownEnvironment {
+        /// The name asked for.
+        name: String,
+        /// The main branch.
+        main: String,
+        /// The repository, redacted.
+        repo: String,
+        /// The environments that exist.
+        known: Vec<String>,
+    },
+    /// Every environment was asked for and none is defined.
+    #[error(
+        "no Environment objects on branch {main:?} of {repo}: name the environments to sync with --env (each is then read from the branch of the same name)"
+    )]
+    NoEnvironments {
+        /// The main branch.
+        main: String,
+        /// The repository, redacted.
+        repo: String,
+    },
+}
+
+fn known_list(known: &[String]) -> String {
+    if known.is_empty() {
+        String::new()
+    } else {
+        format!(" (defined: {})", known.join(", "))
+    }
+}
+
+/// An environment and where its configuration lives.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct EnvironmentRef {
+    /// The environment (namespace) name.
+    pub name: String,
+    /// The control-plane branch holding its configuration.
+    pub branch: String,
+    /// The folder on that branch.
+    pub path: String,
+    /// The control plane's URL as the Environment object gives it (informational).
+    pub repo: String,
+}
+
+/// The commits an environment was built from: what decides whether it must be rendered
+/// again.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Revisions {
+    /// The main-branch commit used.
+    pub main: String,
+    /// The environment branch's commit.
+    pub environment: String,
+    /// Each registration's workload commit.
+    pub workloads: BTreeMap<String, String>,
+}
+
+impl std::fmt::Display for Revisions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "main {} env {}", short(&self.main), short(&self.environment))?;
+        for (name, commit) in &self.workloads {
+            write!(f, " {name} {}", short(commit))?;
+        }
+        Ok(())
+    }
+}
+
+/// The first 12 characters of a commit id.
+pub fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
+}
+
+/// A GitOpsRepo of an environment: where its tree is delivered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GitOpsTarget {
+    /// The GitOpsRepo object's name.
+    pub name: String,
+    /// Repository.
+    pub repo: String,
+    /// Branch.
+    pub branch: String,
+}
+
+/// Everything one environment is built from.
+#[derive(Debug)]
+pub struct Resolved {
+    /// The environment.
+    pub environment: EnvironmentRef,
+    /// The source trees.
+    pub inputs: Inputs,
+    /// Their commits.
+    pub revisions: Revisions,
+    /// Where the environment is delivered, by GitOpsRepo name.
+    pub gitops: Vec<GitOpsTarget>,
+}
+
+/// Workload repositories opened during one pass, each fetched at most once per branch.
+#[derive(Debug)]
+pub struct Sources {
+    cache: Cache,
+    repos: HashMap<String, Repo>,
+    fetched: HashMap<String, Vec<String>>,
+}
+
+impl Sources {
+    /// No repository opened yet.
+    pub fn new(cache: Cache) -> Sources {
+        Sources {
+            cache,
+            repos: HashMap::new(),
+            fetched: HashMap::new(),
+        }
+    }
+
+    /// The repository at `url` with `branch` fetched.
+    fn branch(
+        &mut self,
+        url: &RepoUrl,
+        branch: &str,
+        transport: &Transport<'_>,
+    ) -> Result<(&Repo, Option<Oid>), Error> {
+        let key = url.cache_name();
+        if !self.repos.contains_key(&key) {
+            let repo = Repo::open_source(url, &self.cache)?;
+            self.repos.insert(key.clone(), repo);
+        }
+        let fetched = self.fetched.entry(key.clone()).or_default();
+        let repo = &self.repos[&key];
+        if !fetched.iter().any(|b| b == branch) {
+            repo.fetch_branches(transport, &[branch], &[])?;
+            fetched.push(branch.to_owned());
+        }
+        let head = repo.branch(branch)?;
+        Ok((repo, head))
+    }
+}
+
+/// A control-plane repository, fetched.
+#[derive(Debug)]
+pub struct ControlPlane {
+    repo: Repo,
+    main_branch: String,
+}
+
+impl ControlPlane {
+    /// Opens the control plane at `url` and fetches all its branches.
+    pub fn open(
+        url: &RepoUrl,
+        cache: &Cache,
+        transport: &Transport<'_>,
+        main_branch: &str,
+    ) -> Result<ControlPlane, Error> {
+        let repo = Repo::open_source(url, cache)?;
+        repo.fetch_all(transport)?;
+        Ok(ControlPlane {
+            repo,
+            main_branch: main_branch.to_owned(),
+        })
+    }
+
+    /// The repository.
+    pub fn repo(&self) -> &Repo {
+        &self.repo
+    }
+
+    /// The main branch's name.
+    pub fn main_branch(&self) -> &str {
+        &self.main_branch
+    }
+
+    fn require_branch(&self, branch: &str, what: &str) -> Result<Oid, Error> {
+        self.repo.branch(branch)?.ok_or_else(|| Error::NoBranch {
+            repo: self.repo.url().redacted(),
+            branch: branch.to_owned(),
+            what: what.to_owned(),
+        })
+    }
+
+    /// The environments defined by `Environment` objects at the main branch's tip, sorted by
+    /// name. `.sourceignore` files are not applied: they hide these objects from Flux only.
+    pub fn environments(&self) -> Result<Vec<EnvironmentRef>, Error> {
+        let tip = self.require_branch(&self.main_branch, "the main branch")?;
+        let tree = self.repo.source_tree(tip, "", &self.main_branch)?;
+        let visible = SourceTree::new(
+            tree.label(),
+            tree.files()
+                .iter()
+                .filter(|f| f.path.rsplit('/').next() != Some(SOURCEIGNORE))
+                .cloned()
+                .collect(),
+        );
+        let mut scratch = Diagnostics::new();
+        let mut envs: Vec<EnvironmentRef> = kalypso_core::load::load_tree(&visible, &mut scratch)
+            .into_iter()
+            .filter_map(|o| match o {
+                AnyObject::Environment(e) => {
+                    let cp = &e.spec.control_plane;
+                    Some(EnvironmentRef {
+                        branch: if cp.branch.is_empty() {
+                            e.meta.name.clone()
+                        } else {
+                            cp.branch.clone()
+                        },
+                        path: cp.path.clone(),
+                        repo: cp.repo.clone(),
+                        name: e.meta.name,
+                    })
+                }
+                _ => None,
+            })
+            .collect();
+        envs.sort();
+        envs.dedup_by(|a, b| a.name == b.name);
+        Ok(envs)
+    }
+
+    /// The environments named in `names` (all of them when empty). When the main branch
+    /// defines no Environment at all, each name is taken as a branch of the same name.
+    pub fn select(&self, names: &[String]) -> Result<Vec<EnvironmentRef>, Error> {
+        let defined = self.environments()?;
+        if defined.is_empty() {
+            if names.is_empty() {
+                return Err(Error::NoEnvironments {
+                    main: self.main_branch.clone(),
+                    repo: self.repo.url().redacted(),
+                });
+            }
+            return Ok(names
+                .iter()
+                .map(|n| EnvironmentRef {
+                    name: n.clone(),
+                    branch: n.clone(),
+                    path: String::new(),
+                    repo: self.repo.url().redacted(),
+                })
+                .collect());
+        }
+        if names.is_empty() {
+            return Ok(defined);
+        }
+        names
+            .iter()
+            .map(|n| {
+                defined
+                    .iter()
+                    .find(|e| &e.name == n)
+                    .cloned()
+                    .ok_or_else(|| Error::UnknownEnvironment {
+                        name: n.clone(),
+                        main: self.main_branch.clone(),
+                        repo: self.repo.url().redacted(),
+                        known: defined.iter().map(|e| e.name.clone()).collect(),
+                    })
+            })
+            .collect()
+    }
+
+    /// Reads everything `env` is built from.
+    pub fn resolve(
+        &self,
+        env: &EnvironmentRef,
+        sources: &mut Sources,
+        transport: &Transport<'_>,
+    ) -> Result<Resolved, Error> {
+        let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
+        let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
+
+        // The BaseRepo `main` decides which main commit the environment sees.
+        let mut scratch = Diagnostics::new();
+        let base = kalypso_core::load::load_tree(&environment, &mut scratch)
+            .into_iter()
+            .find_map(|o| match o {
+                AnyObject::BaseRepo(b) if b.meta.name == PROMOTED_BASE => Some(b.spec),
+                _ => None,
+            });
+        let (main_branch, main_path, pinned) = match &base {
+            Some(b) => (
+                if b.branch.is_empty() {
+                    self.main_branch.as_str()
+                } else {
+                    b.branch.as_str()
+                },
+                b.path.as_str(),
+                Some(b.commit.as_str()).filter(|c| !c.is_empty()),
+            ),
+            None => (self.main_branch.as_str(), "", None),
+        };
+        let main_commit = match pinned {
+            Some(commit) => self.repo.find_commit(commit)?,
+            None => self.require_branch(
+                main_branch,
+                &format!("the main branch of environment {}", env.name),
+            )?,
+        };
+        let main = self.repo.source_tree(main_commit, main_path, main_branch)?;
+
+        let mut inputs = Inputs {
+            main,
+            environment,
+            workloads: BTreeMap::new(),
+        };
+        let namespace = kalypso_core::load_namespace(&env.name, &inputs, &mut scratch);
+        let mut revisions = Revisions {
+            main: main_commit.to_string(),
+            environment: env_commit.to_string(),
+            workloads: BTreeMap::new(),
+        };
+        for (name, registration) in &namespace.registrations {
+            let w = &registration.spec.workload;
+            let what = format!("WorkloadRegistration {name:?} in environment {}", env.name);
+            let url = RepoUrl::parse(&w.repo).map_err(|error| Error::Url {
+                what: what.clone(),
+                error,
+            })?;
+            let (repo, head) = sources.branch(&url, &w.branch, transport)?;
+            let head = head.ok_or_else(|| Error::NoBranch {
+                repo: url.redacted(),
+                branch: w.branch.clone(),
+                what: what.clone(),
+            })?;
+            let tree = repo.source_tree(head, &w.path, &format!("workloads/{name}"))?;
+            inputs.workloads.insert(name.clone(), tree);
+            revisions.workloads.insert(name.clone(), head.to_string());
+        }
+        let gitops = namespace
+            .gitops_repos
+            .values()
+            .map(|g| GitOpsTarget {
+                name: g.meta.name.clone(),
+                repo: g.spec.repo.clone(),
+                branch: g.spec.branch.clone(),
+            })
+            .collect();
+        Ok(Resolved {
+            environment: env.clone(),
+            inputs,
+            revisions,
+            gitops,
+        })
+    }
+}

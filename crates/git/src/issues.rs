@@ -1,0 +1,214 @@
+//! Failures reported as GitHub issues in the GitOps repository, as the original does: one
+//! issue per failing assignment (title with the original's typo), its text the error,
+//! updated when the error changes, closed when the assignment renders again.
+//!
+//! The original remembered issue numbers in Assignment status; kalypso keeps no state, so
+//! it finds its issues by title among the open ones. [`plan`] decides, from the open issues
+//! and the current failures, what to create, update and close; [`apply`] carries it out.
+
+use crate::github::{self, GitHub, Issue};
+use crate::redact::redact;
+use crate::render::{Failure, is_issue_title_of};
+
+/// GitHub refuses longer issue texts (65,536 characters); keep a margin.
+const MAX_BODY: usize = 60_000;
+
+/// One change to the issues.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Open an issue.
+    Create {
+        /// Title.
+        title: String,
+        /// Text.
+        body: String,
+    },
+    /// Replace an open issue's text.
+    Update {
+        /// Issue number.
+        number: u64,
+        /// New text.
+        body: String,
+    },
+    /// Close an issue whose failure is gone.
+    Close {
+        /// Issue number.
+        number: u64,
+    },
+}
+
+/// What [`apply`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IssueReport {
+    /// Issues opened.
+    pub created: Vec<u64>,
+    /// Issues whose text changed.
+    pub updated: Vec<u64>,
+    /// Issues closed.
+    pub closed: Vec<u64>,
+}
+
+/// The issue text for `failure`: redacted, and short enough for GitHub.
+pub fn body(failure: &Failure) -> String {
+    let mut text = redact(&failure.message);
+    if text.len() > MAX_BODY {
+        let mut cut = MAX_BODY;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push_str("\n… (truncated)");
+    }
+    text
+}
+
+/// The actions that bring the open issues of `environment` in line with `failures`.
+pub fn plan(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<Action> {
+    let mut actions = Vec::new();
+    let mut wanted = Vec::new();
+    for failure in failures {
+        let title = failure.title(environment);
+        let body = body(failure);
+        match open.iter().find(|i| i.title == title) {
+            Some(issue) if issue.body.as_deref().map(str::trim) == Some(body.trim()) => {}
+            Some(issue) => actions.push(Action::Update {
+                number: issue.number,
+                body,
+            }),
+            None => actions.push(Action::Create {
+                title: title.clone(),
+                body,
+            }),
+        }
+        wanted.push(title);
+    }
+    for issue in open {
+        if is_issue_title_of(&issue.title, environment) && !wanted.contains(&issue.title) {
+            actions.push(Action::Close { number: issue.number });
+        }
+    }
+    actions
+}
+
+/// Brings the issues of `environment` in line with `failures`.
+pub fn apply(github: &GitHub, environment: &str, failures: &[Failure]) -> Result<IssueReport, github::Error> {
+    let open = github.open_issues()?;
+    let mut report = IssueReport::default();
+    for action in plan(environment, &open, failures) {
+        match action {
+            Action::Create { title, body } => {
+                report.created.push(create_once(github, &title, &body)?);
+            }
+            Action::Update { number, body } => {
+                github.update_issue(number, &body)?;
+                report.updated.push(number);
+            }
+            Action::Close { number } => {
+                github.close_issue(number)?;
+                report.closed.push(number);
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// Creates an issue, retrying transient failures only after checking that the failed
+/// attempt did not create it after all.
+fn create_once(github: &GitHub, title: &str, body: &str) -> Result<u64, github::Error> {
+    let mut last = None;
+    for attempt in 0..3 {
+        if attempt > 0
+            && let Some(existing) = github.open_issues()?.into_iter().find(|i| i.title == title)
+        {
+            return Ok(existing.number);
+        }
+        match github.create_issue(title, body) {
+            Ok(issue) => return Ok(issue.number),
+            Err(e) if e.is_transient() => {
+                tracing::warn!(title, error = %e, "creating an issue failed, checking and retrying");
+                last = Some(e);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| github::Error::Transport {
+        call: "POST issues".to_owned(),
+        repo: github.full_name(),
+        message: "no attempt made".to_owned(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn issue(number: u64, title: &str, body: &str) -> Issue {
+        Issue {
+            number,
+            title: title.into(),
+            body: Some(body.into()),
+            html_url: None,
+            pull_request: None,
+        }
+    }
+
+    fn failure(target: &str, ct: &str, message: &str) -> Failure {
+        Failure {
+            assignment: Some((target.into(), ct.into())),
+            message: message.into(),
+        }
+    }
+
+    #[test]
+    fn creates_updates_and_closes_by_title() {
+        let t = |dt: &str, ct: &str| crate::render::issue_title("dev", dt, ct);
+        let open = vec![
+            issue(1, &t("a", "large"), "old error"),
+            issue(2, &t("b", "large"), "same error"),
+            issue(3, &t("gone", "small"), "fixed since"),
+            issue(
+                4,
+                &crate::render::issue_title("stage", "a", "large"),
+                "other environment",
+            ),
+            issue(5, "Something a human wrote", "keep"),
+        ];
+        let failures = vec![
+            failure("a", "large", "new error"),
+            failure("b", "large", "same error"),
+            failure("c", "small", "brand new"),
+        ];
+        assert_eq!(
+            plan("dev", &open, &failures),
+            [
+                Action::Update {
+                    number: 1,
+                    body: "new error".into()
+                },
+                Action::Create {
+                    title: t("c", "small"),
+                    body: "brand new".into()
+                },
+                Action::Close { number: 3 },
+            ]
+        );
+        // Fixed everywhere: every issue of the environment closes, nothing else.
+        assert_eq!(
+            plan("dev", &open, &[]),
+            [
+                Action::Close { number: 1 },
+                Action::Close { number: 2 },
+                Action::Close { number: 3 }
+            ]
+        );
+    }
+
+    #[test]
+    fn bodies_are_redacted_and_bounded() {
+        let f = failure("a", "b", "cannot fetch https://user:hunter2hunter2@example.com/x");
+        assert_eq!(body(&f), "cannot fetch https://***@example.com/x");
+        let long = failure("a", "b", &"é".repeat(40_000));
+        let b = body(&long);
+        assert!(b.len() <= MAX_BODY + 20 && b.ends_with("(truncated)"));
+    }
+}

@@ -1,0 +1,43 @@
+//! Git delivery for kalypso: control planes and workloads read from git, GitOps trees
+//! delivered as commits or pull requests, failures reported as issues.
+//!
+//! This is the IO edge around the pure `kalypso-core` pipeline, for running kalypso with no
+//! infrastructure: from a laptop, a CI job, or the `kalypso serve` daemon. Modules, in the
+//! order a sync uses them:
+//!
+//! - [`url`], [`auth`], [`mod@redact`]: where repositories are and how to reach them, without
+//!   ever showing a credential;
+//! - [`repo`]: fetching into a cache, reading trees straight from git objects, writing
+//!   trees and commits in memory, pushing (with [`retry`] for network failures);
+//! - [`control_plane`]: environments, their branches, the promoted main commit, workload
+//!   folders → [`kalypso_core::Inputs`];
+//! - [`render`]: the core pipeline, and its errors grouped as the original's issues;
+//! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
+//! - [`sync`]: one pass over a control plane; [`promote`]: pinning a main commit on an
+//!   environment branch.
+
+pub mod auth;
+pub mod control_plane;
+pub mod deliver;
+pub mod duration;
+pub mod github;
+pub mod issues;
+pub mod promote;
+pub mod redact;
+pub mod render;
+pub mod repo;
+pub mod retry;
+pub mod sync;
+pub mod url;
+
+#[cfg(feature = "test-support")]
+pub mod testing;
+
+pub use auth::AuthSettings;
+pub use control_plane::{EnvironmentRef, Revisions};
+pub use deliver::{Delivery, DeliverySettings, Mode};
+pub use redact::redact;
+pub use repo::{Author, Cache};
+pub use retry::RetryPolicy;
+pub use sync::{EnvReport, Outcome, Pass, Settings, Syncer};
+pub use url::RepoUrl;

@@ -1,0 +1,955 @@
+//! Repositories: opened in place (a local path) or as a cached mirror (anything else),
+//! fetched, read straight from git objects, written to in memory and pushed.
+//!
+//! No checkout ever happens. Sources are read from commits into
+//! [`kalypso_core::source::SourceTree`]s; the GitOps branch is read into a
+//! [`kalypso_core::tree::Tree`] (a [`Snapshot`]) and the new tree is written as git objects
+//! into an in-memory object store ([`Staging`]): only when a push succeeds are the new
+//! objects persisted in the cache, as one pack. Remote repositories are mirrored under the
+//! cache folder (`refs/remotes/origin/*`), with remotes created anonymously so that no URL,
+//! and so no credential, is ever written into a repository config.
+
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use git2::{
+    AutotagOption, ErrorClass, ErrorCode, FetchOptions, FetchPrune, ObjectType, Oid, ProxyOptions,
+    PushOptions, Repository, Signature, TreeWalkMode, TreeWalkResult,
+};
+use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
+use kalypso_core::tree::{Blob, Tree};
+
+use crate::auth::Credentials;
+use crate::redact::redact;
+use crate::retry::RetryPolicy;
+use crate::url::RepoUrl;
+
+/// The file mode of regular files (the original writes every file with it).
+const FILE_MODE: i32 = 0o100_644;
+/// Where fetched branches are kept in a mirror.
+const TRACKING: &str = "refs/remotes/origin/";
+
+/// A failure of a git operation, with the repository it concerns (redacted).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The cache folder cannot be created.
+    #[error("cannot create the git cache {path}: {error}")]
+    Cache {
+        /// The folder.
+        path: PathBuf,
+        /// Why (its message is part of this error's).
+        error: std::io::Error,
+    },
+    /// A git operation failed.
+    #[error("{action} {repo}: {cause}")]
+    Git {
+        /// What was being done (`cannot fetch`, `cannot read commit 1a2b… of`…).
+        action: String,
+        /// The repository, redacted.
+        repo: String,
+        /// libgit2's message, redacted.
+        cause: GitCause,
+    },
+    /// The remote refused a reference update (someone else pushed first).
+    #[error("{repo} rejected the update of {reference}: {message}")]
+    Rejected {
+        /// The repository, redacted.
+        repo: String,
+        /// The reference.
+        reference: String,
+        /// The server's reason.
+        message: String,
+    },
+    /// A revision does not exist.
+    #[error("{what} not found in {repo}")]
+    NotFound {
+        /// What (`commit 1a2b…`, `path workloads/ at commit 1a2b…`).
+        what: String,
+        /// The repository, redacted.
+        repo: String,
+    },
+    /// A path is not usable inside a repository.
+    #[error("invalid path {path:?} in {repo}: {reason}")]
+    InvalidPath {
+        /// The path.
+        path: String,
+        /// The repository, redacted.
+        repo: String,
+        /// Why.
+        reason: &'static str,
+    },
+}
+
+/// libgit2's error, reduced to what is safe to show and what decides retrying.
+#[derive(Debug, Clone)]
+pub struct GitCause {
+    message: String,
+    code: ErrorCode,
+    class: ErrorClass,
+}
+
+impl std::fmt::Display for GitCause {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl From<git2::Error> for GitCause {
+    fn from(e: git2::Error) -> GitCause {
+        GitCause {
+            message: redact(e.message()),
+            code: e.code(),
+            class: e.class(),
+        }
+    }
+}
+
+impl GitCause {
+    /// Whether retrying may help: connection problems and server-side errors, not
+    /// authentication failures or missing repositories.
+    fn is_transient(&self) -> bool {
+        if self.code == ErrorCode::Auth || self.code == ErrorCode::Certificate {
+            return false;
+        }
+        match self.class {
+            ErrorClass::Net | ErrorClass::Os | ErrorClass::Ssh | ErrorClass::Ssl => true,
+            ErrorClass::Http => match self.message.split("status code: ").nth(1) {
+                Some(code) => code.starts_with('5') || code.starts_with("429") || code.starts_with("408"),
+                None => !self.message.contains("authentication"),
+            },
+            _ => false,
+        }
+    }
+
+    fn is_rejection(&self) -> bool {
+        self.code == ErrorCode::NotFastForward
+    }
+}
+
+impl Error {
+    /// Whether the failure is worth retrying (network trouble).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, Error::Git { cause, .. } if cause.is_transient())
+    }
+
+    /// Whether the remote refused an update because its branch moved.
+    pub fn is_rejection(&self) -> bool {
+        matches!(self, Error::Rejected { .. })
+    }
+}
+
+fn git_error(action: impl Into<String>, repo: &RepoUrl) -> impl FnOnce(git2::Error) -> Error {
+    let action = action.into();
+    let repo = repo.redacted();
+    move |e| Error::Git {
+        action,
+        repo,
+        cause: e.into(),
+    }
+}
+
+/// How network operations are carried out: credentials, retries, and a count of the
+/// retries made (reported and exported as a metric).
+#[derive(Debug)]
+pub struct Transport<'a> {
+    /// Credentials for every remote.
+    pub credentials: &'a Credentials,
+    /// Retrying of transient failures.
+    pub retry: RetryPolicy,
+    /// Retries made so far.
+    pub retries: RefCell<u32>,
+}
+
+impl<'a> Transport<'a> {
+    /// A transport using `credentials` and `retry`.
+    pub fn new(credentials: &'a Credentials, retry: RetryPolicy) -> Transport<'a> {
+        Transport {
+            credentials,
+            retry,
+            retries: RefCell::new(0),
+        }
+    }
+
+    fn run<T>(&self, what: &dyn Fn() -> String, op: impl FnMut() -> Result<T, Error>) -> Result<T, Error> {
+        let mut retries = self.retries.borrow_mut();
+        self.retry.run(what, &mut retries, Error::is_transient, op)
+    }
+}
+
+/// Proxies as git itself finds them (`http.proxy`, `https_proxy`...).
+fn auto_proxy() -> ProxyOptions<'static> {
+    let mut proxy = ProxyOptions::new();
+    proxy.auto();
+    proxy
+}
+
+/// The folder holding mirrors of remote repositories.
+#[derive(Clone, Debug)]
+pub struct Cache {
+    dir: PathBuf,
+}
+
+impl Cache {
+    /// A cache in `dir` (created when first used).
+    pub fn new(dir: impl Into<PathBuf>) -> Cache {
+        Cache { dir: dir.into() }
+    }
+
+    /// `$XDG_CACHE_HOME/kalypso/git`, else `~/.cache/kalypso/git`, else a folder in the
+    /// system's temporary directory.
+    pub fn default_dir() -> PathBuf {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(std::env::temp_dir);
+        base.join("kalypso").join("git")
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// The files of a GitOps branch, with the git ids needed to rewrite it cheaply.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    /// The branch head (`None`: the branch does not exist yet).
+    pub commit: Option<Oid>,
+    /// The head's tree.
+    pub tree_id: Option<Oid>,
+    /// Every file.
+    pub files: Tree,
+    entries: HashMap<String, (Oid, i32)>,
+}
+
+/// One reference update of a push.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefUpdate {
+    /// The branch (without `refs/heads/`).
+    pub branch: String,
+    /// The new head, or `None` to delete the branch.
+    pub target: Option<Oid>,
+}
+
+/// A repository, either opened in place or mirrored in the cache.
+pub struct Repo {
+    git: Repository,
+    url: RepoUrl,
+    in_place: bool,
+}
+
+impl std::fmt::Debug for Repo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Repo")
+            .field("url", &self.url)
+            .field("in_place", &self.in_place)
+            .finish()
+    }
+}
+
+impl Repo {
+    /// Opens a source: a plain local path in place (its local branches are read as they
+    /// are), anything else as a mirror in `cache`.
+    pub fn open_source(url: &RepoUrl, cache: &Cache) -> Result<Repo, Error> {
+        match url.plain_path() {
+            Some(path) => {
+                let git = Repository::open(path).map_err(git_error("cannot open", url))?;
+                Ok(Repo {
+                    git,
+                    url: url.clone(),
+                    in_place: true,
+                })
+            }
+            None => Repo::open_mirror(url, cache),
+        }
+    }
+
+    /// Opens (creating if needed) the cached mirror of `url`. Used for every repository
+    /// that is written to, local or not, so that writes always go through a push.
+    pub fn open_mirror(url: &RepoUrl, cache: &Cache) -> Result<Repo, Error> {
+        std::fs::create_dir_all(&cache.dir).map_err(|error| Error::Cache {
+            path: cache.dir.clone(),
+            error,
+        })?;
+        let path = cache.dir.join(url.cache_name());
+        let git = match Repository::open_bare(&path) {
+            Ok(git) => git,
+            Err(_) => Repository::init_bare(&path).map_err(git_error("cannot create a cache for", url))?,
+        };
+        Ok(Repo {
+            git,
+            url: url.clone(),
+            in_place: false,
+        })
+    }
+
+    /// The repository's location.
+    pub fn url(&self) -> &RepoUrl {
+        &self.url
+    }
+
+    /// Whether the repository is read in place (nothing to fetch).
+    pub fn is_in_place(&self) -> bool {
+        self.in_place
+    }
+
+    /// Fetches every branch (pruning deleted ones). Nothing to do in place.
+    pub fn fetch_all(&self, transport: &Transport<'_>) -> Result<(), Error> {
+        self.fetch(transport, &[format!("+refs/heads/*:{TRACKING}*")], &[])
+    }
+
+    /// Fetches `branches`, and every branch under each of `prefixes` (e.g. `kalypso/dev/`),
+    /// pruning those that no longer exist. Afterwards [`Repo::branch`] answers `None` for a
+    /// branch the remote does not have.
+    pub fn fetch_branches(
+        &self,
+        transport: &Transport<'_>,
+        branches: &[&str],
+        prefixes: &[&str],
+    ) -> Result<(), Error> {
+        let mut refspecs: Vec<String> = branches
+            .iter()
+            .map(|b| format!("+refs/heads/{b}:{TRACKING}{b}"))
+            .collect();
+        refspecs.extend(
+            prefixes
+                .iter()
+                .map(|p| format!("+refs/heads/{p}*:{TRACKING}{p}*")),
+        );
+        self.fetch(transport, &refspecs, branches)
+    }
+
+    fn fetch(&self, transport: &Transport<'_>, refspecs: &[String], exact: &[&str]) -> Result<(), Error> {
+        if self.in_place {
+            return Ok(());
+        }
+        let span = tracing::debug_span!("fetch", repo = %self.url);
+        let _enter = span.enter();
+        // A branch fetched by name disappears from the mirror when the remote deleted it:
+        // drop the old copy first, so a missing branch reads as missing, not stale.
+        for branch in exact {
+            if let Ok(mut r) = self.git.find_reference(&format!("{TRACKING}{branch}")) {
+                r.delete()
+                    .map_err(git_error("cannot update the cache of", &self.url))?;
+            }
+        }
+        transport.run(&|| format!("fetch {}", self.url), || {
+            let mut remote = self
+                .git
+                .remote_anonymous(self.url.for_git())
+                .map_err(git_error("cannot fetch", &self.url))?;
+            let mut options = FetchOptions::new();
+            options
+                .remote_callbacks(transport.credentials.callbacks())
+                .proxy_options(auto_proxy())
+                .prune(FetchPrune::On)
+                .download_tags(AutotagOption::None)
+                .update_fetchhead(false);
+            remote
+                .fetch(refspecs, Some(&mut options), None)
+                .map_err(git_error("cannot fetch", &self.url))
+        })
+    }
+
+    /// The head of `branch`, if the branch exists. In place: the local branch, else the
+    /// remote-tracking one; in a mirror: the fetched one.
+    pub fn branch(&self, branch: &str) -> Result<Option<Oid>, Error> {
+        let mut names = vec![format!("{TRACKING}{branch}")];
+        if self.in_place {
+            names.insert(0, format!("refs/heads/{branch}"));
+        }
+        for name in names {
+            match self.git.find_reference(&name) {
+                Ok(r) => {
+                    let commit = r
+                        .peel_to_commit()
+                        .map_err(git_error(format!("cannot read branch {branch} of"), &self.url))?;
+                    return Ok(Some(commit.id()));
+                }
+                Err(e) if e.code() == ErrorCode::NotFound => {}
+                Err(e) => return Err(git_error(format!("cannot read branch {branch} of"), &self.url)(e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Branches under `prefix` (names without `refs/heads/`), with their heads.
+    pub fn branches_under(&self, prefix: &str) -> Result<BTreeMap<String, Oid>, Error> {
+        let mut out = BTreeMap::new();
+        let glob = format!("{TRACKING}{prefix}*");
+        let refs = self
+            .git
+            .references_glob(&glob)
+            .map_err(git_error("cannot list branches of", &self.url))?;
+        for r in refs {
+            let r = r.map_err(git_error("cannot list branches of", &self.url))?;
+            if let (Ok(name), Some(target)) = (r.name(), r.target()) {
+                out.insert(name.trim_start_matches(TRACKING).to_owned(), target);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The commit `rev` names: a full or abbreviated hexadecimal id.
+    pub fn find_commit(&self, rev: &str) -> Result<Oid, Error> {
+        let not_found = || Error::NotFound {
+            what: format!("commit {rev}"),
+            repo: self.url.redacted(),
+        };
+        if rev.len() < 4 || rev.len() > 40 || !rev.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(not_found());
+        }
+        match self.git.find_commit_by_prefix(rev) {
+            Ok(c) => Ok(c.id()),
+            Err(e) if matches!(e.code(), ErrorCode::NotFound | ErrorCode::Ambiguous) => Err(not_found()),
+            Err(e) => Err(git_error(format!("cannot read commit {rev} of"), &self.url)(e)),
+        }
+    }
+
+    /// Whether `commit` is `ancestor` or one of its descendants.
+    pub fn descends_from(&self, commit: Oid, ancestor: Oid) -> Result<bool, Error> {
+        if commit == ancestor {
+            return Ok(true);
+        }
+        self.git
+            .graph_descendant_of(commit, ancestor)
+            .map_err(git_error("cannot walk the history of", &self.url))
+    }
+
+    /// The tree id of `commit`.
+    pub fn tree_of(&self, commit: Oid) -> Result<Oid, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        Ok(c.tree_id())
+    }
+
+    /// The first parent of `commit`.
+    pub fn parent_of(&self, commit: Oid) -> Result<Option<Oid>, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        Ok(c.parent_ids().next())
+    }
+
+    /// The YAML files (and `.sourceignore` files) under `path` at `commit`, with `path`
+    /// stripped, as a source tree shown as `label`. Only these files matter to the
+    /// pipeline, so nothing else is read.
+    pub fn source_tree(&self, commit: Oid, path: &str, label: &str) -> Result<SourceTree, Error> {
+        let path = normalize_path(path).map_err(|reason| Error::InvalidPath {
+            path: path.to_owned(),
+            repo: self.url.redacted(),
+            reason,
+        })?;
+        let tree = self.subtree(commit, &path)?;
+        let mut files = Vec::new();
+        self.walk_blobs(&tree, |file_path, oid, _mode| {
+            let name = file_path.rsplit('/').next().unwrap_or_default();
+            if file_path.ends_with(".yaml") || file_path.ends_with(".yml") || name == SOURCEIGNORE {
+                let blob = self.git.find_blob(oid)?;
+                files.push(SourceFile::new(file_path, Arc::<[u8]>::from(blob.content())));
+            }
+            Ok(())
+        })
+        .map_err(git_error(
+            format!("cannot read {label} at {commit} of"),
+            &self.url,
+        ))?;
+        Ok(SourceTree::new(label, files))
+    }
+
+    /// Every file of `commit` (`None`: an empty tree).
+    pub fn snapshot(&self, commit: Option<Oid>) -> Result<Snapshot, Error> {
+        let Some(commit) = commit else {
+            return Ok(Snapshot::default());
+        };
+        let tree = self.subtree(commit, "")?;
+        let mut files = Vec::new();
+        let mut entries = HashMap::new();
+        self.walk_blobs(&tree, |path, oid, mode| {
+            let blob = self.git.find_blob(oid)?;
+            files.push((path.to_owned(), Blob::from(blob.content())));
+            entries.insert(path.to_owned(), (oid, mode));
+            Ok(())
+        })
+        .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        Ok(Snapshot {
+            commit: Some(commit),
+            tree_id: Some(tree.id()),
+            files: files.into_iter().collect(),
+            entries,
+        })
+    }
+
+    fn subtree(&self, commit: Oid, path: &str) -> Result<git2::Tree<'_>, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        let root = c
+            .tree()
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        if path.is_empty() {
+            return Ok(root);
+        }
+        let not_found = || Error::NotFound {
+            what: format!("folder {path:?} at commit {commit}"),
+            repo: self.url.redacted(),
+        };
+        let entry = root.get_path(Path::new(path)).map_err(|_| not_found())?;
+        if entry.kind() != Some(ObjectType::Tree) {
+            return Err(not_found());
+        }
+        self.git.find_tree(entry.id()).map_err(|_| not_found())
+    }
+
+    /// Calls `f(path, blob id, mode)` for every blob under `tree` (symbolic links and
+    /// submodules are skipped: they are not files a reconciler applies).
+    fn walk_blobs(
+        &self,
+        tree: &git2::Tree<'_>,
+        mut f: impl FnMut(&str, Oid, i32) -> Result<(), git2::Error>,
+    ) -> Result<(), git2::Error> {
+        let mut failure = None;
+        tree.walk(TreeWalkMode::PreOrder, |dir, entry| {
+            if entry.kind() != Some(ObjectType::Blob) || entry.filemode() == 0o120_000 {
+                return TreeWalkResult::Ok;
+            }
+            let Ok(name) = entry.name() else {
+                return TreeWalkResult::Ok;
+            };
+            let path = format!("{dir}{name}");
+            match f(&path, entry.id(), entry.filemode()) {
+                Ok(()) => TreeWalkResult::Ok,
+                Err(e) => {
+                    failure = Some(e);
+                    TreeWalkResult::Abort
+                }
+            }
+        })?;
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `f` with an in-memory object store on top of this repository: objects written
+    /// through the [`Staging`] live in memory until [`Staging::persist`] stores them.
+    pub fn staging<T, E: From<Error>>(&self, f: impl FnOnce(&Staging<'_>) -> Result<T, E>) -> Result<T, E> {
+        // A separate handle, so that the in-memory backend never outlives this call.
+        let git = Repository::open(self.git.path()).map_err(git_error("cannot open", &self.url))?;
+        let odb = git
+            .odb()
+            .map_err(git_error("cannot open the cache of", &self.url))?;
+        let mempack = odb
+            .add_new_mempack_backend(1000)
+            .map_err(git_error("cannot open the cache of", &self.url))?;
+        let staging = Staging {
+            git: &git,
+            odb: &odb,
+            mempack,
+            url: &self.url,
+            written: RefCell::new(0),
+        };
+        f(&staging)
+    }
+}
+
+/// Objects being prepared for a push, held in memory.
+pub struct Staging<'r> {
+    git: &'r Repository,
+    odb: &'r git2::Odb<'r>,
+    mempack: git2::Mempack<'r>,
+    url: &'r RepoUrl,
+    written: RefCell<usize>,
+}
+
+impl std::fmt::Debug for Staging<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Staging").field("url", self.url).finish()
+    }
+}
+
+/// A folder being assembled into a git tree.
+enum Node {
+    File(Oid, i32),
+    Dir(BTreeMap<String, Node>),
+}
+
+impl Staging<'_> {
+    /// Writes `files` as a git tree, reusing the blobs of `base` whose content is unchanged
+    /// (and their file modes); new or changed files get mode 100644.
+    pub fn write_tree(&self, base: &Snapshot, files: &Tree) -> Result<Oid, Error> {
+        let fail = git_error("cannot write a tree for", self.url);
+        let mut root = BTreeMap::new();
+        for (path, content) in files.iter() {
+            let reused = base
+                .files
+                .get(path)
+                .filter(|old| old[..] == content[..])
+                .and_then(|_| base.entries.get(path).copied());
+            let (oid, mode) = match reused {
+                Some(entry) => entry,
+                None => {
+                    *self.written.borrow_mut() += 1;
+                    (
+                        self.git
+                            .blob(content)
+                            .map_err(git_error("cannot write a tree for", self.url))?,
+                        FILE_MODE,
+                    )
+                }
+            };
+            insert_node(&mut root, path, oid, mode).map_err(|reason| Error::InvalidPath {
+                path: path.clone(),
+                repo: self.url.redacted(),
+                reason,
+            })?;
+        }
+        self.write_dir(&root).map_err(fail)
+    }
+
+    fn write_dir(&self, dir: &BTreeMap<String, Node>) -> Result<Oid, git2::Error> {
+        let mut builder = self.git.treebuilder(None)?;
+        for (name, node) in dir {
+            match node {
+                Node::File(oid, mode) => builder.insert(name, *oid, *mode)?,
+                Node::Dir(children) => {
+                    let oid = self.write_dir(children)?;
+                    builder.insert(name, oid, 0o040_000)?
+                }
+            };
+        }
+        *self.written.borrow_mut() += 1;
+        builder.write()
+    }
+
+    /// Creates a commit of `tree` on top of `parent` (no branch moves).
+    pub fn commit(
+        &self,
+        tree: Oid,
+        parent: Option<Oid>,
+        author: &Author,
+        message: &str,
+    ) -> Result<Oid, Error> {
+        let fail = || git_error("cannot write a commit for", self.url);
+        let sig = Signature::now(&author.name, &author.email).map_err(fail())?;
+        let tree = self.git.find_tree(tree).map_err(fail())?;
+        let parent = parent
+            .map(|p| self.git.find_commit(p))
+            .transpose()
+            .map_err(fail())?;
+        let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
+        *self.written.borrow_mut() += 1;
+        self.git
+            .commit(None, &sig, &sig, message, &tree, &parents)
+            .map_err(fail())
+    }
+
+    /// The tree of a commit.
+    pub fn tree_of(&self, commit: Oid) -> Result<Oid, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), self.url))?;
+        Ok(c.tree_id())
+    }
+
+    /// Pushes `updates` without forcing: a branch that moved since it was fetched is
+    /// rejected ([`Error::Rejected`]) and the caller starts again from a fresh fetch.
+    /// Transient network failures are retried (pushing the same update again is harmless).
+    /// On success the mirror's branches are moved too.
+    pub fn push(&self, transport: &Transport<'_>, updates: &[RefUpdate]) -> Result<(), Error> {
+        let span = tracing::debug_span!("push", repo = %self.url);
+        let _enter = span.enter();
+        let mut refspecs = Vec::new();
+        let mut temp_refs = Vec::new();
+        for (i, update) in updates.iter().enumerate() {
+            match update.target {
+                Some(target) => {
+                    let temp = format!("refs/kalypso/push/{i}");
+                    self.git
+                        .reference(&temp, target, true, "kalypso push")
+                        .map_err(git_error("cannot prepare a push to", self.url))?;
+                    refspecs.push(format!("{temp}:refs/heads/{}", update.branch));
+                    temp_refs.push(temp);
+                }
+                None => refspecs.push(format!(":refs/heads/{}", update.branch)),
+            }
+        }
+        let result = transport.run(&|| format!("push to {}", self.url), || {
+            let mut remote = self
+                .git
+                .remote_anonymous(self.url.for_git())
+                .map_err(git_error("cannot push to", self.url))?;
+            let rejected: RefCell<Vec<(String, String)>> = RefCell::new(Vec::new());
+            let mut callbacks = transport.credentials.callbacks();
+            callbacks.push_update_reference(|reference, status| {
+                if let Some(message) = status {
+                    rejected
+                        .borrow_mut()
+                        .push((reference.to_owned(), redact(message)));
+                }
+                Ok(())
+            });
+            let mut options = PushOptions::new();
+            options.remote_callbacks(callbacks).proxy_options(auto_proxy());
+            let pushed = remote.push(&refspecs, Some(&mut options));
+            drop(options);
+            match pushed {
+                Ok(()) => match rejected.into_inner().into_iter().next() {
+                    Some((reference, message)) => Err(Error::Rejected {
+                        repo: self.url.redacted(),
+                        reference,
+                        message,
+                    }),
+                    None => Ok(()),
+                },
+                Err(e) => {
+                    let cause = GitCause::from(e);
+                    if cause.is_rejection() {
+                        Err(Error::Rejected {
+                            repo: self.url.redacted(),
+                            reference: updates
+                                .iter()
+                                .map(|u| u.branch.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", "),
+                            message: cause.message,
+                        })
+                    } else {
+                        Err(Error::Git {
+                            action: "cannot push to".to_owned(),
+                            repo: self.url.redacted(),
+                            cause,
+                        })
+                    }
+                }
+            }
+        });
+        for temp in temp_refs {
+            if let Ok(mut r) = self.git.find_reference(&temp) {
+                let _ = r.delete();
+            }
+        }
+        result?;
+        self.persist()?;
+        for update in updates {
+            let tracking = format!("{TRACKING}{}", update.branch);
+            match update.target {
+                Some(target) => {
+                    self.git
+                        .reference(&tracking, target, true, "kalypso push")
+                        .map_err(git_error("cannot update the cache of", self.url))?;
+                }
+                None => {
+                    if let Ok(mut r) = self.git.find_reference(&tracking) {
+                        r.delete()
+                            .map_err(git_error("cannot update the cache of", self.url))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves local branch `branch` from `expected` to `target` (a repository read in place),
+    /// persisting the objects first. Fails with [`Error::Rejected`] if the branch moved
+    /// meanwhile. A branch that only exists as `refs/remotes/origin/<branch>` is created.
+    pub fn update_local_branch(&self, branch: &str, target: Oid, expected: Oid) -> Result<(), Error> {
+        self.persist()?;
+        let name = format!("refs/heads/{branch}");
+        let message = "kalypso promote";
+        let result = match self.git.find_reference(&name) {
+            Ok(_) => self
+                .git
+                .reference_matching(&name, target, true, expected, message),
+            Err(_) => self.git.reference(&name, target, false, message),
+        };
+        match result {
+            Ok(_) => Ok(()),
+            Err(e)
+                if matches!(
+                    e.code(),
+                    ErrorCode::Modified | ErrorCode::Exists | ErrorCode::Locked
+                ) =>
+            {
+                Err(Error::Rejected {
+                    repo: self.url.redacted(),
+                    reference: name,
+                    message: redact(e.message()),
+                })
+            }
+            Err(e) => Err(git_error(format!("cannot update branch {branch} of"), self.url)(
+                e,
+            )),
+        }
+    }
+
+    /// Stores the objects written so far in the repository, as one pack.
+    pub fn persist(&self) -> Result<(), Error> {
+        if *self.written.borrow() == 0 {
+            return Ok(());
+        }
+        let fail = || git_error("cannot store objects in the cache of", self.url);
+        let mut buf = git2::Buf::new();
+        self.mempack.dump(self.git, &mut buf).map_err(fail())?;
+        // A pack of no objects is a 12-byte header and a 20-byte checksum: nothing to store
+        // (every object written already existed).
+        if buf.len() <= 32 {
+            *self.written.borrow_mut() = 0;
+            return Ok(());
+        }
+        let mut writer = self.odb.packwriter().map_err(fail())?;
+        writer.write_all(&buf).map_err(|e| Error::Git {
+            action: "cannot store objects in the cache of".to_owned(),
+            repo: self.url.redacted(),
+            cause: GitCause {
+                message: e.to_string(),
+                code: ErrorCode::GenericError,
+                class: ErrorClass::Os,
+            },
+        })?;
+        writer.commit().map_err(fail())?;
+        self.mempack.reset().map_err(fail())?;
+        *self.written.borrow_mut() = 0;
+        Ok(())
+    }
+}
+
+fn insert_node(
+    root: &mut BTreeMap<String, Node>,
+    path: &str,
+    oid: Oid,
+    mode: i32,
+) -> Result<(), &'static str> {
+    let mut segments: Vec<&str> = path.split('/').collect();
+    let Some(name) = segments.pop() else {
+        return Err("empty path");
+    };
+    if name.is_empty() || segments.iter().any(|s| s.is_empty() || *s == "." || *s == "..") {
+        return Err("not a normalized relative path");
+    }
+    let mut dir = root;
+    for segment in segments {
+        let node = dir
+            .entry(segment.to_owned())
+            .or_insert_with(|| Node::Dir(BTreeMap::new()));
+        dir = match node {
+            Node::Dir(children) => children,
+            Node::File(..) => return Err("a file and a folder have the same path"),
+        };
+    }
+    if dir.insert(name.to_owned(), Node::File(oid, mode)).is_some() {
+        return Err("a file and a folder have the same path");
+    }
+    Ok(())
+}
+
+/// `path` as a tree path: `./a/b/` → `a/b`, `.` → `` (the root). `..` is refused.
+pub fn normalize_path(path: &str) -> Result<String, &'static str> {
+    let mut parts = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => return Err("`..` is not allowed"),
+            s => parts.push(s),
+        }
+    }
+    Ok(parts.join("/"))
+}
+
+/// Who commits.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Author {
+    /// Name.
+    pub name: String,
+    /// E-mail address.
+    pub email: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn normalizes_paths() {
+        assert_eq!(normalize_path("./workloads/"), Ok("workloads".into()));
+        assert_eq!(normalize_path("."), Ok(String::new()));
+        assert_eq!(normalize_path("a//b/./c"), Ok("a/b/c".into()));
+        assert!(normalize_path("../x").is_err());
+    }
+
+    #[test]
+    fn classifies_transient_failures() {
+        let cause = |code, class, message: &str| GitCause {
+            message: message.into(),
+            code,
+            class,
+        };
+        use ErrorClass as C;
+        use ErrorCode as E;
+        assert!(cause(E::GenericError, C::Net, "failed to connect").is_transient());
+        assert!(cause(E::GenericError, C::Http, "unexpected http status code: 503").is_transient());
+        assert!(!cause(E::GenericError, C::Http, "unexpected http status code: 404").is_transient());
+        assert!(!cause(E::Auth, C::Http, "authentication required").is_transient());
+        assert!(!cause(E::NotFound, C::Reference, "not found").is_transient());
+        assert!(cause(E::NotFastForward, C::Reference, "non-ff").is_rejection());
+    }
+
+    #[test]
+    fn writes_and_reads_back_trees_with_reused_blobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = RepoUrl::from_path(&dir.path().join("remote.git"));
+        let repo = Repo::open_mirror(&url, &Cache::new(dir.path().join("cache"))).unwrap();
+        let files: Tree = [
+            ("a.txt".to_owned(), Blob::from(&b"a"[..])),
+            ("d/e/f.yaml".to_owned(), Blob::from(&b"f"[..])),
+        ]
+        .into_iter()
+        .collect();
+        let author = Author {
+            name: "t".into(),
+            email: "t@e".into(),
+        };
+        let (tree, commit) = repo
+            .staging(|s| -> Result<_, Error> {
+                let tree = s.write_tree(&Snapshot::default(), &files)?;
+                let commit = s.commit(tree, None, &author, "m")?;
+                s.persist()?;
+                Ok((tree, commit))
+            })
+            .unwrap();
+        let snapshot = repo.snapshot(Some(commit)).unwrap();
+        assert_eq!(snapshot.files, files);
+        assert_eq!(snapshot.tree_id, Some(tree));
+        // Writing the same files again reuses everything and gives the same tree.
+        let again = repo
+            .staging(|s| -> Result<_, Error> { s.write_tree(&snapshot, &files) })
+            .unwrap();
+        assert_eq!(again, tree);
+        let source = repo.source_tree(commit, "./d/", "x").unwrap();
+        assert_eq!(source.files().len(), 1);
+        assert_eq!(source.files()[0].path, "e/f.yaml");
+        assert!(matches!(
+            repo.source_tree(commit, "missing", "x"),
+            Err(Error::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn refuses_conflicting_paths() {
+        let mut root = BTreeMap::new();
+        insert_node(&mut root, "a/b", Oid::ZERO_SHA1, FILE_MODE).unwrap();
+        assert!(insert_node(&mut root, "a", Oid::ZERO_SHA1, FILE_MODE).is_err());
+        assert!(insert_node(&mut root, "a/b/c", Oid::ZERO_SHA1, FILE_MODE).is_err());
+        assert!(insert_node(&mut root, "x/../y", Oid::ZERO_SHA1, FILE_MODE).is_err());
+    }
+}

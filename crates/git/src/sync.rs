@@ -1,0 +1,340 @@
+//! One synchronisation pass: fetch the control plane, and for each environment read its
+//! inputs, render them, report failures, and deliver the tree to its GitOps repositories.
+//!
+//! [`Syncer`] holds what lasts across passes (settings, credentials, the cache); a [`Pass`]
+//! holds what one pass fetched, so that a repository used by several environments is
+//! fetched once. `kalypso sync` runs one pass; `kalypso serve` runs one per poll and uses
+//! [`Pass::resolve`] and [`Pass::deliver`] separately, to skip environments whose input
+//! commits did not change.
+
+use std::path::PathBuf;
+
+use kalypso_core::Diagnostics;
+use tokio::runtime::Handle;
+
+use crate::auth::{self, AuthSettings, Credentials};
+use crate::control_plane::{
+    self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, Sources,
+};
+use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
+use crate::issues::{self, IssueReport};
+use crate::render::{Failure, render_environment};
+use crate::repo::{Cache, Transport};
+use crate::retry::RetryPolicy;
+use crate::url::{self as repo_url, RepoUrl};
+
+/// A failed pass or environment.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Credentials cannot be loaded.
+    #[error(transparent)]
+    Credentials(#[from] auth::Error),
+    /// The control plane or an environment's inputs cannot be read.
+    #[error(transparent)]
+    ControlPlane(#[from] control_plane::Error),
+    /// Delivery failed.
+    #[error("environment {environment}: {error}")]
+    Delivery {
+        /// The environment.
+        environment: String,
+        /// Why (its message is part of this error's).
+        error: deliver::Error,
+    },
+    /// Reporting failures as issues failed.
+    #[error("environment {environment}: cannot report failures as issues: {error}")]
+    Issues {
+        /// The environment.
+        environment: String,
+        /// Why (its message is part of this error's).
+        error: crate::github::Error,
+    },
+    /// The environment names no GitOps repository.
+    #[error("environment {environment} has no GitOpsRepo: nothing to deliver to")]
+    NoGitOpsRepo {
+        /// The environment.
+        environment: String,
+    },
+    /// A GitOpsRepo is unusable.
+    #[error("environment {environment}: GitOpsRepo {name:?}: {reason}")]
+    GitOpsRepo {
+        /// The environment.
+        environment: String,
+        /// The GitOpsRepo.
+        name: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// Whether the failure may go away by itself (network trouble, a busy branch).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::ControlPlane(control_plane::Error::Repo(e)) => e.is_transient(),
+            Error::Delivery { error, .. } => error.is_transient(),
+            Error::Issues { error, .. } => error.is_transient(),
+            _ => false,
+        }
+    }
+}
+
+/// Everything a sync needs besides the control plane's location.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Where remote repositories are mirrored.
+    pub cache_dir: PathBuf,
+    /// Credentials.
+    pub auth: AuthSettings,
+    /// Retrying of network failures.
+    pub retry: RetryPolicy,
+    /// The control plane's main branch (where Environments are defined).
+    pub main_branch: String,
+    /// How to deliver.
+    pub delivery: DeliverySettings,
+    /// Deliver to this repository instead of each GitOpsRepo's `spec.repo` (for trying a
+    /// control plane against a copy of its GitOps repository).
+    pub gitops_repo: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            cache_dir: Cache::default_dir(),
+            auth: AuthSettings::default(),
+            retry: RetryPolicy::default(),
+            main_branch: DEFAULT_MAIN_BRANCH.to_owned(),
+            delivery: DeliverySettings::default(),
+            gitops_repo: None,
+        }
+    }
+}
+
+/// One GitOps repository's delivery.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetReport {
+    /// The GitOpsRepo's name.
+    pub name: String,
+    /// The repository, redacted.
+    pub repo: String,
+    /// The branch.
+    pub branch: String,
+    /// What happened.
+    pub delivery: Delivery,
+}
+
+/// How an environment ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Rendered and delivered.
+    Delivered(Vec<TargetReport>),
+    /// Rendering failed: nothing was delivered.
+    Failed {
+        /// The failures.
+        failures: Vec<Failure>,
+        /// The issues opened, updated and closed for them (`pr` mode).
+        issues: Option<IssueReport>,
+    },
+}
+
+/// What happened to one environment.
+#[derive(Debug)]
+pub struct EnvReport {
+    /// The environment.
+    pub environment: String,
+    /// The commits it was built from.
+    pub revisions: Revisions,
+    /// Assignments scheduled.
+    pub assignments: usize,
+    /// Every diagnostic.
+    pub diagnostics: Diagnostics,
+    /// The outcome.
+    pub outcome: Outcome,
+}
+
+impl EnvReport {
+    /// Whether the environment was delivered.
+    pub fn is_success(&self) -> bool {
+        matches!(self.outcome, Outcome::Delivered(_))
+    }
+}
+
+/// What lasts across passes.
+#[derive(Debug)]
+pub struct Syncer {
+    settings: Settings,
+    credentials: Credentials,
+    cache: Cache,
+    runtime: Handle,
+}
+
+impl Syncer {
+    /// Loads credentials. GitHub calls will run on `runtime` (a multi-threaded one: calls
+    /// block on it from the syncing thread).
+    pub fn new(settings: Settings, runtime: Handle) -> Result<Syncer, Error> {
+        let credentials = Credentials::load(&settings.auth)?;
+        Ok(Syncer {
+            cache: Cache::new(&settings.cache_dir),
+            settings,
+            credentials,
+            runtime,
+        })
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    /// Starts a pass: fetches the control plane.
+    pub fn pass(&self, control_plane: &RepoUrl) -> Result<Pass<'_>, Error> {
+        let transport = Transport::new(&self.credentials, self.settings.retry);
+        let control_plane =
+            ControlPlane::open(control_plane, &self.cache, &transport, &self.settings.main_branch)?;
+        Ok(Pass {
+            syncer: self,
+            sources: Sources::new(self.cache.clone()),
+            transport,
+            control_plane,
+        })
+    }
+}
+
+/// One pass over a fetched control plane.
+#[derive(Debug)]
+pub struct Pass<'s> {
+    syncer: &'s Syncer,
+    transport: Transport<'s>,
+    control_plane: ControlPlane,
+    sources: Sources,
+}
+
+impl Pass<'_> {
+    /// The environments named (all when `names` is empty).
+    pub fn environments(&self, names: &[String]) -> Result<Vec<EnvironmentRef>, Error> {
+        Ok(self.control_plane.select(names)?)
+    }
+
+    /// Reads `env`'s inputs (fetching its workload repositories once per pass).
+    pub fn resolve(&mut self, env: &EnvironmentRef) -> Result<Resolved, Error> {
+        Ok(self
+            .control_plane
+            .resolve(env, &mut self.sources, &self.transport)?)
+    }
+
+    /// Network retries made in this pass so far.
+    pub fn retries(&self) -> u32 {
+        *self.transport.retries.borrow()
+    }
+
+    /// Resolves and delivers `env`.
+    pub fn sync(&mut self, env: &EnvironmentRef) -> Result<EnvReport, Error> {
+        let resolved = self.resolve(env)?;
+        self.deliver(&resolved)
+    }
+
+    /// Renders `resolved` and delivers it, or reports why it cannot be.
+    pub fn deliver(&self, resolved: &Resolved) -> Result<EnvReport, Error> {
+        let name = resolved.environment.name.clone();
+        let span = tracing::info_span!("environment", environment = %name);
+        let _enter = span.enter();
+        let settings = &self.syncer.settings;
+        let targets = self.targets(resolved)?;
+        let rendered = render_environment(&name, &resolved.inputs);
+        let ctx = Context {
+            cache: &self.syncer.cache,
+            transport: &self.transport,
+            credentials: &self.syncer.credentials,
+            settings: &settings.delivery,
+            runtime: &self.syncer.runtime,
+        };
+        // Issues go to the first GitOps repository, as in the original, in `pr` mode only.
+        let issue_repo = targets
+            .first()
+            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !settings.delivery.dry_run)
+            .map(|(_, url, _, _)| url.clone());
+        let report_issues = |failures: &[Failure]| -> Result<Option<IssueReport>, Error> {
+            let Some(url) = &issue_repo else {
+                return Ok(None);
+            };
+            let github = ctx.github(url).map_err(|error| Error::Delivery {
+                environment: name.clone(),
+                error,
+            })?;
+            issues::apply(&github, &name, failures)
+                .map(Some)
+                .map_err(|error| Error::Issues {
+                    environment: name.clone(),
+                    error,
+                })
+        };
+        let Some(content) = rendered.content else {
+            let issues = report_issues(&rendered.failures)?;
+            return Ok(EnvReport {
+                environment: name.clone(),
+                revisions: resolved.revisions.clone(),
+                assignments: rendered.assignments,
+                diagnostics: rendered.diagnostics,
+                outcome: Outcome::Failed {
+                    failures: rendered.failures,
+                    issues,
+                },
+            });
+        };
+        let mut reports = Vec::new();
+        for (target_name, url, branch, mode) in &targets {
+            let dest = Destination {
+                url,
+                branch,
+                mode: *mode,
+            };
+            let delivery = deliver::deliver(&ctx, &dest, &content).map_err(|error| Error::Delivery {
+                environment: name.clone(),
+                error,
+            })?;
+            reports.push(TargetReport {
+                name: target_name.clone(),
+                repo: url.redacted(),
+                branch: branch.clone(),
+                delivery,
+            });
+        }
+        // Everything renders: close the issues of earlier failures.
+        report_issues(&[])?;
+        Ok(EnvReport {
+            environment: name.clone(),
+            revisions: resolved.revisions.clone(),
+            assignments: rendered.assignments,
+            diagnostics: rendered.diagnostics,
+            outcome: Outcome::Delivered(reports),
+        })
+    }
+
+    /// The GitOps destinations of `resolved`: (name, repository, branch, mode).
+    fn targets(&self, resolved: &Resolved) -> Result<Vec<(String, RepoUrl, String, Mode)>, Error> {
+        let environment = &resolved.environment.name;
+        if resolved.gitops.is_empty() {
+            return Err(Error::NoGitOpsRepo {
+                environment: environment.clone(),
+            });
+        }
+        let settings = &self.syncer.settings;
+        resolved
+            .gitops
+            .iter()
+            .map(|g| {
+                let invalid = |reason: String| Error::GitOpsRepo {
+                    environment: environment.clone(),
+                    name: g.name.clone(),
+                    reason,
+                };
+                let text = settings.gitops_repo.as_deref().unwrap_or(&g.repo);
+                let url = RepoUrl::parse(text).map_err(|e: repo_url::Error| invalid(e.to_string()))?;
+                if g.branch.trim().is_empty() {
+                    return Err(invalid("spec.branch is empty".to_owned()));
+                }
+                let mode = settings.delivery.mode.resolve(&url);
+                Ok((g.name.clone(), url, g.branch.clone(), mode))
+            })
+            .collect()
+    }
+}

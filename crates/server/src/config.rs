@@ -1,0 +1,291 @@
+//! `kalypso.yaml`: what the daemon watches, how often, where it listens, and how it
+//! delivers. Every field but `controlPlane` has a default; unknown fields are errors, so a
+//! misspelt option is reported instead of ignored. The format is documented in the crate's
+//! README.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kalypso_git::redact::Secret;
+use kalypso_git::{AuthSettings, Author, DeliverySettings, Mode, RetryPolicy, Settings};
+use serde::Deserialize;
+
+/// The environment variable holding the webhook secret when none is configured.
+pub const DEFAULT_WEBHOOK_SECRET_ENV: &str = "KALYPSO_WEBHOOK_SECRET";
+
+/// Why the configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The file cannot be read.
+    #[error("cannot read {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why (its message is part of this error's).
+        error: std::io::Error,
+    },
+    /// The file is not a valid configuration.
+    #[error("invalid configuration {path}: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+/// The daemon's configuration.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Config {
+    /// The control plane: a git URL or a local repository path.
+    pub control_plane: String,
+    /// Environments to deliver (default: every Environment on the main branch).
+    #[serde(default)]
+    pub environments: Vec<String>,
+    /// Time between polls.
+    #[serde(default = "default_interval", with = "kalypso_git::duration")]
+    pub interval: Duration,
+    /// Address of the HTTP server (health, readiness, metrics, webhook).
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    /// Where remote repositories are mirrored.
+    #[serde(default)]
+    pub cache_dir: Option<PathBuf>,
+    /// The control plane's main branch.
+    #[serde(default)]
+    pub main_branch: Option<String>,
+    /// Credentials.
+    #[serde(default)]
+    pub auth: AuthSettings,
+    /// How to deliver.
+    #[serde(default)]
+    pub delivery: DeliveryConfig,
+    /// The GitHub push webhook.
+    #[serde(default)]
+    pub webhook: WebhookConfig,
+    /// Retrying of network failures.
+    #[serde(default)]
+    pub retry: Option<RetryPolicy>,
+    /// Logging.
+    #[serde(default)]
+    pub log: LogConfig,
+}
+
+/// The `delivery` section.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryConfig {
+    /// `auto` (default), `pr` or `push`.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Deliver here instead of each GitOpsRepo's `spec.repo`.
+    #[serde(default)]
+    pub gitops_repo: Option<String>,
+    /// Prefix of pull-request branches (default `kalypso/`).
+    #[serde(default)]
+    pub branch_prefix: Option<String>,
+    /// GitHub API URL (default `https://api.github.com`).
+    #[serde(default)]
+    pub github_api_url: Option<String>,
+    /// Commit author name.
+    #[serde(default)]
+    pub author_name: Option<String>,
+    /// Commit author e-mail.
+    #[serde(default)]
+    pub author_email: Option<String>,
+    /// Commit message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+/// The `webhook` section.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// Environment variable holding the secret (default `KALYPSO_WEBHOOK_SECRET`).
+    #[serde(default)]
+    pub secret_env: Option<String>,
+    /// File holding the secret (wins over the variable).
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+}
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// One JSON object per line (default).
+    #[default]
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// The `log` section.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LogConfig {
+    /// `json` or `text`.
+    #[serde(default)]
+    pub format: LogFormat,
+    /// A `tracing` filter (`info`, `kalypso_git=debug,info`); `RUST_LOG` wins.
+    #[serde(default)]
+    pub level: Option<String>,
+}
+
+fn default_interval() -> Duration {
+    Duration::from_secs(60)
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([0, 0, 0, 0], 8080))
+}
+
+impl Config {
+    /// A configuration watching `control_plane` with every default.
+    pub fn new(control_plane: impl Into<String>) -> Config {
+        Config {
+            control_plane: control_plane.into(),
+            environments: Vec::new(),
+            interval: default_interval(),
+            listen: default_listen(),
+            cache_dir: None,
+            main_branch: None,
+            auth: AuthSettings::default(),
+            delivery: DeliveryConfig::default(),
+            webhook: WebhookConfig::default(),
+            retry: None,
+            log: LogConfig::default(),
+        }
+    }
+
+    /// Reads `path`.
+    pub fn load(path: &Path) -> Result<Config, Error> {
+        let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
+            path: path.to_owned(),
+            error,
+        })?;
+        Config::parse(&text).map_err(|message| Error::Invalid {
+            path: path.to_owned(),
+            message,
+        })
+    }
+
+    /// Parses the text of a configuration file.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let config: Config = serde_yaml_ng::from_str(text).map_err(|e| e.to_string())?;
+        if config.control_plane.trim().is_empty() {
+            return Err("controlPlane is empty".to_owned());
+        }
+        if config.interval.is_zero() {
+            return Err("interval must be positive".to_owned());
+        }
+        Ok(config)
+    }
+
+    /// The sync settings the configuration gives.
+    pub fn settings(&self) -> Settings {
+        let defaults = Settings::default();
+        let delivery_defaults = DeliverySettings::default();
+        let d = &self.delivery;
+        Settings {
+            cache_dir: self.cache_dir.clone().unwrap_or(defaults.cache_dir),
+            auth: self.auth.clone(),
+            retry: self.retry.unwrap_or(defaults.retry),
+            main_branch: self.main_branch.clone().unwrap_or(defaults.main_branch),
+            delivery: DeliverySettings {
+                mode: d.mode,
+                author: Author {
+                    name: d.author_name.clone().unwrap_or(delivery_defaults.author.name),
+                    email: d.author_email.clone().unwrap_or(delivery_defaults.author.email),
+                },
+                message: d.message.clone().unwrap_or(delivery_defaults.message),
+                branch_prefix: d.branch_prefix.clone().unwrap_or(delivery_defaults.branch_prefix),
+                github_api_url: d
+                    .github_api_url
+                    .clone()
+                    .unwrap_or(delivery_defaults.github_api_url),
+                dry_run: false,
+            },
+            gitops_repo: d.gitops_repo.clone(),
+        }
+    }
+
+    /// The webhook secret, if one is configured.
+    pub fn webhook_secret(&self) -> Result<Option<Secret>, Error> {
+        if let Some(path) = &self.webhook.secret_file {
+            let text = std::fs::read_to_string(path).map_err(|error| Error::Read {
+                path: path.clone(),
+                error,
+            })?;
+            return Ok(Some(Secret::new(text.trim())));
+        }
+        let var = self
+            .webhook
+            .secret_env
+            .as_deref()
+            .unwrap_or(DEFAULT_WEBHOOK_SECRET_ENV);
+        Ok(std::env::var(var)
+            .ok()
+            .filter(|v| !v.trim().is_empty())
+            .map(|v| Secret::new(v.trim())))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_a_full_configuration() {
+        let config = Config::parse(
+            r#"
+controlPlane: https://github.com/contoso/control-plane
+environments: [dev, stage]
+interval: 2m
+listen: 127.0.0.1:9090
+cacheDir: /var/cache/kalypso
+auth:
+  tokenEnv: MY_TOKEN
+delivery:
+  mode: pr
+  githubApiUrl: https://github.example.com/api/v3
+  authorName: Bot
+retry:
+  attempts: 3
+  initialBackoff: 500ms
+  maxBackoff: 10s
+log:
+  format: text
+  level: debug
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.interval, Duration::from_secs(120));
+        assert_eq!(config.listen.port(), 9090);
+        let s = config.settings();
+        assert_eq!(s.delivery.mode, Mode::Pr);
+        assert_eq!(s.delivery.author.name, "Bot");
+        assert_eq!(s.delivery.author.email, "kalypso.scheduler@email.com");
+        assert_eq!(s.delivery.github_api_url, "https://github.example.com/api/v3");
+        assert_eq!(s.retry.initial_backoff, Duration::from_millis(500));
+        assert_eq!(s.auth.token_env.as_deref(), Some("MY_TOKEN"));
+        assert_eq!(config.log.format, LogFormat::Text);
+    }
+
+    #[test]
+    fn defaults_and_errors() {
+        let config = Config::parse("controlPlane: /srv/control-plane\n").unwrap();
+        assert_eq!(config.interval, Duration::from_secs(60));
+        assert_eq!(config.settings().delivery.message, "Kalypso Scheduler commit");
+        assert!(
+            Config::parse("controlPlane: x\nintervall: 5m\n")
+                .unwrap_err()
+                .contains("intervall")
+        );
+        assert!(Config::parse("controlPlane: x\ninterval: soon\n").is_err());
+        assert!(Config::parse("controlPlane: ''\n").is_err());
+    }
+}

@@ -1,0 +1,283 @@
+//! The daemon's HTTP surface, as an axum [`Router`] built by [`app`] so that tests can call
+//! it without a socket: `/healthz` (the process runs), `/readyz` (the control plane has
+//! been read), `/metrics` (Prometheus), `/status` (JSON: each environment's last result),
+//! and `POST /webhook` (a GitHub push event triggers a poll; its HMAC signature is checked
+//! when a secret is configured).
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hmac::{Hmac, Mac};
+use kalypso_git::redact::Secret;
+use serde::Serialize;
+use sha2::Sha256;
+use tokio::sync::{Notify, watch};
+
+use crate::metrics::{Metrics, WebhookLabels};
+
+/// The latest result of one environment, as `/status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvStatus {
+    /// The commits it was last built from.
+    pub revisions: String,
+    /// `delivered`, `up_to_date`, `render_failed`, `error`.
+    pub result: String,
+    /// What was delivered, or what went wrong.
+    pub detail: String,
+    /// Unix time of the last successful delivery.
+    pub last_success: Option<u64>,
+}
+
+struct Shared {
+    metrics: Metrics,
+    ready: AtomicBool,
+    trigger: Notify,
+    webhook_secret: Option<Secret>,
+    passes: watch::Sender<u64>,
+    status: Mutex<BTreeMap<String, EnvStatus>>,
+}
+
+/// What the HTTP handlers and the poll loop share.
+#[derive(Clone)]
+pub struct AppState(Arc<Shared>);
+
+impl std::fmt::Debug for AppState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AppState")
+            .field("ready", &self.is_ready())
+            .field("webhook_secret", &self.0.webhook_secret)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AppState {
+    /// A fresh state; webhooks must be signed with `webhook_secret` when one is given.
+    pub fn new(webhook_secret: Option<Secret>) -> AppState {
+        AppState(Arc::new(Shared {
+            metrics: Metrics::new(),
+            ready: AtomicBool::new(false),
+            trigger: Notify::new(),
+            webhook_secret,
+            passes: watch::channel(0).0,
+            status: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    /// The metrics.
+    pub fn metrics(&self) -> &Metrics {
+        &self.0.metrics
+    }
+
+    /// Marks the daemon ready (the control plane has been read once).
+    pub fn set_ready(&self) {
+        self.0.ready.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether the daemon is ready.
+    pub fn is_ready(&self) -> bool {
+        self.0.ready.load(Ordering::SeqCst)
+    }
+
+    /// Asks for a poll now (kept if the loop is busy: the next wait ends at once).
+    pub fn trigger(&self) {
+        self.0.trigger.notify_one();
+    }
+
+    /// Completes when a poll was asked for.
+    pub async fn triggered(&self) {
+        self.0.trigger.notified().await;
+    }
+
+    /// The number of completed passes, to wait on.
+    pub fn passes(&self) -> watch::Receiver<u64> {
+        self.0.passes.subscribe()
+    }
+
+    /// Records a completed pass.
+    pub fn pass_done(&self) {
+        self.0.passes.send_modify(|n| *n += 1);
+    }
+
+    /// Records an environment's latest result.
+    pub fn set_status(&self, environment: &str, status: EnvStatus) {
+        self.0
+            .status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(environment.to_owned(), status);
+    }
+
+    /// An environment's latest result.
+    pub fn status(&self, environment: &str) -> Option<EnvStatus> {
+        self.0
+            .status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(environment)
+            .cloned()
+    }
+
+    fn all_status(&self) -> BTreeMap<String, EnvStatus> {
+        self.0
+            .status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// The router.
+pub fn app(state: AppState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/status", get(status))
+        .route("/webhook", post(webhook))
+        .with_state(state)
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<AppState>) -> (StatusCode, &'static str) {
+    if state.is_ready() {
+        (StatusCode::OK, "ready\n")
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not ready: the control plane has not been read yet\n",
+        )
+    }
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let mut response = state.metrics().encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+    );
+    response
+}
+
+async fn status(State(state): State<AppState>) -> Response {
+    axum::Json(serde_json::json!({
+        "ready": state.is_ready(),
+        "environments": state.all_status(),
+    }))
+    .into_response()
+}
+
+/// Whether `signature` (the `X-Hub-Signature-256` header, `sha256=<hex>`) is the HMAC-SHA256
+/// of `body` with `secret`. The comparison takes constant time.
+pub fn verify_signature(secret: &[u8], body: &[u8], signature: &str) -> bool {
+    let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
+        return false;
+    };
+    let Ok(expected) = hex::decode(hex_digest) else {
+        return false;
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// The `X-Hub-Signature-256` header GitHub would send for `body`.
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
+        Ok(mac) => mac,
+        Err(_) => return String::new(),
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+async fn webhook(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, &'static str) {
+    let count = |result: &str| {
+        state
+            .metrics()
+            .webhooks
+            .get_or_create(&WebhookLabels {
+                result: result.to_owned(),
+            })
+            .inc();
+    };
+    if let Some(secret) = &state.0.webhook_secret {
+        let signature = headers
+            .get("x-hub-signature-256")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if !verify_signature(secret.expose().as_bytes(), &body, signature) {
+            count("rejected");
+            tracing::warn!("webhook rejected: missing or invalid signature");
+            return (StatusCode::UNAUTHORIZED, "invalid signature\n");
+        }
+    }
+    let event = headers
+        .get("x-github-event")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    match event {
+        "ping" => {
+            count("ignored");
+            (StatusCode::OK, "pong\n")
+        }
+        "push" => {
+            count("accepted");
+            let reference = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("ref").and_then(|r| r.as_str()).map(str::to_owned))
+                .unwrap_or_default();
+            tracing::info!(reference = %reference, "push webhook: polling now");
+            state.trigger();
+            (StatusCode::ACCEPTED, "poll scheduled\n")
+        }
+        _ => {
+            count("ignored");
+            (StatusCode::OK, "event ignored\n")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_verify_only_with_the_right_secret_and_body() {
+        let header = sign(b"s3cret", b"{\"ref\":\"refs/heads/dev\"}");
+        assert!(header.starts_with("sha256="));
+        assert!(verify_signature(
+            b"s3cret",
+            b"{\"ref\":\"refs/heads/dev\"}",
+            &header
+        ));
+        assert!(!verify_signature(
+            b"other",
+            b"{\"ref\":\"refs/heads/dev\"}",
+            &header
+        ));
+        assert!(!verify_signature(
+            b"s3cret",
+            b"{\"ref\":\"refs/heads/main\"}",
+            &header
+        ));
+        assert!(!verify_signature(b"s3cret", b"x", "sha1=abcd"));
+        assert!(!verify_signature(b"s3cret", b"x", "sha256=zz"));
+    }
+}

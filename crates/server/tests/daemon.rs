@@ -1,0 +1,392 @@
+//! The daemon: its router called in-process (health, readiness, metrics, status, webhook
+//! signatures), polls against local repositories (render only when inputs change), and a
+//! short-lived run of the whole loop with a webhook and a graceful shutdown.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use http_body_util::BodyExt;
+use kalypso_git::redact::Secret;
+use kalypso_git::testing::{branch_files, commit_count, init_bare, runtime, write_files};
+use kalypso_server::http::sign;
+use kalypso_server::{AppState, Config, Daemon, EnvPoll, app};
+use tower::ServiceExt;
+
+async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, String, Option<String>) {
+    let response = app(state.clone()).oneshot(request).await.unwrap();
+    let status = response.status();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_owned());
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, String::from_utf8(body.to_vec()).unwrap(), content_type)
+}
+
+fn get(path: &str) -> Request<Body> {
+    Request::get(path).body(Body::empty()).unwrap()
+}
+
+fn webhook(event: &str, body: &str, signature: Option<&str>) -> Request<Body> {
+    let mut r = Request::post("/webhook").header("x-github-event", event);
+    if let Some(s) = signature {
+        r = r.header("x-hub-signature-256", s);
+    }
+    r.body(Body::from(body.to_owned())).unwrap()
+}
+
+#[test]
+fn health_readiness_and_metrics() {
+    let rt = runtime();
+    rt.block_on(async {
+        let state = AppState::new(None);
+        assert_eq!(call(&state, get("/healthz")).await.0, StatusCode::OK);
+        assert_eq!(
+            call(&state, get("/readyz")).await.0,
+            StatusCode::SERVICE_UNAVAILABLE
+        );
+        state.set_ready();
+        assert_eq!(call(&state, get("/readyz")).await.0, StatusCode::OK);
+
+        let dev = kalypso_server::metrics::Metrics::env("dev");
+        state.metrics().renders.get_or_create(&dev).inc();
+        state
+            .metrics()
+            .last_success
+            .get_or_create(&dev)
+            .set(1_700_000_000.0);
+        let (status, text, content_type) = call(&state, get("/metrics")).await;
+        assert_eq!(status, StatusCode::OK);
+        assert!(content_type.unwrap().starts_with("application/openmetrics-text"));
+        assert!(
+            text.contains("kalypso_renders_total{environment=\"dev\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE kalypso_last_success_timestamp_seconds gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("kalypso_last_success_timestamp_seconds{environment=\"dev\"} 1700000000"),
+            "{text}"
+        );
+        assert!(text.ends_with("# EOF\n"));
+        assert_eq!(call(&state, get("/nope")).await.0, StatusCode::NOT_FOUND);
+    });
+}
+
+#[test]
+fn webhook_signatures_are_checked_when_a_secret_is_set() {
+    let rt = runtime();
+    rt.block_on(async {
+        let body = r#"{"ref":"refs/heads/dev"}"#;
+        let state = AppState::new(Some(Secret::new("webhook-secret-value")));
+        let good = sign(b"webhook-secret-value", body.as_bytes());
+        let bad = sign(b"another-secret", body.as_bytes());
+        assert_eq!(
+            call(&state, webhook("push", body, None)).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            call(&state, webhook("push", body, Some(&bad))).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        let tampered = sign(b"webhook-secret-value", b"{\"ref\":\"refs/heads/prod\"}");
+        assert_eq!(
+            call(&state, webhook("push", body, Some(&tampered))).await.0,
+            StatusCode::UNAUTHORIZED
+        );
+        assert_eq!(
+            call(
+                &state,
+                webhook("ping", "{}", Some(&sign(b"webhook-secret-value", b"{}")))
+            )
+            .await
+            .0,
+            StatusCode::OK
+        );
+        assert_eq!(
+            call(&state, webhook("push", body, Some(&good))).await.0,
+            StatusCode::ACCEPTED
+        );
+        // The accepted push asked for a poll.
+        tokio::time::timeout(Duration::from_secs(10), state.triggered())
+            .await
+            .expect("a poll was triggered");
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(
+            metrics.contains("kalypso_webhooks_total{result=\"rejected\"} 3"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("kalypso_webhooks_total{result=\"accepted\"} 1"),
+            "{metrics}"
+        );
+
+        // Without a secret, unsigned pushes are accepted.
+        let open = AppState::new(None);
+        assert_eq!(
+            call(&open, webhook("push", body, None)).await.0,
+            StatusCode::ACCEPTED
+        );
+    });
+}
+
+const TEMPLATES: &[(&str, &str)] = &[
+    ("reconciler", "reconciler"),
+    ("namespace", "namespace"),
+    ("config", "config"),
+];
+
+/// A control plane, a workload repository and a GitOps repository, all local.
+struct Repos {
+    dir: tempfile::TempDir,
+    control_plane: PathBuf,
+    gitops: PathBuf,
+}
+
+fn template(name: &str, kind: &str, text: &str) -> String {
+    format!(
+        "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Template\nmetadata:\n  name: {name}\nspec:\n  type: {kind}\n  manifests:\n    - |\n      {text}\n"
+    )
+}
+
+fn repos() -> Repos {
+    let dir = tempfile::tempdir().unwrap();
+    let control_plane = dir.path().join("control-plane.git");
+    let workload = dir.path().join("app.git");
+    let gitops = dir.path().join("gitops.git");
+    for r in [&control_plane, &workload, &gitops] {
+        init_bare(r);
+    }
+    write_files(
+        &workload,
+        "main",
+        &[(
+            "workload.yaml",
+            Some(
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Workload\nmetadata:\n  name: app\nspec:\n  deploymentTargets:\n    - name: t\n      environment: dev\n      manifests: {}\n",
+            ),
+        )],
+        "workload",
+    );
+    let mut main: Vec<(String, String)> = TEMPLATES
+        .iter()
+        .map(|(n, k)| {
+            (
+                format!("templates/{n}.yaml"),
+                template(n, k, &format!("kind: {n}")),
+            )
+        })
+        .collect();
+    main.push((
+        ".environments/dev.yaml".into(),
+        "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Environment\nmetadata:\n  name: dev\nspec:\n  controlPlane:\n    repo: x\n    branch: dev\n    path: .\n".into(),
+    ));
+    main.push((
+        "registrations.yaml".into(),
+        format!(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: WorkloadRegistration\nmetadata:\n  name: app\nspec:\n  workload:\n    repo: file://{}\n    branch: main\n    path: .\n  workspace: team\n",
+            workload.display()
+        ),
+    ));
+    let main_refs: Vec<(&str, Option<&str>)> =
+        main.iter().map(|(p, c)| (p.as_str(), Some(c.as_str()))).collect();
+    write_files(&control_plane, "main", &main_refs, "main");
+    write_files(
+        &control_plane,
+        "dev",
+        &[
+            (
+                "ct.yaml",
+                Some(
+                    "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: small\nspec:\n  reconciler: reconciler\n  namespaceService: namespace\n  configType: config\n",
+                ),
+            ),
+            (
+                "policy.yaml",
+                Some(
+                    "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: SchedulingPolicy\nmetadata:\n  name: all\nspec:\n  deploymentTargetSelector: {}\n  clusterTypeSelector: {}\n",
+                ),
+            ),
+            (
+                "gitops-repo.yaml",
+                Some(&format!(
+                    "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: GitOpsRepo\nmetadata:\n  name: dev\nspec:\n  repo: {}\n  branch: dev\n  path: .\n",
+                    gitops.display()
+                )),
+            ),
+        ],
+        "dev",
+    );
+    Repos {
+        dir,
+        control_plane,
+        gitops,
+    }
+}
+
+fn config(repos: &Repos, cache: &Path) -> Config {
+    let mut config = Config::new(repos.control_plane.display().to_string());
+    config.cache_dir = Some(cache.to_owned());
+    config.interval = Duration::from_secs(3600);
+    config.listen = "127.0.0.1:0".parse().unwrap();
+    config.auth.token_env = Some("KALYPSO_TEST_NO_TOKEN".into());
+    config.webhook.secret_env = Some("KALYPSO_TEST_NO_SECRET".into());
+    config
+}
+
+#[test]
+fn polls_render_only_when_inputs_change() {
+    let rt = runtime();
+    let repos = repos();
+    let daemon = Daemon::new(
+        &config(&repos, &repos.dir.path().join("cache")),
+        rt.handle().clone(),
+    )
+    .unwrap();
+    let state = daemon.state();
+    rt.block_on(async {
+        let first = daemon.poll_once().await;
+        assert_eq!(first.error, None);
+        assert!(matches!(&first.environments[..], [(env, EnvPoll::Delivered(_))] if env == "dev"), "{first:?}");
+        assert!(state.is_ready());
+        assert_eq!(commit_count(&repos.gitops, "dev"), 1);
+        assert!(branch_files(&repos.gitops, "dev").contains_key("small/app-t/reconciler.yaml"));
+
+        let second = daemon.poll_once().await;
+        assert_eq!(second.environments, [("dev".to_owned(), EnvPoll::Unchanged)]);
+
+        write_files(&repos.control_plane, "main", &[("templates/reconciler.yaml", Some(&template("reconciler", "reconciler", "kind: v2")))], "v2");
+        let third = daemon.poll_once().await;
+        assert!(matches!(&third.environments[..], [(_, EnvPoll::Delivered(_))]), "{third:?}");
+        assert_eq!(commit_count(&repos.gitops, "dev"), 2);
+
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(metrics.contains("kalypso_renders_total{environment=\"dev\"} 2"), "{metrics}");
+        assert!(metrics.contains("kalypso_polls_total 3"), "{metrics}");
+        assert!(metrics.contains("kalypso_assignments{environment=\"dev\"} 1"), "{metrics}");
+        assert!(metrics.contains("kalypso_deliveries_total{environment=\"dev\",result=\"committed\"} 2"), "{metrics}");
+        assert!(!metrics.contains("kalypso_last_success_timestamp_seconds{environment=\"dev\"} 0"), "{metrics}");
+        let status = call(&state, get("/status")).await.1;
+        assert!(status.contains("\"result\":\"delivered\""), "{status}");
+
+        // A broken environment is counted once per input change and not retried meanwhile.
+        write_files(&repos.control_plane, "dev", &[("ct.yaml", Some("apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: small\nspec:\n  reconciler: gone\n  namespaceService: namespace\n  configType: config\n"))], "break");
+        let broken = daemon.poll_once().await;
+        assert!(matches!(&broken.environments[..], [(_, EnvPoll::RenderFailed(1))]), "{broken:?}");
+        assert_eq!(daemon.poll_once().await.environments, [("dev".to_owned(), EnvPoll::Unchanged)]);
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(metrics.contains("kalypso_failures_total{environment=\"dev\",result=\"render\"} 1"), "{metrics}");
+        assert_eq!(commit_count(&repos.gitops, "dev"), 2);
+    });
+}
+
+#[test]
+fn unreadable_control_plane_is_not_ready() {
+    let rt = runtime();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = Config::new(format!("file://{}", dir.path().join("missing.git").display()));
+    config.cache_dir = Some(dir.path().join("cache"));
+    config.retry = Some(kalypso_git::RetryPolicy::immediate(1));
+    config.webhook.secret_env = Some("KALYPSO_TEST_NO_SECRET".into());
+    let daemon = Daemon::new(&config, rt.handle().clone()).unwrap();
+    let report = rt.block_on(daemon.poll_once());
+    assert!(report.error.unwrap().contains("missing.git"));
+    assert!(!daemon.state().is_ready());
+}
+
+#[test]
+fn the_loop_polls_on_webhooks_and_shuts_down_gracefully() {
+    let rt = runtime();
+    let repos = repos();
+    let daemon = Daemon::new(
+        &config(&repos, &repos.dir.path().join("cache")),
+        rt.handle().clone(),
+    )
+    .unwrap();
+    let state = daemon.state();
+    let mut passes = state.passes();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (listener, addr) = rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        (l, a)
+    });
+    let running = rt.spawn(daemon.run(listener, async {
+        let _ = stopped.await;
+    }));
+    rt.block_on(async {
+        let wait = |n: u64| {
+            let mut passes = passes.clone();
+            async move {
+                tokio::time::timeout(Duration::from_secs(60), passes.wait_for(|p| *p >= n))
+                    .await
+                    .expect("the pass completes")
+                    .unwrap();
+            }
+        };
+        wait(1).await;
+        assert_eq!(commit_count(&repos.gitops, "dev"), 1);
+
+        // A push to the control plane, announced by a webhook over real HTTP.
+        write_files(
+            &repos.control_plane,
+            "main",
+            &[(
+                "templates/namespace.yaml",
+                Some(&template("namespace", "namespace", "kind: ns-v2")),
+            )],
+            "v2",
+        );
+        let response = raw_post(addr, "/webhook", "push", r#"{"ref":"refs/heads/main"}"#).await;
+        assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+        wait(2).await;
+        assert_eq!(commit_count(&repos.gitops, "dev"), 2);
+        assert_eq!(
+            branch_files(&repos.gitops, "dev")["small/app-t/namespace.yaml"],
+            b"kind: ns-v2\n"
+        );
+        let health = raw_get(addr, "/healthz").await;
+        assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("the daemon stops")
+            .unwrap()
+            .unwrap();
+    });
+    passes.mark_unchanged();
+}
+
+async fn raw_request(addr: std::net::SocketAddr, request: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut out = Vec::new();
+    stream.read_to_end(&mut out).await.unwrap();
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+async fn raw_post(addr: std::net::SocketAddr, path: &str, event: &str, body: &str) -> String {
+    raw_request(
+        addr,
+        format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nX-GitHub-Event: {event}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
+async fn raw_get(addr: std::net::SocketAddr, path: &str) -> String {
+    raw_request(
+        addr,
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await
+}
