@@ -10,6 +10,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "kube")]
+pub mod crd;
+#[cfg(feature = "kube")]
+pub use crd::{AssignmentStatus, GitIssueStatus, GitOpsRepoStatus, Status};
+
 /// The API group of every Kalypso kind.
 pub const GROUP: &str = "scheduler.kalypso.io";
 /// The API version of every Kalypso kind.
@@ -180,6 +185,7 @@ pub struct ObjectMeta {
 /// A place in a git repository: `repo` URL, `branch` and `path`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub struct RepositoryRef {
     /// Repository URL.
     pub repo: String,
@@ -192,6 +198,25 @@ pub struct RepositoryRef {
 /// A set of cluster types sharing reconciler, namespace and config templates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "ClusterType",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "ClusterType of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Reconciler","type":"string","jsonPath":".spec.reconciler"}"#,
+        printcolumn = r#"{"name":"Namespace","type":"string","jsonPath":".spec.namespaceService"}"#,
+        printcolumn = r#"{"name":"Config","type":"string","jsonPath":".spec.configType"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct ClusterTypeSpec {
     /// Name of the reconciler `Template`.
     pub reconciler: String,
@@ -204,6 +229,7 @@ pub struct ClusterTypeSpec {
 /// What a template is for. Recorded, but (as in the original) never checked against its use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub enum TemplateType {
     /// Reconciler resources (Flux, Argo CD...).
     Reconciler,
@@ -227,6 +253,24 @@ pub enum Manifest {
 /// Go templates for reconciler, namespace or config manifests.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "Template",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "Template of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Type","type":"string","jsonPath":".spec.type"}"#,
+        printcolumn = r#"{"name":"Content","type":"string","jsonPath":".spec.contentType"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct TemplateSpec {
     /// What the template is for.
     #[serde(rename = "type")]
@@ -241,6 +285,25 @@ pub struct TemplateSpec {
 /// A reference to the place where a workload is defined.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "WorkloadRegistration",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "WorkloadRegistration of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.workspace"}"#,
+        printcolumn = r#"{"name":"Repo","type":"string","jsonPath":".spec.workload.repo"}"#,
+        printcolumn = r#"{"name":"Branch","type":"string","jsonPath":".spec.workload.branch"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct WorkloadRegistrationSpec {
     /// Repository, branch and path of the `Workload` definition.
     pub workload: RepositoryRef,
@@ -252,6 +315,22 @@ pub struct WorkloadRegistrationSpec {
 /// An application or service with the deployment targets its team wants.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "Workload",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "Workload of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct WorkloadSpec {
     /// The deployment targets.
     #[serde(default, deserialize_with = "null_as_default")]
@@ -268,6 +347,7 @@ pub struct WorkloadSpec {
 /// One deployment target as a workload declares it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub struct DeploymentTargetDetail {
     /// Target name (the derived DeploymentTarget is `<workload>-<name>`).
     pub name: String,
@@ -286,6 +366,25 @@ pub struct DeploymentTargetDetail {
 /// A place a workload is deployed to within one environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "DeploymentTarget",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "DeploymentTarget of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Environment","type":"string","jsonPath":".spec.environment"}"#,
+        printcolumn = r#"{"name":"Workload","type":"string","jsonPath":".metadata.labels.workload"}"#,
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".metadata.labels.workspace"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct DeploymentTargetSpec {
     /// The environment (`dev`, `stage`...).
     pub environment: String,
@@ -305,6 +404,8 @@ pub struct DeploymentTargetSpec {
 /// A Kubernetes label selector: `matchLabels` and `matchExpressions`, all of which must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "kube", schemars(extend("x-kubernetes-map-type" = "atomic")))]
 pub struct LabelSelector {
     /// Exact label values.
     #[serde(
@@ -325,6 +426,7 @@ pub struct LabelSelector {
 /// One set-based requirement: `In`, `NotIn`, `Exists` or `DoesNotExist`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub struct LabelSelectorRequirement {
     /// The label key.
     pub key: String,
@@ -342,6 +444,7 @@ pub struct LabelSelectorRequirement {
 /// Which deployment targets a policy schedules.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub struct DeploymentTargetSelector {
     /// Only targets of this workspace (empty: any).
     #[serde(default)]
@@ -354,6 +457,7 @@ pub struct DeploymentTargetSelector {
 /// Which cluster types a policy schedules onto.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
 pub struct ClusterTypeSelector {
     /// Cluster types whose labels match.
     #[serde(default)]
@@ -363,6 +467,23 @@ pub struct ClusterTypeSelector {
 /// Assigns every selected deployment target to every selected cluster type.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "SchedulingPolicy",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "SchedulingPolicy of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Workspace","type":"string","jsonPath":".spec.deploymentTargetSelector.workspace"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct SchedulingPolicySpec {
     /// The deployment targets.
     #[serde(default)]
@@ -375,6 +496,24 @@ pub struct SchedulingPolicySpec {
 /// A rollout environment and the control-plane branch that configures it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "Environment",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "Environment of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Repo","type":"string","jsonPath":".spec.controlPlane.repo"}"#,
+        printcolumn = r#"{"name":"Branch","type":"string","jsonPath":".spec.controlPlane.branch"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct EnvironmentSpec {
     /// Repository, branch and path of the environment's configuration.
     pub control_plane: RepositoryRef,
@@ -383,6 +522,25 @@ pub struct EnvironmentSpec {
 /// Where the environment's platform GitOps tree is delivered.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "GitOpsRepo",
+        plural = "gitopsrepoes",
+        namespaced,
+        status = "GitOpsRepoStatus",
+        category = "kalypso",
+        doc = "GitOpsRepo of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Repo","type":"string","jsonPath":".spec.repo"}"#,
+        printcolumn = r#"{"name":"Branch","type":"string","jsonPath":".spec.branch"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct GitOpsRepoSpec {
     /// Repository URL.
     pub repo: String,
@@ -396,6 +554,26 @@ pub struct GitOpsRepoSpec {
 /// The main-branch content an environment is built from; `commit` pins it (promotion).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "BaseRepo",
+        plural = "baserepoes",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "BaseRepo of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Repo","type":"string","jsonPath":".spec.repo"}"#,
+        printcolumn = r#"{"name":"Branch","type":"string","jsonPath":".spec.branch"}"#,
+        printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".spec.commit"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct BaseRepoSpec {
     /// Repository URL.
     pub repo: String,
@@ -412,6 +590,22 @@ pub struct BaseRepoSpec {
 /// A JSON schema for platform config, applied to assignments matched by its labels.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "ConfigSchema",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "ConfigSchema of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct ConfigSchemaSpec {
     /// The JSON schema text.
     pub schema: String,
@@ -420,6 +614,25 @@ pub struct ConfigSchemaSpec {
 /// One deployment target scheduled on one cluster type (derived).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "Assignment",
+        namespaced,
+        status = "AssignmentStatus",
+        category = "kalypso",
+        doc = "Assignment of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"Workload","type":"string","jsonPath":".spec.workload"}"#,
+        printcolumn = r#"{"name":"Target","type":"string","jsonPath":".spec.deploymentTarget"}"#,
+        printcolumn = r#"{"name":"ClusterType","type":"string","jsonPath":".spec.clusterType"}"#,
+        printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+        printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason","priority":1}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
 pub struct AssignmentSpec {
     /// The workload.
     pub workload: String,
@@ -432,6 +645,23 @@ pub struct AssignmentSpec {
 /// The rendered manifests of one assignment (derived).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "AssignmentPackage",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "AssignmentPackage of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"ClusterType","type":"string","jsonPath":".metadata.labels.cluster-type"}"#,
+        printcolumn = r#"{"name":"Target","type":"string","jsonPath":".metadata.labels.deployment-target"}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
+#[cfg_attr(feature = "kube", schemars(transform = crd::assignment_package_schema))]
 pub struct AssignmentPackageSpec {
     /// Rendered reconciler manifests.
     #[serde(default)]

@@ -1,0 +1,223 @@
+//! The kinds as Kubernetes custom resources (feature `kube`).
+//!
+//! With the feature on, every `*Spec` type of this crate also derives kube's
+//! `CustomResource` and schemars' `JsonSchema`, which generates the root types
+//! ([`ClusterType`](crate::ClusterType), [`Template`](crate::Template), ...) and their
+//! `CustomResourceDefinition`s. This module holds what those derives need besides the specs:
+//! the status types, the schema of template manifests (strings or objects, as both eras of
+//! control planes have them), and [`definitions`], the CRDs of every kind in one list.
+//!
+//! The CRDs are field- and version-compatible with the original operator's: same group,
+//! version, kinds, plural names (`baserepoes`, `gitopsrepoes`), namespaced scope and status
+//! subresources. They accept everything the original's accept; what they add (conditions on
+//! every kind, printer columns, the `kalypso` category) is additive.
+
+use std::borrow::Cow;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::CustomResourceExt;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Assignment, AssignmentPackage, BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment,
+    GitOpsRepo, Manifest, SchedulingPolicy, Template, Workload, WorkloadRegistration,
+};
+
+/// The status of most kinds: conditions only (`Ready`, with reason, message and the
+/// generation it was computed for).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    /// Conditions, one per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+}
+
+/// The status of a GitOpsRepo: what was last delivered to it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitOpsRepoStatus {
+    /// Hash of the content last delivered (the original stores its own hash here; a
+    /// different value only means one more, possibly empty, delivery).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_content_hash: Option<String>,
+    /// Conditions: `Ready` (delivered, blocked or failed) and `ReadyToPR` (content waiting
+    /// for the debounce to pass).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The commit last written to the GitOps repository.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit: Option<String>,
+    /// The pull request last opened, when delivering by pull request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pull_request: Option<String>,
+}
+
+/// The GitHub issue an assignment's failure was reported in.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitIssueStatus {
+    /// The issue number.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issue_no: Option<i64>,
+    /// Hash of the reported message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+}
+
+/// The status of an Assignment.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AssignmentStatus {
+    /// Conditions, one per type.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "conditions_schema")]
+    pub conditions: Vec<Condition>,
+    /// The issue reporting the assignment's failure, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub git_issue_status: Option<GitIssueStatus>,
+}
+
+/// Conditions are a map keyed by `type`, so that server-side apply merges them per type.
+fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
+    let mut schema = <Vec<Condition>>::json_schema(generator);
+    schema.insert("x-kubernetes-list-type".into(), "map".into());
+    schema.insert("x-kubernetes-list-map-keys".into(), serde_json::json!(["type"]));
+    schema
+}
+
+/// A template manifest is a Go template string, or (in control planes from before 2023-03)
+/// a YAML object: the schema accepts any value and preserves it.
+impl JsonSchema for Manifest {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> Cow<'static, str> {
+        "Manifest".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "description": "A Go template string, or a YAML object whose string leaves are templates.",
+            "x-kubernetes-preserve-unknown-fields": true
+        })
+    }
+}
+
+/// The original's AssignmentPackages also carry a content type for the reconciler and
+/// namespace manifests; the schema keeps them so that its objects survive unpruned.
+pub(crate) fn assignment_package_schema(schema: &mut Schema) {
+    if let Some(properties) = schema
+        .get_mut("properties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for field in ["reconcilerManifestsContentType", "namespaceManifestsContentType"] {
+            properties.insert(field.to_owned(), serde_json::json!({ "type": "string" }));
+        }
+    }
+}
+
+/// The CustomResourceDefinitions of every `scheduler.kalypso.io/v1alpha1` kind, sorted by
+/// name (`assignmentpackages.scheduler.kalypso.io` first).
+pub fn definitions() -> Vec<CustomResourceDefinition> {
+    let mut crds = vec![
+        Assignment::crd(),
+        AssignmentPackage::crd(),
+        BaseRepo::crd(),
+        ClusterType::crd(),
+        ConfigSchema::crd(),
+        DeploymentTarget::crd(),
+        Environment::crd(),
+        GitOpsRepo::crd(),
+        SchedulingPolicy::crd(),
+        Template::crd(),
+        Workload::crd(),
+        WorkloadRegistration::crd(),
+    ];
+    crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    crds
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Kind;
+
+    #[test]
+    fn every_kind_has_a_crd_with_the_original_names() {
+        let crds = definitions();
+        for kind in Kind::ALL.into_iter().filter(|k| *k != Kind::ConfigMap) {
+            let crd = crds
+                .iter()
+                .find(|c| c.spec.names.kind == kind.name())
+                .unwrap_or_else(|| panic!("no CRD for {kind}"));
+            assert_eq!(crd.spec.group, crate::GROUP);
+            assert_eq!(crd.spec.names.plural, kind.plural());
+            assert_eq!(
+                crd.metadata.name.as_deref(),
+                Some(format!("{}.{}", kind.plural(), crate::GROUP).as_str())
+            );
+            assert_eq!(crd.spec.scope, "Namespaced");
+            assert_eq!(crd.spec.versions.len(), 1);
+            let version = &crd.spec.versions[0];
+            assert_eq!(version.name, crate::VERSION);
+            assert!(version.served && version.storage);
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some(),
+                "{kind} has a status subresource"
+            );
+        }
+        assert_eq!(crds.len(), 12);
+    }
+
+    fn spec_schema(kind: &str) -> serde_json::Value {
+        let crd = definitions()
+            .into_iter()
+            .find(|c| c.spec.names.kind == kind)
+            .expect("crd");
+        let schema = crd.spec.versions[0]
+            .schema
+            .as_ref()
+            .and_then(|s| s.open_api_v3_schema.as_ref())
+            .expect("schema");
+        let json = serde_json::to_value(schema).expect("json");
+        json["properties"]["spec"].clone()
+    }
+
+    #[test]
+    fn template_manifests_accept_strings_and_objects() {
+        let spec = spec_schema("Template");
+        let items = &spec["properties"]["manifests"]["items"];
+        assert_eq!(items["x-kubernetes-preserve-unknown-fields"], true, "{spec:#}");
+        assert!(items.get("type").is_none(), "{items:#}");
+        assert_eq!(
+            spec["properties"]["type"]["enum"],
+            serde_json::json!(["reconciler", "namespace", "config"])
+        );
+    }
+
+    #[test]
+    fn required_fields_match_the_original() {
+        let ct = spec_schema("ClusterType");
+        assert_eq!(
+            ct["required"],
+            serde_json::json!(["configType", "namespaceService", "reconciler"])
+        );
+        let env = spec_schema("Environment");
+        assert_eq!(env["required"], serde_json::json!(["controlPlane"]));
+        let selector = &spec_schema("SchedulingPolicy")["properties"]["clusterTypeSelector"]["properties"]["labelSelector"];
+        assert_eq!(selector["x-kubernetes-map-type"], "atomic");
+        let package = spec_schema("AssignmentPackage");
+        assert!(package["properties"]["reconcilerManifestsContentType"].is_object());
+        assert!(package["properties"]["configManifestsContentType"].is_object());
+    }
+}

@@ -1,0 +1,236 @@
+//! `--source git`: no Flux. Each Environment names its control plane (`spec.controlPlane`:
+//! repository, branch, path); the operator reads it from git and delivers it with
+//! `kalypso-git`'s syncer — the same code as `kalypso serve` — every poll period, and reports
+//! the outcome as the Environment's `Ready` condition.
+//!
+//! Nothing is applied into environment namespaces in this mode: the control plane never
+//! becomes Kubernetes objects, so the scheduler controller has nothing to watch and does not
+//! run. What the Environment gains is Kubernetes' own leader election, status, Events and
+//! scaling of the daemon.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kalypso_api::Environment;
+use kalypso_git::sync::{Error as SyncError, Outcome, Syncer};
+use kalypso_git::{EnvReport, EnvironmentRef, RepoUrl};
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::Shared;
+use crate::conditions::Desired;
+
+/// Why an Environment could not be synchronised.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Its control-plane URL is invalid.
+    #[error("Environment {name}: spec.controlPlane.repo: {message}")]
+    Url {
+        /// The Environment.
+        name: String,
+        /// Why.
+        message: String,
+    },
+    /// Reading, rendering or delivering failed.
+    #[error("Environment {name}: {source}")]
+    Sync {
+        /// The Environment.
+        name: String,
+        /// The syncer's error.
+        #[source]
+        source: SyncError,
+    },
+    /// The sync thread failed (a bug).
+    #[error("Environment {name}: the sync thread failed")]
+    Thread {
+        /// The Environment.
+        name: String,
+    },
+    /// The status could not be written.
+    #[error("cannot write the status of Environment {name}: {source}")]
+    Status {
+        /// The Environment.
+        name: String,
+        /// The API error.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// The variant's name, for the failure metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Url { .. } => "Url",
+            Error::Sync { .. } => "Sync",
+            Error::Thread { .. } => "Thread",
+            Error::Status { .. } => "Status",
+        }
+    }
+}
+
+/// The controller's name.
+pub const CONTROLLER: &str = "environment-git";
+
+/// What the git-source controller needs.
+pub struct Context {
+    /// Client, events, metrics.
+    pub shared: Shared,
+    /// Reads control planes and delivers.
+    pub syncer: Arc<Syncer>,
+    /// How often each environment is synchronised.
+    pub poll: Duration,
+    /// How long to wait after a failure.
+    pub retry_after: Duration,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("poll", &self.poll)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The environment an Environment object describes (its branch defaults to its name).
+pub fn environment_ref(env: &Environment) -> EnvironmentRef {
+    let cp = &env.spec.control_plane;
+    EnvironmentRef {
+        name: env.name_any(),
+        branch: if cp.branch.is_empty() {
+            env.name_any()
+        } else {
+            cp.branch.clone()
+        },
+        path: cp.path.clone(),
+        repo: cp.repo.clone(),
+    }
+}
+
+/// The `Ready` condition that a sync's report gives.
+pub fn condition(report: &EnvReport) -> Desired {
+    match &report.outcome {
+        Outcome::Delivered(targets) => {
+            let detail: Vec<String> = targets
+                .iter()
+                .map(|t| format!("{} ({} {}): {:?}", t.name, t.repo, t.branch, t.delivery))
+                .collect();
+            Desired::ready(
+                "Delivered",
+                format!(
+                    "{} assignment(s) from {}; {}",
+                    report.assignments,
+                    report.revisions,
+                    detail.join("; ")
+                ),
+            )
+        }
+        Outcome::Failed { failures, .. } => Desired::failed(
+            failures
+                .iter()
+                .map(|f| f.message.clone())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    }
+}
+
+/// Synchronises one Environment.
+pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let _timer = ctx.shared.metrics.reconcile(CONTROLLER);
+    let name = env.name_any();
+    let url = RepoUrl::parse(&env.spec.control_plane.repo).map_err(|e| Error::Url {
+        name: name.clone(),
+        message: e.to_string(),
+    })?;
+    let env_ref = environment_ref(&env);
+    let syncer = ctx.syncer.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut pass = syncer.pass(&url)?;
+        pass.sync(&env_ref)
+    })
+    .await
+    .map_err(|_| Error::Thread { name: name.clone() })?;
+    let current = env.status.clone().unwrap_or_default().conditions;
+    let (desired, outcome) = match result {
+        Ok(report) => (condition(&report), Ok(())),
+        Err(source) => (
+            Desired::failed(source.to_string()),
+            Err(Error::Sync {
+                name: name.clone(),
+                source,
+            }),
+        ),
+    };
+    ctx.shared
+        .set_conditions(env.as_ref(), &current, &[desired], &[])
+        .await
+        .map_err(|source| Error::Status {
+            name: name.clone(),
+            source,
+        })?;
+    outcome?;
+    Ok(Action::requeue(ctx.poll))
+}
+
+/// After a failure: count it and try again later.
+pub fn error_policy(env: Arc<Environment>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(environment = %env.name_any(), error = %error, "sync failed");
+    ctx.shared.metrics.failure(CONTROLLER, error.metric_label());
+    Action::requeue(ctx.retry_after)
+}
+
+#[cfg(test)]
+mod tests {
+    use kalypso_api::{EnvironmentSpec, RepositoryRef};
+    use kalypso_core::Diagnostics;
+    use kalypso_git::render::Failure;
+
+    use super::*;
+
+    fn report(outcome: Outcome) -> EnvReport {
+        EnvReport {
+            environment: "dev".into(),
+            revisions: Default::default(),
+            assignments: 3,
+            diagnostics: Diagnostics::new(),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn outcomes_become_conditions() {
+        let ok = condition(&report(Outcome::Delivered(vec![])));
+        assert!(ok.status);
+        assert_eq!(ok.reason, "Delivered");
+        assert!(ok.message.starts_with("3 assignment(s)"));
+        let failed = condition(&report(Outcome::Failed {
+            failures: vec![Failure {
+                assignment: None,
+                message: "error[yaml]: dev/ct.yaml:3: bad".into(),
+            }],
+            issues: None,
+        }));
+        assert!(!failed.status);
+        assert_eq!(failed.reason, "UpdateFailed");
+        assert!(failed.message.contains("dev/ct.yaml:3"));
+    }
+
+    #[test]
+    fn the_branch_defaults_to_the_environment_name() {
+        let mut env = Environment::new(
+            "dev",
+            EnvironmentSpec {
+                control_plane: RepositoryRef {
+                    repo: "https://github.com/org/cp".into(),
+                    branch: String::new(),
+                    path: "clusters".into(),
+                },
+            },
+        );
+        assert_eq!(environment_ref(&env).branch, "dev");
+        env.spec.control_plane.branch = "env/dev".into();
+        let r = environment_ref(&env);
+        assert_eq!((r.branch.as_str(), r.path.as_str()), ("env/dev", "clusters"));
+    }
+}

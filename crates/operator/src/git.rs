@@ -1,0 +1,200 @@
+//! The git [`Publisher`]: delivery with `kalypso-git`, the same code `kalypso serve` uses.
+//!
+//! Each GitOpsRepo's branch gets the new tree as a pull request (the original's behaviour,
+//! on GitHub) or as a commit pushed onto the branch, per [`kalypso_git::Mode`]; a branch that
+//! already holds the tree gets nothing (the original opened empty pull requests). Git work
+//! is blocking, so it runs on tokio's blocking pool; GitHub calls block on the runtime from
+//! there.
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use kalypso_git::auth::Credentials;
+use kalypso_git::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
+use kalypso_git::issues;
+use kalypso_git::repo::{Cache, Transport};
+use kalypso_git::{AuthSettings, RepoUrl, RetryPolicy};
+use tokio::runtime::Handle;
+
+use crate::deliver::{PublishError, PublishRequest, Published, Publisher, ReportRequest};
+
+/// Why the git publisher cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The credentials could not be loaded.
+    #[error("cannot load git credentials: {0}")]
+    Credentials(#[from] kalypso_git::auth::Error),
+}
+
+/// Delivers with `kalypso-git`.
+#[derive(Clone, Debug)]
+pub struct GitPublisher {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    cache: Cache,
+    credentials: Credentials,
+    retry: RetryPolicy,
+    settings: DeliverySettings,
+    runtime: Handle,
+}
+
+impl GitPublisher {
+    /// A publisher mirroring repositories in `cache_dir`, with credentials per `auth`
+    /// (by default the token in `GITHUB_AUTH_TOKEN`, as the original).
+    pub fn new(
+        cache_dir: std::path::PathBuf,
+        auth: &AuthSettings,
+        settings: DeliverySettings,
+        runtime: Handle,
+    ) -> Result<GitPublisher, Error> {
+        Ok(GitPublisher {
+            inner: Arc::new(Inner {
+                cache: Cache::new(cache_dir),
+                credentials: Credentials::load(auth)?,
+                retry: RetryPolicy::default(),
+                settings,
+                runtime,
+            }),
+        })
+    }
+}
+
+fn published(delivery: Delivery) -> Published {
+    match delivery {
+        Delivery::UpToDate { .. } | Delivery::DryRun { .. } => Published::UpToDate,
+        Delivery::Committed { commit, .. } => Published::Pushed {
+            commit: commit.to_string(),
+        },
+        Delivery::PullRequest { url, commit, .. } => Published::PullRequest {
+            url,
+            commit: commit.to_string(),
+        },
+    }
+}
+
+impl GitPublisher {
+    /// Runs `work` on the blocking pool with a delivery context.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&Context<'_>) -> T + Send + 'static,
+    ) -> Result<T, tokio::task::JoinError> {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || {
+            let transport = Transport::new(&inner.credentials, inner.retry);
+            let ctx = Context {
+                cache: &inner.cache,
+                transport: &transport,
+                credentials: &inner.credentials,
+                settings: &inner.settings,
+                runtime: &inner.runtime,
+            };
+            work(&ctx)
+        })
+        .await
+    }
+}
+
+impl Publisher for GitPublisher {
+    fn publish(&self, request: PublishRequest) -> BoxFuture<'static, Result<Published, PublishError>> {
+        let inner = self.inner.clone();
+        Box::pin(async move {
+            let failure = |message: String, transient: bool| PublishError {
+                environment: request.environment.clone(),
+                gitops_repo: request.gitops_repo.clone(),
+                message: kalypso_git::redact(&message),
+                transient,
+            };
+            let url = RepoUrl::parse(&request.spec.repo).map_err(|e| failure(e.to_string(), false))?;
+            if request.spec.branch.trim().is_empty() {
+                return Err(failure("spec.branch is empty".to_owned(), false));
+            }
+            let mode = inner.settings.mode.resolve(&url);
+            let branch = request.spec.branch.clone();
+            let content = request.content.clone();
+            let publisher = GitPublisher { inner };
+            let result = publisher
+                .blocking(move |ctx| {
+                    let dest = Destination {
+                        url: &url,
+                        branch: &branch,
+                        mode,
+                    };
+                    deliver::deliver(ctx, &dest, &content)
+                })
+                .await
+                .map_err(|e| failure(format!("the delivery thread failed: {e}"), true))?;
+            result.map(published).map_err(|e| {
+                let transient = match &e {
+                    deliver::Error::Repo(r) => r.is_transient(),
+                    deliver::Error::GitHub(g) => g.is_transient(),
+                    deliver::Error::Contended { .. } => true,
+                    _ => false,
+                };
+                failure(e.to_string(), transient)
+            })
+        })
+    }
+
+    /// Issues exist only in pull-request mode, on GitHub, as in `kalypso serve`.
+    fn report(&self, request: ReportRequest) -> BoxFuture<'static, Result<(), PublishError>> {
+        let publisher = self.clone();
+        Box::pin(async move {
+            let failure = |message: String, transient: bool| PublishError {
+                environment: request.environment.clone(),
+                gitops_repo: request.gitops_repo.clone(),
+                message: kalypso_git::redact(&message),
+                transient,
+            };
+            let Ok(url) = RepoUrl::parse(&request.spec.repo) else {
+                return Ok(());
+            };
+            if publisher.inner.settings.mode.resolve(&url) != Mode::Pr || publisher.inner.settings.dry_run {
+                return Ok(());
+            }
+            let (environment, failures) = (request.environment.clone(), request.failures.clone());
+            let result = publisher
+                .blocking(move |ctx| -> Result<(), String> {
+                    let github = ctx.github(&url).map_err(|e| e.to_string())?;
+                    issues::apply(&github, &environment, &failures)
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
+                })
+                .await
+                .map_err(|e| failure(format!("the reporting thread failed: {e}"), true))?;
+            result.map_err(|m| failure(format!("cannot report failures as issues: {m}"), true))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn invalid_destinations_fail_before_any_git_work() {
+        let dir = std::env::temp_dir().join("kalypso-operator-git-test");
+        let publisher = GitPublisher::new(
+            dir,
+            &AuthSettings::default(),
+            DeliverySettings::default(),
+            Handle::current(),
+        )
+        .expect("publisher");
+        let request = PublishRequest {
+            environment: "dev".into(),
+            gitops_repo: "dev".into(),
+            spec: kalypso_api::GitOpsRepoSpec {
+                repo: "https://github.com/org/gitops".into(),
+                branch: " ".into(),
+                path: String::new(),
+            },
+            content: Default::default(),
+        };
+        let err = publisher.publish(request).await.expect_err("empty branch");
+        assert!(err.to_string().contains("spec.branch is empty"), "{err}");
+        assert!(!err.transient);
+    }
+}

@@ -1,0 +1,670 @@
+//! What one environment namespace should look like, computed from a [`Snapshot`] without
+//! touching the API server.
+//!
+//! [`plan`] runs the shared core pipeline (unfold, schedule, config, schemas, render) on the
+//! namespace's objects and turns its result into the operator's to-do list: the
+//! DeploymentTargets to keep (owned by their Workload, as the original keeps them) and the
+//! ones to delete, the `Ready` condition of every user-facing object, the repository content
+//! to deliver with its hash (or the problems that block it: as in the original, one failure
+//! blocks the environment), and, when asked for, Assignment and AssignmentPackage objects.
+//!
+//! It is plain data in, plain data out, so that all of the scheduler's decisions are unit
+//! tested here; the controller only applies the plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference};
+use kalypso_api::{
+    Assignment, AssignmentPackage, AssignmentPackageSpec, AssignmentSpec, DeploymentTarget, Kind, Labels,
+    labels,
+};
+use kalypso_core::tree::RepoContent;
+use kalypso_core::{Diagnostic, Diagnostics, Environment};
+use kalypso_git::render::Failure;
+use kalypso_template::Engine;
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::conditions::Desired;
+use crate::controller::StatusTarget;
+use crate::snapshot::{MissingRegistration, Snapshot, derived_from_workload};
+
+/// Labels on objects the operator creates.
+pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kalypso-scheduler");
+/// How many problems a GitOpsRepo's `Ready` message lists before summarising.
+const LISTED_PROBLEMS: usize = 10;
+
+/// What the plan should include besides the essentials.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Options {
+    /// Also produce Assignment and AssignmentPackage objects (the original's internal kinds).
+    pub assignments: bool,
+}
+
+/// The `Ready` condition one object should have.
+#[derive(Clone, Debug)]
+pub struct ObjectStatus {
+    /// The object's kind.
+    pub kind: Kind,
+    /// The object's name.
+    pub name: String,
+    /// Where to write (reference, resource, generation for `observedGeneration`).
+    pub target: StatusTarget,
+    /// The object's current conditions.
+    pub current: Vec<Condition>,
+    /// The condition it should have.
+    pub desired: Desired,
+}
+
+/// The GitOps content of the environment, ready to deliver.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Content {
+    /// What goes into the tree.
+    pub content: RepoContent,
+    /// A stable hash of it (hex SHA-256), stored in `GitOpsRepo.status.repoContentHash`.
+    pub hash: String,
+    /// How many assignments it holds.
+    pub assignments: usize,
+}
+
+/// Whether the environment can be delivered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Delivery {
+    /// Every object is fine: this is the content.
+    Ready(Content),
+    /// These problems block delivery (each names its object).
+    Blocked(Vec<String>),
+}
+
+/// The operator's to-do list for one namespace.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// The namespace.
+    pub namespace: String,
+    /// DeploymentTargets derived from Workloads, to create or update.
+    pub targets: Vec<DeploymentTarget>,
+    /// Names of derived DeploymentTargets no Workload asks for any more.
+    pub stale_targets: Vec<String>,
+    /// The `Ready` condition of each object.
+    pub statuses: Vec<ObjectStatus>,
+    /// The content to deliver, or why not.
+    pub delivery: Delivery,
+    /// Warnings (not blocking), for logs.
+    pub warnings: Vec<String>,
+    /// Assignments and their packages (only with [`Options::assignments`]).
+    pub assignments: Vec<(Assignment, AssignmentPackage)>,
+    /// The errors grouped as the original reports them in GitHub issues (one per failing
+    /// assignment, one for the rest); empty when nothing fails.
+    pub failures: Vec<Failure>,
+}
+
+/// Diagnostics grouped by the object they are about.
+#[derive(Default)]
+struct ByObject {
+    errors: BTreeMap<(Kind, String), Vec<String>>,
+    warnings: BTreeMap<(Kind, String), Vec<String>>,
+}
+
+fn describe(d: &Diagnostic) -> String {
+    match &d.field {
+        Some(field) => format!("{field}: {}", d.message),
+        None => d.message.clone(),
+    }
+}
+
+impl ByObject {
+    fn new(diagnostics: &Diagnostics) -> ByObject {
+        let mut by = ByObject::default();
+        for d in diagnostics.iter() {
+            let Some(object) = d.object.clone() else { continue };
+            let map = if d.is_error() {
+                &mut by.errors
+            } else {
+                &mut by.warnings
+            };
+            map.entry(object).or_default().push(describe(d));
+        }
+        by
+    }
+
+    /// `Ready` for an object: failed with its errors, else `ok` with its warnings.
+    fn condition(&self, kind: Kind, name: &str, ok_reason: &str, ok_message: String) -> Desired {
+        let key = (kind, name.to_owned());
+        if let Some(errors) = self.errors.get(&key) {
+            return Desired::failed(errors.join("; "));
+        }
+        let mut message = ok_message;
+        if let Some(warnings) = self.warnings.get(&key) {
+            if !message.is_empty() {
+                message.push_str("; ");
+            }
+            message.push_str("warning: ");
+            message.push_str(&warnings.join("; warning: "));
+        }
+        Desired::ready(ok_reason, message)
+    }
+}
+
+/// A hex SHA-256 of the content: cluster types, every file of every package, and the
+/// promoted commit, each length-prefixed so that no two contents hash alike.
+pub fn content_hash(content: &RepoContent) -> String {
+    let mut h = Sha256::new();
+    let mut put = |bytes: &[u8]| {
+        h.update((bytes.len() as u64).to_le_bytes());
+        h.update(bytes);
+    };
+    for ct in &content.cluster_types {
+        put(b"ct");
+        put(ct.as_bytes());
+    }
+    for ((ct, dt), package) in &content.packages {
+        for (file, blob) in package.files() {
+            put(b"file");
+            put(format!("{ct}/{dt}/{file}").as_bytes());
+            put(blob);
+        }
+    }
+    if let Some(commit) = &content.promoted_commit {
+        put(b"promoted");
+        put(commit.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+/// Computes the plan of `snapshot`'s namespace with the shared pipeline.
+pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
+    let namespace = snapshot.namespace.clone();
+    let (ns, missing) = snapshot.to_namespace();
+    let mut diagnostics = Diagnostics::new();
+    let env = Environment::new(ns, &mut diagnostics);
+    let rendered = kalypso_core::render(&env, engine, &mut diagnostics);
+    let by = ByObject::new(&diagnostics);
+
+    // Derived deployment targets, owned by their Workload.
+    let workloads: BTreeMap<&str, &kalypso_api::Workload> = snapshot
+        .workloads
+        .iter()
+        .map(|w| (w.metadata.name.as_deref().unwrap_or_default(), w.as_ref()))
+        .collect();
+    let mut targets = Vec::new();
+    for target in env.targets.values() {
+        let Some(delivered) = env.namespace.workloads.get(&target.workload) else {
+            continue;
+        };
+        if delivered.object.origin != target.origin {
+            continue; // declared directly, not derived
+        }
+        let Some(owner) = workloads
+            .get(target.workload.as_str())
+            .and_then(|w| w.controller_owner_ref(&()))
+        else {
+            continue;
+        };
+        let mut dt = DeploymentTarget::new(&target.name, target.spec.clone());
+        dt.metadata.namespace = Some(namespace.clone());
+        dt.metadata.labels = Some(target.labels.clone());
+        dt.metadata.owner_references = Some(vec![owner]);
+        targets.push(dt);
+    }
+    let wanted: BTreeSet<&str> = targets
+        .iter()
+        .filter_map(|t| t.metadata.name.as_deref())
+        .collect();
+    let kept_workloads: BTreeSet<&str> = missing.iter().map(|m| m.workload.as_str()).collect();
+    let mut stale_targets: Vec<String> = snapshot
+        .deployment_targets
+        .iter()
+        .filter(|t| {
+            derived_from_workload(t).is_some_and(|w| !kept_workloads.contains(w))
+                && !wanted.contains(t.name_any().as_str())
+        })
+        .map(|t| t.name_any())
+        .collect();
+    stale_targets.sort();
+
+    let statuses = statuses(snapshot, &env, &by, &missing);
+
+    // Problems: every error blocks delivery, as one failing assignment blocks the
+    // original's environment.
+    let mut problems: Vec<String> = missing
+        .iter()
+        .map(|m| {
+            format!(
+                "Workload {:?}: WorkloadRegistration {:?} not found",
+                m.workload, m.registration
+            )
+        })
+        .collect();
+    problems.extend(diagnostics.errors().map(ToString::to_string));
+    let warnings = diagnostics.warnings().map(ToString::to_string).collect();
+    let delivery = if problems.is_empty() {
+        Delivery::Ready(Content {
+            hash: content_hash(&rendered.content),
+            assignments: rendered.records.len(),
+            content: rendered.content.clone(),
+        })
+    } else {
+        Delivery::Blocked(problems)
+    };
+
+    let scheduled: Vec<(String, String)> = env
+        .schedule
+        .iter()
+        .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
+        .collect();
+    let mut failures = kalypso_git::render::failures(&scheduled, &rendered.content, &diagnostics);
+    if !missing.is_empty() && failures.iter().all(|f| f.assignment.is_some()) {
+        // Missing registrations are not diagnostics of the core: report them too.
+        let message = missing
+            .iter()
+            .map(|m| {
+                format!(
+                    "Workload {:?}: WorkloadRegistration {:?} not found",
+                    m.workload, m.registration
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        failures.push(Failure {
+            assignment: None,
+            message,
+        });
+    }
+
+    let assignments = if options.assignments {
+        assignment_objects(&namespace, &env, &rendered.content, &by)
+    } else {
+        Vec::new()
+    };
+
+    Plan {
+        namespace,
+        targets,
+        stale_targets,
+        statuses,
+        delivery,
+        warnings,
+        assignments,
+        failures,
+    }
+}
+
+fn statuses(
+    snapshot: &Snapshot,
+    env: &Environment,
+    by: &ByObject,
+    missing: &[MissingRegistration],
+) -> Vec<ObjectStatus> {
+    let mut out = Vec::new();
+    let mut push = |kind: Kind, target: StatusTarget, current: Option<&Vec<Condition>>, desired: Desired| {
+        out.push(ObjectStatus {
+            kind,
+            name: target.reference.name.clone().unwrap_or_default(),
+            target,
+            current: current.cloned().unwrap_or_default(),
+            desired,
+        });
+    };
+    fn conditions(s: &Option<kalypso_api::Status>) -> Option<&Vec<Condition>> {
+        s.as_ref().map(|s| &s.conditions)
+    }
+
+    for o in &snapshot.cluster_types {
+        let name = o.name_any();
+        let d = by.condition(Kind::ClusterType, &name, "Accepted", String::new());
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::ClusterType,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    for o in &snapshot.templates {
+        let name = o.name_any();
+        let d = by.condition(Kind::Template, &name, "Accepted", String::new());
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::Template,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    for o in &snapshot.config_schemas {
+        let name = o.name_any();
+        let d = by.condition(Kind::ConfigSchema, &name, "Accepted", String::new());
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::ConfigSchema,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    for o in &snapshot.policies {
+        let name = o.name_any();
+        let count = env.schedule.iter().filter(|a| a.policies.contains(&name)).count();
+        let d = by.condition(
+            Kind::SchedulingPolicy,
+            &name,
+            "AssignmentsCreated",
+            plural(count, "assignment"),
+        );
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::SchedulingPolicy,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    for o in &snapshot.workloads {
+        let name = o.name_any();
+        let d = match missing.iter().find(|m| m.workload == name) {
+            Some(m) => Desired::failed(format!(
+                "WorkloadRegistration {:?} named by label {} not found",
+                m.registration,
+                labels::FLUX_NAME
+            )),
+            None => {
+                let count = env.targets.values().filter(|t| t.workload == name).count();
+                by.condition(
+                    Kind::Workload,
+                    &name,
+                    "DeploymentTargetsCreated",
+                    format!("{} in {}", plural(count, "deployment target"), snapshot.namespace),
+                )
+            }
+        };
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::Workload,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    for o in &snapshot.deployment_targets {
+        let name = o.name_any();
+        if !env.targets.contains_key(&name) {
+            continue; // stale: about to be deleted
+        }
+        let count = env
+            .schedule
+            .iter()
+            .filter(|a| a.deployment_target == name)
+            .count();
+        let d = by.condition(
+            Kind::DeploymentTarget,
+            &name,
+            "Scheduled",
+            format!("on {}", plural(count, "cluster type")),
+        );
+        if o.metadata.deletion_timestamp.is_none() {
+            push(
+                Kind::DeploymentTarget,
+                StatusTarget::of(o.as_ref()),
+                conditions(&o.status),
+                d,
+            );
+        }
+    }
+    out
+}
+
+fn assignment_objects(
+    namespace: &str,
+    env: &Environment,
+    content: &RepoContent,
+    by: &ByObject,
+) -> Vec<(Assignment, AssignmentPackage)> {
+    let mut out = Vec::new();
+    for a in env.schedule.iter() {
+        let name = format!("{}-{}-{}", a.workload, a.deployment_target, a.cluster_type);
+        let mut assignment = Assignment::new(
+            &name,
+            AssignmentSpec {
+                workload: a.workload.clone(),
+                deployment_target: a.deployment_target.clone(),
+                cluster_type: a.cluster_type.clone(),
+            },
+        );
+        assignment.metadata.namespace = Some(namespace.to_owned());
+        let mut l = Labels::new();
+        if let Some(policy) = a.policies.first() {
+            l.insert(labels::SCHEDULING_POLICY.to_owned(), policy.clone());
+        }
+        l.insert(MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned());
+        assignment.metadata.labels = Some(l);
+        let package = content
+            .packages
+            .get(&(a.cluster_type.clone(), a.deployment_target.clone()));
+        let desired = match package {
+            Some(_) => Desired::ready("AssignmentPackageCreated", ""),
+            None => {
+                let errors = by
+                    .errors
+                    .get(&(Kind::DeploymentTarget, a.deployment_target.clone()))
+                    .map(|e| e.join("; "))
+                    .unwrap_or_else(|| "no manifests were rendered".to_owned());
+                Desired::failed(errors)
+            }
+        };
+        assignment.status = Some(kalypso_api::AssignmentStatus {
+            conditions: crate::conditions::update(&[], &[desired], &[], None, &crate::conditions::now()),
+            git_issue_status: None,
+        });
+        let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+        let spec = match package {
+            Some(p) => AssignmentPackageSpec {
+                reconciler_manifests: vec![text(&p.reconciler)],
+                namespace_manifests: vec![text(&p.namespace)],
+                config_manifests: p.config.iter().map(|(_, b)| text(b)).collect(),
+                config_manifests_content_type: match p.config {
+                    Some((file, _)) if file.ends_with(".sh") => "sh".to_owned(),
+                    _ => "yaml".to_owned(),
+                },
+            },
+            None => AssignmentPackageSpec::default(),
+        };
+        let mut pkg = AssignmentPackage::new(&name, spec);
+        pkg.metadata.namespace = Some(namespace.to_owned());
+        pkg.metadata.labels = Some(Labels::from([
+            (labels::CLUSTER_TYPE.to_owned(), a.cluster_type.clone()),
+            (labels::WORKLOAD.to_owned(), a.workload.clone()),
+            (labels::DEPLOYMENT_TARGET.to_owned(), a.deployment_target.clone()),
+            (MANAGED_BY.0.to_owned(), MANAGED_BY.1.to_owned()),
+        ]));
+        out.push((assignment, pkg));
+    }
+    out
+}
+
+/// The owner reference that makes an AssignmentPackage go with its Assignment (needs the
+/// Assignment's uid, known once it exists).
+pub fn package_owner(assignment: &Assignment) -> Option<OwnerReference> {
+    assignment.controller_owner_ref(&())
+}
+
+/// A short text for a GitOpsRepo's `Ready=False` message.
+pub fn summarize(problems: &[String]) -> String {
+    let mut out = format!("{} block delivery:", plural(problems.len(), "problem"));
+    for p in problems.iter().take(LISTED_PROBLEMS) {
+        out.push_str("\n- ");
+        out.push_str(p);
+    }
+    if problems.len() > LISTED_PROBLEMS {
+        out.push_str(&format!("\n- ... and {} more", problems.len() - LISTED_PROBLEMS));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::fixtures::*;
+
+    fn engine() -> Engine {
+        Engine::new()
+    }
+
+    #[test]
+    fn a_healthy_environment_is_ready_to_deliver() {
+        let s = hello_world_snapshot();
+        let p = plan(&s, &engine(), Options::default());
+        let Delivery::Ready(content) = &p.delivery else {
+            panic!("blocked: {:?}", p.delivery);
+        };
+        assert_eq!(content.assignments, 1);
+        let keys: Vec<_> = content.content.packages.keys().cloned().collect();
+        assert_eq!(keys, [("large".to_owned(), "hw-dev".to_owned())]);
+        let pkg = &content.content.packages[&("large".to_owned(), "hw-dev".to_owned())];
+        assert_eq!(
+            &pkg.reconciler[..],
+            b"kind: Reconciler\nname: hw-dev\nns: dev-large-hw-dev\n"
+        );
+        assert_eq!(content.hash.len(), 64);
+
+        // The target is derived from the Workload and owned by it.
+        assert_eq!(p.targets.len(), 1);
+        let dt = &p.targets[0];
+        assert_eq!(dt.name_any(), "hw-dev");
+        let owner = &dt.owner_references()[0];
+        assert_eq!((owner.kind.as_str(), owner.name.as_str()), ("Workload", "hw"));
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(dt.labels()["workload"], "hw");
+        assert_eq!(dt.labels()["workspace"], "team-a");
+        assert!(p.stale_targets.is_empty());
+
+        let policy = p
+            .statuses
+            .iter()
+            .find(|s| s.kind == Kind::SchedulingPolicy)
+            .expect("policy status");
+        assert_eq!(
+            policy.desired,
+            Desired::ready("AssignmentsCreated", "1 assignment")
+        );
+        let workload = p
+            .statuses
+            .iter()
+            .find(|s| s.kind == Kind::Workload)
+            .expect("workload");
+        assert_eq!(
+            workload.desired,
+            Desired::ready("DeploymentTargetsCreated", "1 deployment target in dev")
+        );
+    }
+
+    #[test]
+    fn hash_is_stable_and_follows_content() {
+        let s = hello_world_snapshot();
+        let a = plan(&s, &engine(), Options::default());
+        let b = plan(&s, &engine(), Options::default());
+        let hash = |p: &Plan| match &p.delivery {
+            Delivery::Ready(c) => c.hash.clone(),
+            Delivery::Blocked(p) => panic!("{p:?}"),
+        };
+        assert_eq!(hash(&a), hash(&b));
+        let mut changed = hello_world_snapshot();
+        changed
+            .config_maps
+            .push(Arc::new(platform_config("extra", &[("REGION", "west")])));
+        assert_ne!(hash(&a), hash(&plan(&changed, &engine(), Options::default())));
+    }
+
+    #[test]
+    fn a_broken_template_blocks_delivery_and_is_reported_on_its_objects() {
+        let mut s = hello_world_snapshot();
+        s.templates = vec![Arc::new(template("reconciler", &["{{ .Broken "]))];
+        let p = plan(&s, &engine(), Options::default());
+        let Delivery::Blocked(problems) = &p.delivery else {
+            panic!("not blocked");
+        };
+        assert!(!problems.is_empty());
+        let t = p
+            .statuses
+            .iter()
+            .find(|s| s.kind == Kind::Template)
+            .expect("template");
+        assert!(!t.desired.status, "{t:?}");
+        assert_eq!(t.desired.reason, "UpdateFailed");
+        assert!(summarize(problems).contains("block delivery"));
+        assert!(!p.failures.is_empty(), "reported as issues");
+        assert!(
+            plan(&hello_world_snapshot(), &engine(), Options::default())
+                .failures
+                .is_empty(),
+            "nothing to report when everything renders"
+        );
+    }
+
+    #[test]
+    fn targets_no_longer_declared_are_deleted() {
+        let mut s = hello_world_snapshot();
+        let w = s.workloads[0].as_ref().clone();
+        s.deployment_targets
+            .push(Arc::new(owned_target(&w, "hw-old", "dev")));
+        s.deployment_targets
+            .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
+        let p = plan(&s, &engine(), Options::default());
+        assert_eq!(p.stale_targets, ["hw-old"]);
+        // The existing derived target gets a status; the stale one does not.
+        let names: Vec<_> = p
+            .statuses
+            .iter()
+            .filter(|s| s.kind == Kind::DeploymentTarget)
+            .map(|s| s.name.as_str())
+            .collect();
+        assert_eq!(names, ["hw-dev"]);
+    }
+
+    #[test]
+    fn a_missing_registration_fails_the_workload_and_keeps_its_targets() {
+        let mut s = hello_world_snapshot();
+        let w = s.workloads[0].as_ref().clone();
+        s.deployment_targets
+            .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
+        s.registrations.clear();
+        let p = plan(&s, &engine(), Options::default());
+        assert!(p.stale_targets.is_empty());
+        assert!(p.targets.is_empty());
+        let workload = p
+            .statuses
+            .iter()
+            .find(|s| s.kind == Kind::Workload)
+            .expect("workload");
+        assert!(!workload.desired.status);
+        assert!(matches!(p.delivery, Delivery::Blocked(_)));
+    }
+
+    #[test]
+    fn assignments_are_objects_only_when_asked_for() {
+        let s = hello_world_snapshot();
+        assert!(plan(&s, &engine(), Options::default()).assignments.is_empty());
+        let p = plan(&s, &engine(), Options { assignments: true });
+        assert_eq!(p.assignments.len(), 1);
+        let (a, pkg) = &p.assignments[0];
+        assert_eq!(a.name_any(), "hw-hw-dev-large");
+        assert_eq!(a.labels()["scheduling-policy"], "all");
+        assert_eq!(pkg.labels()["cluster-type"], "large");
+        assert_eq!(pkg.spec.config_manifests_content_type, "yaml");
+        assert_eq!(pkg.spec.reconciler_manifests.len(), 1);
+    }
+}
