@@ -14,6 +14,8 @@
 //! binary on it, and requires the folder to equal `expected/` byte for byte, with no missing
 //! or extra file. Adding a case is adding a folder.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@
 //! whose name contains the given text. The run prints `gotemplate: N passed, M failed` and
 //! then fails if any case failed, showing what each failing case produced.
 
+#![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
+
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 

@@ -7,13 +7,14 @@
 //! temporaries are removed and the folder is exactly as it was. No write ever follows a
 //! symbolic link out of the output folder, and `.git` is never read or touched.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use kalypso_core::source::{SourceFile, SourceTree};
 use kalypso_core::tree::{Blob, Change, Tree, diff};
+use rayon::prelude::*;
 
 /// Errors of reading and writing folders; each names the path.
 #[derive(Debug, thiserror::Error)]
@@ -140,14 +141,27 @@ fn check_relative(rel: &str) -> Result<(), FsError> {
 }
 
 /// Fails if any existing component of `rel` below `root` (including `rel` itself) is a
-/// symbolic link.
-fn check_no_symlinks(root: &Path, rel: &str) -> Result<(), FsError> {
-    let mut path = root.to_owned();
-    for segment in rel.split('/') {
-        path.push(segment);
+/// symbolic link. Folders already known to be real folders are skipped.
+fn check_no_symlinks(root: &Path, rel: &str, known_dirs: &mut HashSet<String>) -> Result<(), FsError> {
+    let mut prefix = String::new();
+    let segments: Vec<&str> = rel.split('/').collect();
+    for (i, segment) in segments.iter().enumerate() {
+        if !prefix.is_empty() {
+            prefix.push('/');
+        }
+        prefix.push_str(segment);
+        let is_last = i + 1 == segments.len();
+        if !is_last && known_dirs.contains(&prefix) {
+            continue;
+        }
+        let path = root.join(&prefix);
         match fs::symlink_metadata(&path) {
             Ok(meta) if meta.file_type().is_symlink() => return Err(FsError::Symlink(path)),
-            Ok(_) => {}
+            Ok(meta) => {
+                if meta.is_dir() {
+                    known_dirs.insert(prefix.clone());
+                }
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(FsError::Read { path, source: e }),
         }
@@ -155,9 +169,28 @@ fn check_no_symlinks(root: &Path, rel: &str) -> Result<(), FsError> {
     Ok(())
 }
 
+/// The folders that must exist for `paths`, parents before children.
+fn parent_dirs<'a>(paths: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
+    let mut dirs = BTreeSet::new();
+    for path in paths {
+        let mut end = path.len();
+        while let Some(slash) = path[..end].rfind('/') {
+            if !dirs.insert(&path[..slash]) {
+                break;
+            }
+            end = slash;
+        }
+    }
+    dirs
+}
+
 /// Makes the folder at `dir` hold `new` instead of `old` (which must be what
 /// [`read_tree`] read from it): only changed files are written, removed files are deleted,
 /// and folders left empty by deletions are removed.
+///
+/// A missing or empty `dir` is built beside it and renamed into place in one step; an
+/// existing tree has every new file staged next to its destination before any is renamed
+/// into place. Either way, a failure leaves `dir` as it was.
 pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsError> {
     let changes = diff(old, new);
     let mut stats = WriteStats {
@@ -166,7 +199,6 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
     };
     for (path, change) in &changes {
         check_relative(path)?;
-        check_no_symlinks(dir, path)?;
         match change {
             Change::Added => stats.added += 1,
             Change::Modified => stats.modified += 1,
@@ -174,67 +206,147 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
         }
     }
     stats.unchanged -= stats.added + stats.modified;
+    if changes.is_empty() {
+        return Ok(stats);
+    }
+    if old.is_empty() && is_missing_or_empty_dir(dir)? {
+        write_fresh(dir, new)?;
+    } else {
+        write_changes(dir, new, &changes)?;
+    }
+    Ok(stats)
+}
 
-    // Stage every write next to its destination.
+fn is_missing_or_empty_dir(dir: &Path) -> Result<bool, FsError> {
+    match fs::symlink_metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(e) => Err(FsError::Read {
+            path: dir.to_owned(),
+            source: e,
+        }),
+        Ok(meta) if meta.is_dir() => Ok(fs::read_dir(dir).map_err(read_err(dir))?.next().is_none()),
+        Ok(_) => Ok(false),
+    }
+}
+
+/// Writes `tree` into a new folder beside `dir`, then renames it to `dir`.
+fn write_fresh(dir: &Path, tree: &Tree) -> Result<(), FsError> {
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    fs::create_dir_all(&parent).map_err(write_err(&parent))?;
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".to_owned());
+    let staging = parent.join(format!(".{name}.kalypso-new-{}", std::process::id()));
+    if staging.exists() {
+        fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
+    }
+    let result = (|| {
+        fs::create_dir(&staging).map_err(write_err(&staging))?;
+        for sub in parent_dirs(tree.iter().map(|(p, _)| p.as_str())) {
+            let path = staging.join(sub);
+            fs::create_dir(&path).map_err(write_err(&path))?;
+        }
+        let files: Vec<(&String, &Blob)> = tree.iter().collect();
+        files.par_iter().try_for_each(|(rel, blob)| {
+            let path = staging.join(rel);
+            fs::write(&path, &blob[..]).map_err(write_err(&path))
+        })?;
+        // If `dir` is an empty folder, rename(2) replaces it.
+        fs::rename(&staging, dir).map_err(write_err(dir))
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&staging);
+    }
+    result
+}
+
+/// Applies `changes` to an existing tree: stage, then rename, then delete.
+fn write_changes(dir: &Path, new: &Tree, changes: &[(String, Change)]) -> Result<(), FsError> {
+    let mut known_dirs = HashSet::new();
+    for (path, _) in changes {
+        check_no_symlinks(dir, path, &mut known_dirs)?;
+    }
+    let writes: Vec<&str> = changes
+        .iter()
+        .filter(|(_, c)| *c != Change::Deleted)
+        .map(|(p, _)| p.as_str())
+        .collect();
+
+    // Create missing folders, remembering the outermost ones so a failure can undo them.
+    let mut created: Vec<PathBuf> = Vec::new();
     let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let mut created_dirs: Vec<PathBuf> = Vec::new();
-    let mut stage = |staged: &mut Vec<(PathBuf, PathBuf)>| -> Result<(), FsError> {
-        for (path, change) in &changes {
-            if *change == Change::Deleted {
-                continue;
-            }
-            let target = dir.join(path);
-            let parent = target.parent().unwrap_or(dir);
-            if !parent.exists() {
-                let mut first_missing = parent;
-                while let Some(up) = first_missing.parent().filter(|up| !up.exists()) {
-                    first_missing = up;
+    let stage = (|| {
+        for sub in parent_dirs(writes.iter().copied()) {
+            let path = dir.join(sub);
+            match fs::symlink_metadata(&path) {
+                Ok(meta) if meta.is_dir() => {}
+                Ok(_) => {
+                    return Err(FsError::Write {
+                        path,
+                        source: io::Error::other("exists and is not a folder"),
+                    });
                 }
-                created_dirs.push(first_missing.to_owned());
-                fs::create_dir_all(parent).map_err(write_err(parent))?;
+                Err(_) => {
+                    fs::create_dir(&path).map_err(write_err(&path))?;
+                    if !created.iter().any(|c| path.starts_with(c)) {
+                        created.push(path);
+                    }
+                }
             }
-            check_no_symlinks(dir, path)?;
+        }
+        staged = writes
+            .par_iter()
+            .map(|rel| {
+                let target = dir.join(rel);
+                let name = target
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                let temp = target.with_file_name(format!(".{name}.kalypso-tmp"));
+                let content = new.get(rel).map(|b| &b[..]).unwrap_or_default();
+                let mut file = fs::File::create(&temp).map_err(write_err(&temp))?;
+                file.write_all(content).map_err(write_err(&temp))?;
+                Ok((temp, target))
+            })
+            .collect::<Vec<Result<_, FsError>>>()
+            .into_iter()
+            .collect::<Result<Vec<_>, FsError>>()?;
+        Ok(())
+    })();
+    if let Err(e) = stage {
+        for rel in &writes {
+            let target = dir.join(rel);
             let name = target
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default();
-            let temp = parent.join(format!(".{name}.kalypso-tmp"));
-            let content = new.get(path).map(|b| &b[..]).unwrap_or_default();
-            let mut file = fs::File::create(&temp).map_err(write_err(&temp))?;
-            staged.push((temp.clone(), target));
-            file.write_all(content).map_err(write_err(&temp))?;
+            let _ = fs::remove_file(target.with_file_name(format!(".{name}.kalypso-tmp")));
         }
-        Ok(())
-    };
-    if let Err(e) = stage(&mut staged) {
-        for (temp, _) in &staged {
-            let _ = fs::remove_file(temp);
-        }
-        for created in &created_dirs {
-            let _ = fs::remove_dir_all(created);
+        for path in &created {
+            let _ = fs::remove_dir_all(path);
         }
         return Err(e);
     }
     for (temp, target) in &staged {
         fs::rename(temp, target).map_err(write_err(target))?;
     }
-    let mut parents = BTreeSet::new();
-    for (path, change) in &changes {
+    let mut emptied = BTreeSet::new();
+    for (path, change) in changes {
         if *change == Change::Deleted {
             let target = dir.join(path);
             fs::remove_file(&target).map_err(write_err(&target))?;
-            let mut p = Path::new(path.as_str()).parent();
-            while let Some(parent) = p.filter(|p| !p.as_os_str().is_empty()) {
-                parents.insert(parent.to_owned());
-                p = parent.parent();
-            }
+            emptied.extend(parent_dirs(std::iter::once(path.as_str())));
         }
     }
     // Deepest first, so that a folder emptied by removing its sub-folders goes too.
-    let mut parents: Vec<PathBuf> = parents.into_iter().collect();
-    parents.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
-    for parent in parents {
-        let full = dir.join(&parent);
+    let mut emptied: Vec<&str> = emptied.into_iter().collect();
+    emptied.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+    for rel in emptied {
+        let full = dir.join(rel);
         if fs::read_dir(&full)
             .map(|mut d| d.next().is_none())
             .unwrap_or(false)
@@ -242,7 +354,7 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
             fs::remove_dir(&full).map_err(write_err(&full))?;
         }
     }
-    Ok(stats)
+    Ok(())
 }
 
 #[cfg(test)]
@@ -290,6 +402,43 @@ mod tests {
         .unwrap_err();
         assert!(matches!(err, FsError::Symlink(_)), "{err}");
         assert!(fs::read_dir(outside.path()).unwrap().next().is_none());
+    }
+
+    #[test]
+    fn fresh_trees_are_renamed_into_place() {
+        let parent = tempfile::tempdir().unwrap();
+        let out = parent.path().join("out");
+        let t = tree(&[("a/b/x.yaml", "1"), ("c.yaml", "2")]);
+        write_tree(&out, &Tree::new(), &t).unwrap();
+        assert_eq!(read_tree(&out).unwrap(), t);
+        fs::create_dir(parent.path().join("empty")).unwrap();
+        write_tree(&parent.path().join("empty"), &Tree::new(), &t).unwrap();
+        assert_eq!(read_tree(&parent.path().join("empty")).unwrap(), t);
+        let leftovers: Vec<_> = fs::read_dir(parent.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.contains("kalypso"))
+            .collect();
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn failed_staging_leaves_the_tree_untouched() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = tree(&[("blocker", "a file where a folder is needed"), ("keep.yaml", "1")]);
+        write_tree(dir.path(), &Tree::new(), &old).unwrap();
+        let new = tree(&[
+            ("blocker", "a file where a folder is needed"),
+            ("keep.yaml", "2"),
+            ("new/x.yaml", "3"),
+            ("blocker/y.yaml", "4"),
+        ]);
+        assert!(write_tree(dir.path(), &old, &new).is_err());
+        assert_eq!(read_tree(dir.path()).unwrap(), old, "nothing changed");
+        assert!(
+            !dir.path().join("new").exists(),
+            "created folders are removed again"
+        );
     }
 
     #[test]

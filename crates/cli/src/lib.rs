@@ -74,6 +74,38 @@ enum Command {
     /// `--cluster-type`): every ConfigMap that contributed to the value, in merge order, the
     /// ones that did not apply and why, and the final value.
     Explain(ExplainArgs),
+    /// Deliver environments from a control plane in git to their GitOps repositories.
+    ///
+    /// Reads each environment's branch, the main branch at the commit its BaseRepo `main`
+    /// pins (else the tip), and the workload repositories its registrations point at; renders;
+    /// and delivers the tree on top of the GitOps branch: a commit (`--mode push`, the default
+    /// for local GitOps repositories) or a branch and a pull request (`--mode pr`, the default
+    /// otherwise). Nothing is written when the tree is unchanged. Failures are reported (as
+    /// GitHub issues in `pr` mode) and nothing is delivered; the exit code is then 1.
+    Sync(commands::SyncArgs),
+    /// Run the daemon: poll the control plane (and accept GitHub push webhooks), re-render
+    /// environments whose input commits changed, and deliver them.
+    ///
+    /// Serves /healthz, /readyz, /metrics (Prometheus), /status and /webhook; logs JSON;
+    /// stops gracefully on SIGTERM or ctrl-c. Configured by a kalypso.yaml file.
+    Serve(commands::ServeArgs),
+    /// Promote a main-branch commit to an environment: pin it in the environment branch's
+    /// BaseRepo `main` (base-repo.yaml), as the promotion workflow's CD step does.
+    Promote(commands::PromoteArgs),
+    /// Print the CustomResourceDefinitions of every scheduler.kalypso.io kind (YAML).
+    ///
+    /// Generated from the same Rust types the operator uses, and field-compatible with the
+    /// original scheduler's CRDs. Apply them with `kalypso crds | kubectl apply --server-side -f -`.
+    #[cfg(feature = "operator")]
+    Crds(commands::crds::CrdsArgs),
+    /// Run as a Kubernetes operator: a drop-in replacement for the original scheduler.
+    ///
+    /// Watches the scheduler.kalypso.io objects of every environment namespace, keeps the Flux
+    /// objects of Environments, BaseRepos and WorkloadRegistrations, schedules and renders each
+    /// environment in memory, writes DeploymentTargets and status conditions, and delivers the
+    /// GitOps tree as pull requests or pushes. See docs/operator.md.
+    #[cfg(feature = "operator")]
+    Operator(Box<commands::operator::OperatorArgs>),
 }
 
 /// Output formats.
@@ -202,6 +234,13 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Plan(args) => commands::plan(args, &cli.global),
         Command::Diff(args) => commands::diff(args, &cli.global),
         Command::Explain(args) => commands::explain(args, &cli.global),
+        Command::Sync(args) => commands::sync(args, &cli.global),
+        Command::Serve(args) => commands::serve(args, &cli.global),
+        Command::Promote(args) => commands::promote(args, &cli.global),
+        #[cfg(feature = "operator")]
+        Command::Crds(args) => commands::crds::crds(args, &cli.global),
+        #[cfg(feature = "operator")]
+        Command::Operator(args) => commands::operator::operator(args, &cli.global),
     });
     match result {
         Ok(code) => code,

@@ -1,13 +1,23 @@
 //! The commands.
 
+#[cfg(feature = "operator")]
+pub(crate) mod crds;
 mod explain;
+#[cfg(feature = "operator")]
+pub(crate) mod operator;
 mod plan;
+mod promote;
 mod render;
+mod serve;
+mod sync;
 mod validate;
 
 pub(crate) use explain::explain;
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
+pub(crate) use promote::{PromoteArgs, promote};
 pub(crate) use render::render;
+pub(crate) use serve::{ServeArgs, serve};
+pub(crate) use sync::{SyncArgs, sync};
 pub(crate) use validate::validate;
 
 use kalypso_core::{Diagnostics, Environment, Rendered};

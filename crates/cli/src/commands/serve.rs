@@ -13,7 +13,12 @@ use crate::GlobalArgs;
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
     /// The configuration file (see the kalypso-server README for its format).
-    #[arg(long, env = "KALYPSO_CONFIG", value_name = "FILE", default_value = "kalypso.yaml")]
+    #[arg(
+        long,
+        env = "KALYPSO_CONFIG",
+        value_name = "FILE",
+        default_value = "kalypso.yaml"
+    )]
     config: PathBuf,
     /// Listen on this address instead of the configured one (e.g. 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
@@ -25,7 +30,8 @@ pub(crate) fn serve(args: &ServeArgs, _global: &GlobalArgs) -> Result<ExitCode> 
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
-    kalypso_server::logging::init(config.log.format, config.log.level.as_deref()).map_err(|e| anyhow!("{e}"))?;
+    kalypso_server::logging::init(config.log.format, config.log.level.as_deref())
+        .map_err(|e| anyhow!("{e}"))?;
     let runtime = runtime()?;
     runtime
         .block_on(kalypso_server::serve(config, kalypso_server::shutdown_signal()))

@@ -10,8 +10,8 @@ use clap::Args;
 use kalypso_git::control_plane::short;
 use kalypso_git::sync::TargetReport;
 use kalypso_git::{
-    AuthSettings, Author, Delivery, DeliverySettings, EnvReport, Mode, Outcome, RepoUrl, RetryPolicy, Settings, Syncer,
-    redact,
+    AuthSettings, Author, Delivery, DeliverySettings, EnvReport, Mode, Outcome, RepoUrl, RetryPolicy,
+    Settings, Syncer, redact,
 };
 
 use crate::GlobalArgs;
@@ -170,7 +170,11 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     for env in &environments {
         match pass.sync(env) {
             Ok(report) => {
-                for d in report.diagnostics.iter().filter(|d| d.is_error() || !global.quiet) {
+                for d in report
+                    .diagnostics
+                    .iter()
+                    .filter(|d| d.is_error() || !global.quiet)
+                {
                     eprintln!("{}", redact(&d.to_string()));
                 }
                 ok &= report.is_success();
@@ -185,7 +189,9 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
                 let message = redact(&e.to_string());
                 eprintln!("error: {message}");
                 if args.json {
-                    json.push(serde_json::json!({"environment": env.name, "result": "error", "error": message}));
+                    json.push(
+                        serde_json::json!({"environment": env.name, "result": "error", "error": message}),
+                    );
                 }
             }
         }
@@ -203,7 +209,8 @@ fn describe_target(t: &TargetReport) -> String {
                 "up to date: {} {} at {}",
                 t.repo,
                 t.branch,
-                head.map(|h| short(&h.to_string()).to_owned()).unwrap_or_else(|| "(empty)".into())
+                head.map(|h| short(&h.to_string()).to_owned())
+                    .unwrap_or_else(|| "(empty)".into())
             );
             if !closed.is_empty() {
                 s.push_str(&format!("; closed stale pull requests {}", numbers(closed)));
@@ -211,7 +218,12 @@ fn describe_target(t: &TargetReport) -> String {
             s
         }
         Delivery::Committed { commit, changes } => {
-            format!("committed {} to {} {} ({changes})", short(&commit.to_string()), t.repo, t.branch)
+            format!(
+                "committed {} to {} {} ({changes})",
+                short(&commit.to_string()),
+                t.repo,
+                t.branch
+            )
         }
         Delivery::PullRequest {
             number,
@@ -235,7 +247,10 @@ fn describe_target(t: &TargetReport) -> String {
             s
         }
         Delivery::DryRun { mode, changes } => {
-            format!("dry run: would deliver to {} {} in {mode} mode ({changes})", t.repo, t.branch)
+            format!(
+                "dry run: would deliver to {} {} in {mode} mode ({changes})",
+                t.repo, t.branch
+            )
         }
     }
 }
