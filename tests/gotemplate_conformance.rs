@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use base64::Engine as _;
-use kalypso_gotmpl::{List, Map, Value};
+use kalypso_gotmpl::{List, Map, Str, Value};
 use kalypso_template::{Engine, Error, TemplateData, config_value};
 use serde::Deserialize;
 
@@ -88,8 +88,8 @@ fn kalypso_value(v: &serde_json::Value) -> Result<Value, String> {
     };
     for (key, value) in fields {
         let string = || match value {
-            serde_json::Value::String(s) => Ok(s.clone()),
-            serde_json::Value::Null => Ok(String::new()),
+            serde_json::Value::String(s) => Ok(Str::from(s.as_str())),
+            serde_json::Value::Null => Ok(Str::empty()),
             _ => Err(format!(
                 "json: cannot unmarshal into Go struct field Input.{key} of type string"
             )),
@@ -117,8 +117,8 @@ fn kalypso_value(v: &serde_json::Value) -> Result<Value, String> {
             "Workspace" => data.workspace = string()?,
             "Workload" => data.workload = string()?,
             "ClusterType" => data.cluster_type = string()?,
-            "Labels" => data.labels = string_map()?,
-            "Manifests" => data.manifests = string_map()?,
+            "Labels" => data.labels = string_map()?.as_ref().map(kalypso_template::string_map),
+            "Manifests" => data.manifests = string_map()?.as_ref().map(kalypso_template::string_map),
             "ConfigData" => {
                 let raw = string_map()?.unwrap_or_default();
                 data.config_data = Some(Map::string_interface(

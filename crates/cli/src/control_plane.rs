@@ -3,7 +3,7 @@
 //! under each WorkloadRegistration's `spec.workload.path`, path prefix stripped).
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use kalypso_api::{EnvironmentSpec, Kind};
@@ -17,8 +17,23 @@ pub const MAIN: &str = "main";
 /// The folder of the workload definitions.
 pub const WORKLOADS: &str = "workloads";
 
+/// Fails unless `dir` is a folder that can be a control plane.
+fn check_control_plane(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        bail!("no control-plane folder at {}", dir.display());
+    }
+    if !dir.is_dir() {
+        bail!(
+            "{} is not a folder; give the control-plane folder (the one holding main/ and one folder per environment)",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// Reads the trees environment `env` is built from.
 pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
+    check_control_plane(dir)?;
     if let Some(e) = dns_subdomain_error(env) {
         bail!("environment name {env:?} {e}");
     }
@@ -45,7 +60,10 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
     }
     let main_dir = dir.join(MAIN);
     if !main_dir.is_dir() {
-        bail!("no main branch folder at {}", main_dir.display());
+        bail!(
+            "no main branch folder at {}; it holds the Templates and WorkloadRegistrations",
+            main_dir.display()
+        );
     }
     let mut inputs = Inputs {
         main: read_source_tree(&main_dir, MAIN)?,
@@ -70,10 +88,64 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
     Ok(inputs)
 }
 
+/// `path` made absolute with symbolic links resolved, also when it does not exist yet (its
+/// nearest existing ancestor is resolved).
+fn resolved(path: &Path) -> Result<PathBuf> {
+    let absolute = std::path::absolute(path).with_context(|| format!("cannot resolve {}", path.display()))?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => break,
+        }
+    }
+    let mut out = fs::canonicalize(existing).unwrap_or_else(|_| existing.to_owned());
+    out.extend(rest.iter().rev());
+    Ok(out)
+}
+
+/// Fails if writing a GitOps tree into `out` could destroy the control plane at `dir`: if
+/// `out` is the control-plane folder or one that holds it (the update rules delete every
+/// folder that is not a cluster type), or lies in its main branch, workload or environment
+/// folders.
+pub fn check_output(dir: &Path, env: &str, out: &Path) -> Result<()> {
+    let (dir_abs, out_abs) = (resolved(dir)?, resolved(out)?);
+    if dir_abs == out_abs {
+        bail!(
+            "refusing to write into {}: it is the control-plane folder itself; choose an output folder \
+             outside the control plane",
+            out.display()
+        );
+    }
+    if dir_abs.starts_with(&out_abs) {
+        bail!(
+            "refusing to write into {}: it holds the control plane {}, which the GitOps tree's update \
+             rules would delete; choose an output folder outside the control plane",
+            out.display(),
+            dir.display()
+        );
+    }
+    let mut protected = vec![MAIN.to_owned(), WORKLOADS.to_owned(), env.to_owned()];
+    protected.extend(discover_environments(dir).unwrap_or_default());
+    if let Some(folder) = protected.iter().find(|p| out_abs.starts_with(dir_abs.join(p))) {
+        bail!(
+            "refusing to write into {}: it is inside the control plane's {folder}/ folder, which rendering \
+             would overwrite; choose an output folder outside the control plane",
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 /// The environments of a control-plane folder: the branches named by `Environment` objects
 /// of the main branch that have a folder, or else every folder (other than `main` and
 /// `workloads`) that holds a ClusterType.
 pub fn discover_environments(dir: &Path) -> Result<Vec<String>> {
+    check_control_plane(dir)?;
     let main = read_source_tree(&dir.join(MAIN), MAIN).unwrap_or_default();
     let mut from_objects = Vec::new();
     for file in main

@@ -13,27 +13,27 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use kalypso_core::source::{SourceFile, SourceTree};
-use kalypso_core::tree::{Blob, Change, Tree, diff};
+use kalypso_core::tree::{Blob, Change, Rules, Tree, diff};
 use rayon::prelude::*;
 
 /// Errors of reading and writing folders; each names the path.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {
     /// A file or folder could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}: {cause}")]
     Read {
         /// The path.
         path: PathBuf,
-        /// The cause.
-        source: io::Error,
+        /// The cause (part of the message, so not also reported as the error's source).
+        cause: io::Error,
     },
     /// A file or folder could not be written or removed.
-    #[error("cannot write {path}: {source}")]
+    #[error("cannot write {path}: {cause}")]
     Write {
         /// The path.
         path: PathBuf,
-        /// The cause.
-        source: io::Error,
+        /// The cause (part of the message, so not also reported as the error's source).
+        cause: io::Error,
     },
     /// A path inside the output folder is a symbolic link; writing through it could escape
     /// the folder.
@@ -42,19 +42,22 @@ pub enum FsError {
     /// A path of the tree is not a plain relative path.
     #[error("refusing to write unsafe path {0:?}")]
     UnsafePath(String),
+    /// The output path exists but is not a folder (nor a link to one).
+    #[error("{0} is not a folder")]
+    NotAFolder(PathBuf),
 }
 
 fn read_err(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
-    move |source| FsError::Read {
+    move |cause| FsError::Read {
         path: path.to_owned(),
-        source,
+        cause,
     }
 }
 
 fn write_err(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
-    move |source| FsError::Write {
+    move |cause| FsError::Write {
         path: path.to_owned(),
-        source,
+        cause,
     }
 }
 
@@ -163,7 +166,7 @@ fn check_no_symlinks(root: &Path, rel: &str, known_dirs: &mut HashSet<String>) -
                 }
             }
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(FsError::Read { path, source: e }),
+            Err(e) => return Err(FsError::Read { path, cause: e }),
         }
     }
     Ok(())
@@ -222,9 +225,10 @@ fn is_missing_or_empty_dir(dir: &Path) -> Result<bool, FsError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(true),
         Err(e) => Err(FsError::Read {
             path: dir.to_owned(),
-            source: e,
+            cause: e,
         }),
         Ok(meta) if meta.is_dir() => Ok(fs::read_dir(dir).map_err(read_err(dir))?.next().is_none()),
+        Ok(_) if !dir.is_dir() => Err(FsError::NotAFolder(dir.to_owned())),
         Ok(_) => Ok(false),
     }
 }
@@ -287,7 +291,7 @@ fn write_changes(dir: &Path, new: &Tree, changes: &[(String, Change)]) -> Result
                 Ok(_) => {
                     return Err(FsError::Write {
                         path,
-                        source: io::Error::other("exists and is not a folder"),
+                        cause: io::Error::other("exists and is not a folder"),
                     });
                 }
                 Err(_) => {
@@ -355,6 +359,112 @@ fn write_changes(dir: &Path, new: &Tree, changes: &[(String, Change)]) -> Result
         }
     }
     Ok(())
+}
+
+/// Brings the folder at `dir` up to date with a layout without reading it whole: applies the
+/// update rules (`rules`) folder by folder, and writes each of `files` whose content differs
+/// from what is on disk. Files not listed are not read: an unchanged assignment's files are
+/// left alone, as are stale files inside scheduled folders, root files and dot-folders.
+///
+/// A missing or empty `dir` is written fresh (beside it, then renamed into place); otherwise
+/// new content is staged next to its destination before anything is renamed or deleted, so a
+/// failure leaves the folder as it was.
+pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> Result<WriteStats, FsError> {
+    for (path, _) in files {
+        check_relative(path)?;
+    }
+    if is_missing_or_empty_dir(dir)? {
+        let tree: Tree = files.iter().cloned().collect();
+        write_fresh(dir, &tree)?;
+        return Ok(WriteStats {
+            added: files.len(),
+            ..WriteStats::default()
+        });
+    }
+
+    // What the rules remove: folders of unknown cluster types and unscheduled targets, and
+    // stray files in cluster type folders.
+    let mut doomed_files: Vec<PathBuf> = Vec::new();
+    let mut doomed_dirs: Vec<PathBuf> = Vec::new();
+    for entry in fs::read_dir(dir).map_err(read_err(dir))? {
+        let entry = entry.map_err(read_err(dir))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(read_err(&entry.path()))?;
+        if !kind.is_dir() || name.starts_with('.') || name == ".git" {
+            continue;
+        }
+        if !rules.is_cluster_type(&name) {
+            doomed_dirs.push(entry.path());
+            continue;
+        }
+        for inner in fs::read_dir(entry.path()).map_err(read_err(&entry.path()))? {
+            let inner = inner.map_err(read_err(&entry.path()))?;
+            let inner_name = inner.file_name().to_string_lossy().into_owned();
+            let inner_kind = inner.file_type().map_err(read_err(&inner.path()))?;
+            if inner_kind.is_dir() {
+                if !rules.is_scheduled(&name, &inner_name) {
+                    doomed_dirs.push(inner.path());
+                }
+            } else if !rules.keeps(&format!("{name}/{inner_name}")) {
+                doomed_files.push(inner.path());
+            }
+        }
+    }
+
+    // Which files change.
+    let mut known_dirs = HashSet::new();
+    let mut stats = WriteStats::default();
+    let mut writes: Vec<(&str, &Blob)> = Vec::new();
+    for (path, _) in files {
+        check_no_symlinks(dir, path, &mut known_dirs)?;
+    }
+    let existing: Vec<Option<Vec<u8>>> = files
+        .par_iter()
+        .map(|(path, _)| match fs::read(dir.join(path)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(FsError::Read {
+                path: dir.join(path),
+                cause: e,
+            }),
+        })
+        .collect::<Result<_, _>>()?;
+    for ((path, blob), current) in files.iter().zip(existing) {
+        match current {
+            Some(bytes) if bytes[..] == blob[..] => stats.unchanged += 1,
+            Some(_) => {
+                stats.modified += 1;
+                writes.push((path, blob));
+            }
+            None => {
+                stats.added += 1;
+                writes.push((path, blob));
+            }
+        }
+    }
+    for d in &doomed_dirs {
+        stats.deleted += walk(d)?.len();
+    }
+    stats.deleted += doomed_files.len();
+
+    let new: Tree = writes
+        .iter()
+        .map(|(p, b)| ((*p).to_owned(), (*b).clone()))
+        .collect();
+    let changes: Vec<(String, Change)> = writes
+        .iter()
+        .map(|(p, _)| ((*p).to_owned(), Change::Modified))
+        .collect();
+    if !changes.is_empty() {
+        write_changes(dir, &new, &changes)?;
+    }
+    for path in &doomed_files {
+        fs::remove_file(path).map_err(write_err(path))?;
+    }
+    for path in &doomed_dirs {
+        fs::remove_dir_all(path).map_err(write_err(path))?;
+    }
+    Ok(stats)
 }
 
 #[cfg(test)]
@@ -438,6 +548,52 @@ mod tests {
         assert!(
             !dir.path().join("new").exists(),
             "created folders are removed again"
+        );
+    }
+
+    #[test]
+    fn updates_apply_the_rules_without_reading_untouched_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let before = tree(&[
+            ("root.txt", "r"),
+            (".github/x", "dot"),
+            ("gone/README.md", "x"),
+            ("large/README.md", "old"),
+            ("large/stray.txt", "s"),
+            ("large/t/reconciler.yaml", "same"),
+            ("large/t/stale.yaml", "stale"),
+            ("large/u/reconciler.yaml", "old"),
+            ("large/unscheduled/reconciler.yaml", "x"),
+        ]);
+        write_tree(dir.path(), &Tree::new(), &before).unwrap();
+        let rules = Rules::new(["large", "small"], [("large", "t"), ("large", "u")]);
+        let files = vec![
+            ("large/README.md".to_owned(), Blob::from(&b"new"[..])),
+            ("small/README.md".to_owned(), Blob::from(&b"new"[..])),
+            ("large/t/reconciler.yaml".to_owned(), Blob::from(&b"same"[..])),
+            ("large/u/reconciler.yaml".to_owned(), Blob::from(&b"changed"[..])),
+        ];
+        let stats = write_update(dir.path(), &rules, &files).unwrap();
+        assert_eq!(
+            stats,
+            WriteStats {
+                added: 1,
+                modified: 2,
+                deleted: 3,
+                unchanged: 1
+            }
+        );
+        assert_eq!(
+            read_tree(dir.path()).unwrap(),
+            tree(&[
+                ("root.txt", "r"),
+                (".github/x", "dot"),
+                ("large/README.md", "new"),
+                ("large/t/reconciler.yaml", "same"),
+                ("large/t/stale.yaml", "stale"),
+                ("large/u/reconciler.yaml", "changed"),
+                ("small/README.md", "new"),
+            ])
         );
     }
 

@@ -8,6 +8,8 @@
 mod commands;
 pub mod control_plane;
 pub mod fsio;
+mod progress;
+pub mod render_cache;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -60,11 +62,15 @@ enum Command {
     ///
     /// Compares the tree the control plane produces with the current GitOps tree: assignments
     /// added, removed, moved between cluster types and changed (which files, and for config
-    /// which keys, with old and new values). Exit code 0: no change, 2: changes, 1: error.
+    /// which keys, with old and new values), assignments that changed alike grouped together.
+    /// `--promote-from SRC` plans promoting SRC's main commit to ENV. `--output markdown` is
+    /// meant as a pull-request comment, `--output json` for machines.
+    /// Exit code 0: no change, 2: changes, 1: error.
     Plan(PlanArgs),
     /// Show what rendering would change in a GitOps tree, as a unified diff of files.
     ///
-    /// Exit code 0: no change, 2: changes, 1: error.
+    /// Takes the same sources as `plan`. The diff is in git's format (`git apply` takes it),
+    /// colored on a terminal. Exit code 0: no change, 2: changes, 1: error.
     Diff(DiffArgs),
     /// Explain why a deployment target is (or is not) on a cluster type, or where a config
     /// value comes from.
@@ -133,15 +139,25 @@ pub(crate) enum ColorChoice {
 /// The control plane and GitOps tree to compare.
 #[derive(Debug, Args)]
 struct PlanSource {
-    /// The control-plane folder.
-    #[arg(value_name = "DIR")]
-    control_plane: PathBuf,
+    /// The control plane: a folder (`main/`, `<env>/`, `workloads/`), or a git repository
+    /// (a local path, `file://`, `https://`, `ssh://` or `git@host:` URL) read as `sync` reads
+    /// it.
+    #[arg(value_name = "CONTROL_PLANE")]
+    control_plane: String,
     /// The environment.
     #[arg(long, value_name = "ENV")]
     env: String,
-    /// The current GitOps tree of the environment (a folder).
-    #[arg(long, value_name = "GITOPS_DIR")]
-    against: Option<PathBuf>,
+    /// The current GitOps tree: a folder, or `<REPO>#<BRANCH>` for a branch of a git
+    /// repository (path or URL). Default: the environment's GitOpsRepo, when it is a local
+    /// path or `file://` URL.
+    #[arg(long, value_name = "GITOPS")]
+    against: Option<String>,
+    /// Plan the promotion of the main commit environment SRC has promoted (its BaseRepo
+    /// `main` pin, else main's tip) to ENV. See docs/plan-and-explain.md.
+    #[arg(long, value_name = "SRC")]
+    promote_from: Option<String>,
+    #[command(flatten, next_help_heading = "Git options")]
+    git: commands::GitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -164,9 +180,9 @@ struct DiffArgs {
 
 #[derive(Debug, Args)]
 struct ExplainArgs {
-    /// The control-plane folder.
-    #[arg(value_name = "DIR")]
-    control_plane: PathBuf,
+    /// The control plane: a folder, or a git repository (path or URL).
+    #[arg(value_name = "CONTROL_PLANE")]
+    control_plane: String,
     /// The environment.
     #[arg(long, value_name = "ENV")]
     env: String,
@@ -176,12 +192,15 @@ struct ExplainArgs {
     /// Only this cluster type.
     #[arg(long, value_name = "CT")]
     cluster_type: Option<String>,
-    /// Explain this config key of the assignment (requires --cluster-type).
+    /// Explain this config key of one assignment: the target's only cluster type, or the one
+    /// named with --cluster-type.
     #[arg(long, value_name = "KEY")]
     config: Option<String>,
     /// Output format (`markdown` prints text).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
+    #[command(flatten, next_help_heading = "Git options")]
+    git: commands::GitArgs,
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +214,13 @@ struct RenderArgs {
     /// The folder to write the GitOps tree into (created if missing).
     #[arg(long, value_name = "OUT")]
     out: PathBuf,
+    /// Where to keep the render cache, which lets a render skip assignments whose inputs and
+    /// files are unchanged (default: `$XDG_CACHE_HOME/kalypso` or `~/.cache/kalypso`).
+    #[arg(long, value_name = "DIR", env = "KALYPSO_CACHE_DIR")]
+    cache_dir: Option<PathBuf>,
+    /// Render every assignment and compare every file, without reading or writing the cache.
+    #[arg(long)]
+    no_cache: bool,
 }
 
 #[derive(Debug, Args)]

@@ -127,8 +127,10 @@ impl fmt::Display for Diagnostic {
         if let Some(origin) = &self.origin {
             write!(f, "{origin}: ")?;
         }
-        if let Some((kind, name)) = &self.object {
-            write!(f, "{kind} {name:?}: ")?;
+        match &self.object {
+            Some((kind, name)) if name.is_empty() => write!(f, "{kind} without a name: ")?,
+            Some((kind, name)) => write!(f, "{kind} {name:?}: ")?,
+            None => {}
         }
         if let Some(field) = &self.field {
             write!(f, "{field}: ")?;
@@ -216,3 +218,22 @@ impl fmt::Display for Diagnostics {
 }
 
 impl std::error::Error for Diagnostics {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shows_origin_object_and_field_once_each() {
+        let d = Diagnostic::error("invalid-name", "required field is missing")
+            .at(&Origin::new("dev/ct.yaml", 3))
+            .on(Kind::ClusterType, "")
+            .field("metadata.name");
+        assert_eq!(
+            d.to_string(),
+            "error[invalid-name]: dev/ct.yaml:3: ClusterType without a name: metadata.name: required field is missing"
+        );
+        let w = Diagnostic::warning("w", "text").on(Kind::Template, "t");
+        assert_eq!(w.to_string(), "warning[w]: Template \"t\": text");
+    }
+}

@@ -2,7 +2,14 @@
 //! value comes from, and which ConfigMaps silently override each other.
 //!
 //! Everything here is computed from the same objects and rules the renderer uses, so an
-//! explanation can never disagree with the output.
+//! explanation can never disagree with the output. Kalypso's config merge is silent (the
+//! original takes ConfigMaps in name order and the last scalar wins), and its selectors are
+//! plain label matches; these explanations make both visible: every selector requirement
+//! with the label value it saw, every ConfigMap with the key whether it applied or not (and
+//! why not), and what each applying one did to the value.
+//!
+//! The structures serialize to the JSON of `kalypso explain --output json`, a stable
+//! interface: fields are only ever added.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +17,7 @@ use kalypso_api::{ClusterTypeSpec, Labels, labels};
 use kalypso_gotmpl::Value;
 use serde::Serialize;
 
-use crate::config::{ConfigData, ConfigSources, labels_match};
+use crate::config::{ConfigData, labels_match, merge};
 use crate::model::Object;
 use crate::pipeline::Environment;
 use crate::selector::{RequirementCheck, Selector};
@@ -19,7 +26,9 @@ use crate::unfold::DeploymentTarget;
 /// One selector requirement checked against labels.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Check {
-    /// The requirement, in selector syntax (`size=large`, `tier in (t0,t1)`).
+    /// The label key the requirement is about.
+    pub key: String,
+    /// The requirement, in selector syntax (`size=large`, `tier in (t0,t1)`, `!gpu`).
     pub requirement: String,
     /// The label's value, if present.
     pub actual: Option<String>,
@@ -30,6 +39,7 @@ pub struct Check {
 impl From<RequirementCheck> for Check {
     fn from(c: RequirementCheck) -> Check {
         Check {
+            key: c.requirement.key.clone(),
             requirement: c.requirement.to_string(),
             actual: c.actual,
             satisfied: c.satisfied,
@@ -157,13 +167,31 @@ pub fn explain_target(
     }
 }
 
+/// What an applying source did to the value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Effect {
+    /// The first source with the key: it sets the value.
+    Sets,
+    /// A list merged into a list, or a map into a map (see [`crate::config::merge`]).
+    Merges,
+    /// Anything else: the value so far is replaced.
+    Replaces,
+}
+
 /// A source's value for the key.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct SourceValue {
     /// The ConfigMap (and, for Azure exports, the key).
     pub source: String,
+    /// The labels that decide whether it applies, as `key=value` (Flux and `platform-config`
+    /// labels left out; for Azure exports, the labels encoded in the key).
+    pub labels: Vec<String>,
     /// The raw ConfigMap string.
     pub raw: String,
+    /// For applying sources: what it did to the value, in merge order.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub effect: Option<Effect>,
     /// Why the source does not apply (`None`: it applies).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub not_applied_because: Option<String>,
@@ -176,6 +204,9 @@ pub struct ConfigExplanation {
     pub deployment_target: String,
     /// The cluster type.
     pub cluster_type: String,
+    /// Whether the target is scheduled on the cluster type (if not, the value is what it
+    /// would get there).
+    pub assigned: bool,
     /// The config key.
     pub key: String,
     /// The sources that apply, in merge order (for scalars the last one wins).
@@ -184,6 +215,17 @@ pub struct ConfigExplanation {
     pub not_applied: Vec<SourceValue>,
     /// The final value as the templates see it, as YAML (`None`: no source gives the key).
     pub value: Option<String>,
+}
+
+/// A config filter's labels that matter, as `key=value`.
+fn filter_labels(filter: &Labels) -> Vec<String> {
+    filter
+        .iter()
+        .filter(|(k, _)| {
+            *k != labels::FLUX_NAME && *k != labels::FLUX_NAMESPACE && *k != labels::PLATFORM_CONFIG
+        })
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect()
 }
 
 /// Why a config filter does not match, or `None` if it does.
@@ -209,16 +251,21 @@ fn mismatch(filter: &Labels, ct: &Object<ClusterTypeSpec>, target: &DeploymentTa
                     "workload={value}, but the target's workload is {}",
                     target.workload
                 ),
-                _ => format!(
-                    "{key}={value}, but the cluster type has {} and the target has {}",
-                    ct.labels()
-                        .get(key)
-                        .map_or("no such label".to_owned(), |v| format!("{key}={v}")),
-                    target
-                        .labels
-                        .get(key)
-                        .map_or("no such label".to_owned(), |v| format!("{key}={v}")),
-                ),
+                _ => match (ct.labels().get(key), target.labels.get(key)) {
+                    (None, None) => format!(
+                        "{key}={value}, but neither the cluster type nor the target has a {key} label"
+                    ),
+                    (on_ct, on_target) => {
+                        let has = |v: Option<&String>| {
+                            v.map_or(format!("no {key} label"), |v| format!("{key}={v}"))
+                        };
+                        format!(
+                            "{key}={value}, but the cluster type has {} and the target has {}",
+                            has(on_ct),
+                            has(on_target)
+                        )
+                    }
+                },
             });
         }
     }
@@ -227,19 +274,39 @@ fn mismatch(filter: &Labels, ct: &Object<ClusterTypeSpec>, target: &DeploymentTa
 
 /// Explains config key `key` for the assignment of `target` on `cluster_type`.
 pub fn explain_config(
-    sources: &ConfigSources,
+    env: &Environment,
     ct: &Object<ClusterTypeSpec>,
     target: &DeploymentTarget,
     key: &str,
     render_value: impl Fn(&Value) -> String,
 ) -> ConfigExplanation {
+    let merged = env.config.merge_for(ct, target);
+    // What the renderer merged, in order: the effect of each applying source.
+    let mut so_far: Option<Value> = None;
+    let mut effects = Vec::new();
+    for c in merged.provenance.get(key).into_iter().flatten() {
+        let (effect, next) = match &so_far {
+            None => (Effect::Sets, c.value.clone()),
+            Some(prev) => {
+                let kind = match (prev, &c.value) {
+                    (Value::List(_), Value::List(_)) | (Value::Map(_), Value::Map(_)) => Effect::Merges,
+                    _ => Effect::Replaces,
+                };
+                (kind, merge(prev, &c.value))
+            }
+        };
+        effects.push(effect);
+        so_far = Some(next);
+    }
     let mut applied = Vec::new();
     let mut not_applied = Vec::new();
-    for (source, filter, raw) in sources.entries_for_key(key) {
+    for (source, filter, raw) in env.config.entries_for_key(key) {
         let reason = mismatch(filter, ct, target);
         let value = SourceValue {
             source: source.to_string(),
+            labels: filter_labels(filter),
             raw: raw.to_owned(),
+            effect: None,
             not_applied_because: reason,
         };
         if value.not_applied_because.is_some() {
@@ -248,10 +315,18 @@ pub fn explain_config(
             applied.push(value);
         }
     }
-    let merged = sources.merge_for(ct, target);
+    if applied.len() == effects.len() {
+        for (value, effect) in applied.iter_mut().zip(effects) {
+            value.effect = Some(effect);
+        }
+    }
     ConfigExplanation {
         deployment_target: target.name.clone(),
         cluster_type: ct.name().to_owned(),
+        assigned: env
+            .schedule
+            .iter()
+            .any(|a| a.deployment_target == target.name && a.cluster_type == ct.name()),
         key: key.to_owned(),
         applied,
         not_applied,

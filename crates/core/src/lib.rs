@@ -12,6 +12,7 @@
 pub mod config;
 pub mod diag;
 pub mod explain;
+pub mod fingerprint;
 pub mod load;
 pub mod model;
 pub mod names;
@@ -26,4 +27,7 @@ pub mod tree;
 pub mod unfold;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
-pub use pipeline::{AssignmentRecord, Environment, Inputs, Rendered, load_namespace, render};
+pub use pipeline::{
+    AssignmentFailure, AssignmentRecord, Environment, Inputs, Job, Prepared, Rendered, load_namespace,
+    prepare, render,
+};

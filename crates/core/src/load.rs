@@ -1,18 +1,20 @@
 //! Loading: multi-document YAML files into typed objects that remember where they came from.
 //!
 //! Every document keeps the file and line it starts on, so that any later problem can point
-//! at it. Documents of kinds the scheduler does not read (Secrets, Flux objects, anything
-//! without `apiVersion`/`kind`) are skipped, as the original never looks at them. Malformed
-//! YAML and objects whose fields have the wrong shape are reported with file, line, object
-//! and field path; loading continues with the next document so that all problems surface.
+//! at it. Documents of kinds the scheduler does not read (Secrets, Flux objects) are skipped,
+//! as the original never looks at them. What Flux or the Kubernetes API server would reject
+//! is an error here too: malformed YAML, files that are not UTF-8, documents that are lists
+//! or scalars rather than objects, unknown `scheduler.kalypso.io` kinds, missing required
+//! fields, values of the wrong type (a ConfigMap value or label value that is a number rather
+//! than a string). Each is reported with file, line, object and field path, and loading
+//! continues with the next document so that all problems surface. Documents without
+//! `apiVersion`/`kind` and unknown fields under `spec` (usually typos) are warnings.
 
-use kalypso_api::{
-    BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, SchedulingPolicySpec, TemplateSpec, WorkloadRegistrationSpec,
-    WorkloadSpec,
-};
+use std::fmt;
+
+use kalypso_api::{API_VERSION, ConfigMapData, GROUP, Kind, Labels, ObjectMeta};
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
+use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
 use crate::model::{AnyObject, Object};
@@ -89,17 +91,132 @@ struct TypeMeta {
 
 #[derive(Deserialize)]
 struct TypedObject<S> {
-    #[serde(default)]
-    metadata: ObjectMeta,
+    #[serde(default, deserialize_with = "null_as_default")]
+    metadata: Metadata,
     spec: S,
 }
 
 #[derive(Deserialize)]
 struct ConfigMapObject {
+    #[serde(default, deserialize_with = "null_as_default")]
+    metadata: Metadata,
+    #[serde(default, deserialize_with = "string_map")]
+    data: Labels,
+}
+
+/// Object metadata as the Kubernetes API server accepts it: the name, label and annotation
+/// values must be strings (an unquoted `3` or `true` is rejected there, so it is here too).
+#[derive(Default, Deserialize)]
+struct Metadata {
+    #[serde(default, deserialize_with = "string")]
+    name: String,
     #[serde(default)]
-    metadata: ObjectMeta,
-    #[serde(flatten)]
-    data: ConfigMapData,
+    namespace: Option<String>,
+    #[serde(default, deserialize_with = "string_map")]
+    labels: Labels,
+    #[serde(default, deserialize_with = "string_map")]
+    annotations: Labels,
+}
+
+impl From<Metadata> for ObjectMeta {
+    fn from(m: Metadata) -> ObjectMeta {
+        ObjectMeta {
+            name: m.name,
+            namespace: m.namespace,
+            labels: m.labels,
+            annotations: m.annotations,
+        }
+    }
+}
+
+/// Treats an explicit `null` like an absent field, as Kubernetes does.
+fn null_as_default<'de, D: Deserializer<'de>, T: Default + Deserialize<'de>>(d: D) -> Result<T, D::Error> {
+    Ok(Option::<T>::deserialize(d)?.unwrap_or_default())
+}
+
+/// A string that must be written as one: YAML numbers, booleans, lists and mappings are
+/// rejected with a hint (`null` reads as the empty string, as Kubernetes reads it).
+struct StrictString(String);
+
+impl<'de> Deserialize<'de> for StrictString {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<StrictString, D::Error> {
+        d.deserialize_any(StrictStringVisitor)
+    }
+}
+
+struct StrictStringVisitor;
+
+impl StrictStringVisitor {
+    fn scalar<E: de::Error>(what: &str, text: impl fmt::Display) -> E {
+        E::custom(format!(
+            "must be a string, not {what} {text}; quote it: \"{text}\""
+        ))
+    }
+}
+
+impl<'de> Visitor<'de> for StrictStringVisitor {
+    type Value = StrictString;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<StrictString, E> {
+        Ok(StrictString(v.to_owned()))
+    }
+
+    fn visit_string<E: de::Error>(self, v: String) -> Result<StrictString, E> {
+        Ok(StrictString(v))
+    }
+
+    fn visit_unit<E: de::Error>(self) -> Result<StrictString, E> {
+        Ok(StrictString(String::new()))
+    }
+
+    fn visit_none<E: de::Error>(self) -> Result<StrictString, E> {
+        Ok(StrictString(String::new()))
+    }
+
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<StrictString, E> {
+        Err(Self::scalar("the boolean", v))
+    }
+
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<StrictString, E> {
+        Err(Self::scalar("the number", v))
+    }
+
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<StrictString, E> {
+        Err(Self::scalar("the number", v))
+    }
+
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<StrictString, E> {
+        Err(Self::scalar("the number", format!("{v:?}")))
+    }
+
+    fn visit_seq<A: de::SeqAccess<'de>>(self, _: A) -> Result<StrictString, A::Error> {
+        Err(de::Error::custom(
+            "must be a string, not a list; write structured data as a block string (`key: |`)",
+        ))
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, _: A) -> Result<StrictString, A::Error> {
+        Err(de::Error::custom(
+            "must be a string, not a mapping; write structured data as a block string (`key: |`)",
+        ))
+    }
+}
+
+fn string<'de, D: Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(StrictString::deserialize(d)?.0)
+}
+
+fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
+    let map: Option<std::collections::BTreeMap<String, StrictString>> = Option::deserialize(d)?;
+    Ok(map
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, v.0))
+        .collect())
 }
 
 /// Loads every object of the kinds the scheduler reads from the manifest files of `tree`.
@@ -107,10 +224,25 @@ pub fn load_tree(tree: &SourceTree, diagnostics: &mut Diagnostics) -> Vec<AnyObj
     let mut objects = Vec::new();
     for file in tree.manifest_files(diagnostics) {
         let shown = tree.display_path(&file.path);
-        let Ok(text) = std::str::from_utf8(&file.content) else {
-            diagnostics.push(Diagnostic::error("yaml", "file is not UTF-8 text").at(&Origin::new(shown, 0)));
-            continue;
+        let text = match std::str::from_utf8(&file.content) {
+            Ok(text) => text,
+            Err(e) => {
+                let line = 1 + file.content[..e.valid_up_to()]
+                    .iter()
+                    .filter(|b| **b == b'\n')
+                    .count();
+                diagnostics.push(
+                    Diagnostic::error(
+                        "yaml",
+                        "file is not UTF-8 text (the first invalid byte is on this line); save it as UTF-8",
+                    )
+                    .at(&Origin::new(shown, u32::try_from(line).unwrap_or(0))),
+                );
+                continue;
+            }
         };
+        // A byte-order mark is allowed (YAML parsers skip it); it would hide a leading `---`.
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         let origin = Origin::new(shown, 0);
         for doc in split_documents(text) {
             if let Some(object) = load_document(&doc, &origin, diagnostics) {
@@ -125,11 +257,44 @@ fn yaml_error(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -
     let line = err.location().map_or(doc.first_line, |l| {
         doc.first_line + u32::try_from(l.line()).unwrap_or(1) - 1
     });
-    let message = err.to_string();
-    // serde_yaml appends " at line L column C", relative to the document: drop it, the
-    // diagnostic carries the absolute line.
-    let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
-    Diagnostic::error("yaml", format!("invalid YAML: {message}")).at(&origin.at_line(line))
+    let mut message = format!("invalid YAML: {}", strip_location(&err.to_string()));
+    let offending = err
+        .location()
+        .and_then(|l| doc.text.lines().nth(l.line().saturating_sub(1)));
+    if offending.is_some_and(|l| l[..l.len() - l.trim_start().len()].contains('\t')) {
+        message.push_str(" (a tab indents this line; YAML indentation must use spaces)");
+    }
+    Diagnostic::error("yaml", message).at(&origin.at_line(line))
+}
+
+/// serde_yaml appends " at line L column C", relative to the document: the diagnostic
+/// carries the absolute line instead.
+fn strip_location(message: &str) -> &str {
+    message.split(" at line ").next().unwrap_or(message)
+}
+
+/// What a document that is not a mapping is, for messages; `None` for an empty (`null`)
+/// document, which Flux skips too.
+fn non_object_shape(text: &str) -> Option<&'static str> {
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        Ok(serde_yaml_ng::Value::Null) => None,
+        Ok(serde_yaml_ng::Value::Sequence(_)) => Some("a list"),
+        Ok(serde_yaml_ng::Value::Mapping(_)) => Some("a mapping of the wrong shape"),
+        Ok(serde_yaml_ng::Value::Tagged(_)) => Some("a tagged value"),
+        Ok(_) | Err(_) => Some("a scalar"),
+    }
+}
+
+/// The kinds of `scheduler.kalypso.io` a control plane may hold, for messages.
+fn known_kinds() -> String {
+    Kind::ALL
+        .into_iter()
+        .filter(|k| {
+            k.api_version() == API_VERSION && !matches!(k, Kind::Assignment | Kind::AssignmentPackage)
+        })
+        .map(Kind::name)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostics) -> Option<AnyObject> {
@@ -137,25 +302,37 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     let meta: TypeMeta = match serde_yaml_ng::from_str(doc.text) {
         Ok(m) => m,
         Err(err) => {
-            // Not a mapping (a list or a scalar) or not YAML at all.
             let is_syntax = err.location().is_some() && !err.to_string().contains("invalid type");
             if is_syntax {
                 diagnostics.push(yaml_error(&err, doc, file));
-            } else {
+            } else if let Some(shape) = non_object_shape(doc.text) {
+                // Flux cannot apply such a file, so the original never sees any of it.
                 diagnostics.push(
-                    Diagnostic::warning("not-an-object", "document is not a Kubernetes object; skipped")
-                        .at(&origin),
+                    Diagnostic::error(
+                        "not-an-object",
+                        format!(
+                            "document is {shape}, not a Kubernetes object (a mapping with apiVersion, kind and metadata)"
+                        ),
+                    )
+                    .at(&origin),
                 );
             }
             return None;
         }
     };
-    let (Some(serde_yaml_ng::Value::String(api_version)), Some(serde_yaml_ng::Value::String(kind))) =
-        (&meta.api_version, &meta.kind)
-    else {
+    let api_version = meta.api_version.as_ref().and_then(serde_yaml_ng::Value::as_str);
+    let kind_name = meta.kind.as_ref().and_then(serde_yaml_ng::Value::as_str);
+    let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
+        diagnostics.push(
+            Diagnostic::warning(
+                "not-an-object",
+                "document has no apiVersion or kind, so it is not a Kubernetes object; it is skipped, \
+                 but Flux cannot apply a file that holds it",
+            )
+            .at(&origin),
+        );
         return None;
     };
-    let kind = Kind::from_type_meta(api_version, kind)?;
     let name = meta
         .metadata
         .as_ref()
@@ -163,85 +340,72 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
         .and_then(|n| n.as_str())
         .unwrap_or_default()
         .to_owned();
+    let Some(kind) = Kind::from_type_meta(api_version, kind_name) else {
+        let ours = Kind::ALL
+            .into_iter()
+            .find(|k| k.name() == kind_name && k.api_version() == API_VERSION);
+        let problem = if let Some(kind) = ours {
+            Some((
+                "apiVersion",
+                format!("{kind} is a kind of {API_VERSION}, not of {api_version:?}"),
+            ))
+        } else if api_version.split('/').next() == Some(GROUP) && api_version != API_VERSION {
+            Some((
+                "apiVersion",
+                format!("unknown version {api_version:?}; the version of {GROUP} is {API_VERSION}"),
+            ))
+        } else if api_version == API_VERSION {
+            Some((
+                "kind",
+                format!(
+                    "unknown kind {kind_name:?}; the kinds of {API_VERSION} are {}",
+                    known_kinds()
+                ),
+            ))
+        } else {
+            // Another API's object (a Secret, a Flux object...): not the scheduler's business.
+            None
+        };
+        if let Some((field, message)) = problem {
+            let mut d = Diagnostic::error("unknown-kind", message)
+                .at(&origin)
+                .field(field);
+            if !name.is_empty() {
+                d.object = ours.map(|k| (k, name.clone()));
+            }
+            diagnostics.push(d);
+        }
+        return None;
+    };
     let typed = |diagnostics: &mut Diagnostics| -> Option<AnyObject> {
         Some(match kind {
-            Kind::ClusterType => AnyObject::ClusterType(parse_typed::<ClusterTypeSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::Template => AnyObject::Template(parse_typed::<TemplateSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
+            Kind::ClusterType => AnyObject::ClusterType(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::Template => AnyObject::Template(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::WorkloadRegistration => {
-                AnyObject::WorkloadRegistration(parse_typed::<WorkloadRegistrationSpec>(
-                    doc,
-                    &origin,
-                    kind,
-                    &name,
-                    diagnostics,
-                )?)
+                AnyObject::WorkloadRegistration(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
-            Kind::Workload => AnyObject::Workload(parse_typed::<WorkloadSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::DeploymentTarget => AnyObject::DeploymentTarget(parse_typed::<DeploymentTargetSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::SchedulingPolicy => AnyObject::SchedulingPolicy(parse_typed::<SchedulingPolicySpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::Environment => AnyObject::Environment(parse_typed::<EnvironmentSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::GitOpsRepo => AnyObject::GitOpsRepo(parse_typed::<GitOpsRepoSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::BaseRepo => AnyObject::BaseRepo(parse_typed::<BaseRepoSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
-            Kind::ConfigSchema => AnyObject::ConfigSchema(parse_typed::<ConfigSchemaSpec>(
-                doc,
-                &origin,
-                kind,
-                &name,
-                diagnostics,
-            )?),
+            Kind::Workload => {
+                let workload = parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                warn_unknown_target_fields(doc, &origin, &name, diagnostics);
+                AnyObject::Workload(workload)
+            }
+            Kind::DeploymentTarget => {
+                AnyObject::DeploymentTarget(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
+            Kind::SchedulingPolicy => {
+                AnyObject::SchedulingPolicy(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
+            Kind::Environment => AnyObject::Environment(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::GitOpsRepo => AnyObject::GitOpsRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::BaseRepo => AnyObject::BaseRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::ConfigSchema => {
+                AnyObject::ConfigSchema(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
             Kind::ConfigMap => {
                 let parsed: ConfigMapObject = parse_document(doc, &origin, kind, &name, diagnostics)?;
                 AnyObject::ConfigMap(Object {
-                    meta: parsed.metadata,
-                    spec: parsed.data,
+                    meta: parsed.metadata.into(),
+                    spec: ConfigMapData { data: parsed.data },
                     origin: origin.clone(),
                 })
             }
@@ -261,10 +425,218 @@ fn parse_typed<S: DeserializeOwned>(
 ) -> Option<Object<S>> {
     let parsed: TypedObject<S> = parse_document(doc, origin, kind, name, diagnostics)?;
     Some(Object {
-        meta: parsed.metadata,
+        meta: parsed.metadata.into(),
         spec: parsed.spec,
         origin: origin.clone(),
     })
+}
+
+/// One step of a field path.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Key(String),
+    Index(usize),
+}
+
+/// The steps of a path `serde_ignored` reports (`Option` and newtype wrappers dropped).
+fn segments(path: &serde_ignored::Path<'_>) -> Vec<Segment> {
+    use serde_ignored::Path;
+    let mut out = match path {
+        Path::Root => return Vec::new(),
+        Path::Seq { parent, .. }
+        | Path::Map { parent, .. }
+        | Path::Some { parent }
+        | Path::NewtypeStruct { parent }
+        | Path::NewtypeVariant { parent } => segments(parent),
+    };
+    match path {
+        Path::Seq { index, .. } => out.push(Segment::Index(*index)),
+        Path::Map { key, .. } => out.push(Segment::Key(key.clone())),
+        _ => {}
+    }
+    out
+}
+
+/// A path as diagnostics show it: `spec.deploymentTargets[0].name`.
+fn path_string(path: &[Segment]) -> String {
+    let mut out = String::new();
+    for segment in path {
+        match segment {
+            Segment::Key(key) => {
+                if !out.is_empty() {
+                    out.push('.');
+                }
+                out.push_str(key);
+            }
+            Segment::Index(i) => out.push_str(&format!("[{i}]")),
+        }
+    }
+    out
+}
+
+/// Best effort: the 0-based line of `text` on which the field at `path` is written, found by
+/// looking for each key in turn, each after the previous one, and for list items by counting
+/// the block list's dashes. `None` if a step is not found (the caller then points at the
+/// object).
+fn locate(text: &str, path: &[Segment]) -> Option<u32> {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut at = 0usize;
+    let mut found = None;
+    for segment in path {
+        at = match segment {
+            Segment::Key(key) => at + lines.get(at..)?.iter().position(|l| has_key(l, key))?,
+            Segment::Index(index) => nth_item(&lines, at + 1, *index)?,
+        };
+        found = Some(at);
+    }
+    found.and_then(|l| u32::try_from(l).ok())
+}
+
+/// The line of item `index` of the block list that starts at or after line `from`.
+fn nth_item(lines: &[&str], from: usize, index: usize) -> Option<usize> {
+    let mut dash_column = None;
+    let mut count = 0;
+    for (n, line) in lines.iter().enumerate().skip(from) {
+        let trimmed = line.trim_start();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            continue;
+        }
+        let column = line.len() - trimmed.len();
+        let is_item = trimmed == "-" || trimmed.starts_with("- ");
+        match dash_column {
+            None if is_item => dash_column = Some(column),
+            None => return None,
+            Some(c) if column < c || (column == c && !is_item) => return None,
+            Some(_) => {}
+        }
+        if is_item && Some(column) == dash_column {
+            if count == index {
+                return Some(n);
+            }
+            count += 1;
+        }
+    }
+    None
+}
+
+/// Whether `line` holds `key` as a mapping key: at the start of the line (after list
+/// dashes), or after `{` or `,` in a flow mapping; plain or quoted.
+fn has_key(line: &str, key: &str) -> bool {
+    [format!("{key}:"), format!("\"{key}\":"), format!("'{key}':")]
+        .iter()
+        .any(|pattern| {
+            line.match_indices(pattern.as_str()).any(|(i, _)| {
+                let before = &line[..i];
+                let after = &line[i + pattern.len()..];
+                let starts_key = before.trim().chars().all(|c| c == '-' || c == ' ')
+                    && (before.trim().is_empty() || before.ends_with(' '))
+                    || before.trim_end().ends_with(['{', ',']);
+                starts_key && (after.is_empty() || after.starts_with([' ', '\t']))
+            })
+        })
+}
+
+/// Turns serde's message for a field into one for people: the path prefix serde_yaml
+/// repeats is dropped, a missing field becomes part of the path, and Rust type names become
+/// YAML ones. Returns the field path (if any) and the message.
+fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
+    let path = (path != "." && !path.is_empty()).then_some(path);
+    let mut message = strip_location(raw);
+    if let Some(p) = path
+        && let Some(rest) = message.strip_prefix(p).and_then(|r| r.strip_prefix(": "))
+    {
+        message = rest;
+    }
+    if let Some(rest) = message.strip_prefix("missing field `") {
+        let field = rest.trim_end_matches('`');
+        let full = path.map_or_else(|| field.to_owned(), |p| format!("{p}.{field}"));
+        return (Some(full), "required field is missing".to_owned());
+    }
+    let yaml_type = |t: &str| -> String {
+        let t = t.trim();
+        if t.starts_with("struct ") || t == "map" || t.starts_with("a map") {
+            "a mapping".to_owned()
+        } else if t == "sequence" || t == "a sequence" {
+            "a list".to_owned()
+        } else if t == "unit value" {
+            "null".to_owned()
+        } else {
+            t.to_owned()
+        }
+    };
+    if let Some(rest) = message.strip_prefix("invalid type: ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        let found = yaml_type(found);
+        let expected = yaml_type(expected);
+        return (
+            path.map(str::to_owned),
+            format!("expected {expected}, found {found}"),
+        );
+    }
+    if message.starts_with("data did not match any variant of untagged enum Manifest") {
+        return (
+            path.map(str::to_owned),
+            "expected a template string (or, in the pre-2023 form, a mapping)".to_owned(),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("unknown variant ") {
+        return (path.map(str::to_owned), format!("unknown value {rest}"));
+    }
+    (path.map(str::to_owned), message.to_owned())
+}
+
+/// The fields of a Workload's deployment target.
+const TARGET_FIELDS: &[&str] = &["name", "labels", "environment", "manifests", "configSchemas"];
+
+/// Warns about unknown fields of a Workload's deployment targets, which the generic check
+/// cannot see (their spec is flattened into them). A misspelled `environment` would
+/// otherwise silently keep a target out of every environment.
+fn warn_unknown_target_fields(
+    doc: &Document<'_>,
+    origin: &Origin,
+    name: &str,
+    diagnostics: &mut Diagnostics,
+) {
+    let Ok(value) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc.text) else {
+        return;
+    };
+    let Some(targets) = value
+        .get("spec")
+        .and_then(|s| s.get("deploymentTargets"))
+        .and_then(serde_yaml_ng::Value::as_sequence)
+    else {
+        return;
+    };
+    for (i, target) in targets.iter().enumerate() {
+        let Some(fields) = target.as_mapping() else {
+            continue;
+        };
+        for key in fields.keys().filter_map(serde_yaml_ng::Value::as_str) {
+            if TARGET_FIELDS.contains(&key) {
+                continue;
+            }
+            let path = [
+                Segment::Key("spec".to_owned()),
+                Segment::Key("deploymentTargets".to_owned()),
+                Segment::Index(i),
+                Segment::Key(key.to_owned()),
+            ];
+            let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
+            diagnostics.push(
+                Diagnostic::warning(
+                    "unknown-field",
+                    format!(
+                        "a deployment target has no such field; it is ignored (misspelled? the fields are {})",
+                        TARGET_FIELDS.join(", ")
+                    ),
+                )
+                .at(&origin.at_line(line))
+                .on(Kind::Workload, name)
+                .field(path_string(&path)),
+            );
+        }
+    }
 }
 
 /// Deserializes a document into `T`, reporting the failing field's path and line, and
@@ -276,17 +648,24 @@ fn parse_document<T: DeserializeOwned>(
     name: &str,
     diagnostics: &mut Diagnostics,
 ) -> Option<T> {
-    let mut unknown = Vec::new();
-    let mut track = |path: serde_ignored::Path<'_>| unknown.push(path.to_string());
+    let mut unknown: Vec<Vec<Segment>> = Vec::new();
+    let mut track = |path: serde_ignored::Path<'_>| unknown.push(segments(&path));
     let de = serde_yaml_ng::Deserializer::from_str(doc.text);
     let ignored = serde_ignored::Deserializer::new(de, &mut track);
     let result: Result<T, _> = serde_path_to_error::deserialize(ignored);
-    for path in unknown.into_iter().filter(|p| p.starts_with("spec.")) {
+    for path in unknown
+        .into_iter()
+        .filter(|p| p.len() > 1 && p[0] == Segment::Key("spec".to_owned()))
+    {
+        let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
-            Diagnostic::warning("unknown-field", "unknown field; it is ignored")
-                .at(origin)
-                .on(kind, name)
-                .field(path),
+            Diagnostic::warning(
+                "unknown-field",
+                format!("{kind} has no such field; it is ignored (misspelled?)"),
+            )
+            .at(&origin.at_line(line))
+            .on(kind, name)
+            .field(path_string(&path)),
         );
     }
     match result {
@@ -297,13 +676,12 @@ fn parse_document<T: DeserializeOwned>(
             let line = inner.location().map_or(origin.line, |l| {
                 doc.first_line + u32::try_from(l.line()).unwrap_or(1) - 1
             });
-            let message = inner.to_string();
-            let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+            let (field, message) = describe_error(&path, &inner.to_string());
             let mut d = Diagnostic::error("invalid-object", message)
                 .at(&origin.at_line(line))
                 .on(kind, name);
-            if path != "." {
-                d = d.field(path);
+            if let Some(field) = field {
+                d = d.field(field);
             }
             diagnostics.push(d);
             None
@@ -355,25 +733,180 @@ mod tests {
         );
         assert!(objects.is_empty());
         let shown = d.to_string();
-        assert!(shown.contains("ClusterType \"large\""), "{shown}");
-        assert!(shown.contains("missing field `namespaceService`"), "{shown}");
+        assert_eq!(
+            shown.trim_end(),
+            "error[invalid-object]: dev/f.yaml:6: ClusterType \"large\": spec.namespaceService: \
+             required field is missing"
+        );
     }
 
     #[test]
     fn reports_malformed_yaml_with_absolute_line() {
-        let (_, d) = load("a: 1\n---\nkind: [unclosed\n");
+        let (_, d) = load("apiVersion: v1\nkind: Secret\n---\nkind: [unclosed\n");
         let shown = d.to_string();
-        assert!(shown.starts_with("error[yaml]: dev/f.yaml:"), "{shown}");
+        assert!(
+            shown.starts_with("error[yaml]: dev/f.yaml:5: invalid YAML: "),
+            "{shown}"
+        );
+        assert_eq!(d.len(), 1, "{shown}");
     }
 
     #[test]
-    fn warns_about_unknown_spec_fields() {
+    fn warns_about_unknown_spec_fields_at_their_line() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata: {name: x}\n\
-             spec: {reconciler: a, namespaceService: b, configType: c, reconcilr: d}\n",
+             spec: {reconciler: a, namespaceService: b, configType: c, reconcilr: d}\n---\n\
+             apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata: {name: y}\n\
+             spec:\n  reconciler: a\n  namespaceService: b\n  configType: c\n  configTyp: d\n",
+        );
+        assert_eq!(objects.len(), 2);
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            [
+                "warning[unknown-field]: dev/f.yaml:4: ClusterType \"x\": spec.reconcilr: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:13: ClusterType \"y\": spec.configTyp: ClusterType has no \
+                 such field; it is ignored (misspelled?)"
+            ]
+        );
+    }
+
+    #[test]
+    fn warns_about_unknown_fields_of_deployment_targets() {
+        let (objects, d) = load(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Workload\nmetadata: {name: w}\nspec:\n  \
+             deploymentTargets:\n    - name: a\n      environment: dev\n    - name: b\n      environment: stage\n      \
+             enviroment: dev\n",
         );
         assert_eq!(objects.len(), 1);
-        assert_eq!(d.warnings().count(), 1);
-        assert!(d.to_string().contains("spec.reconcilr"));
+        assert_eq!(
+            d.to_string().trim_end(),
+            "warning[unknown-field]: dev/f.yaml:10: Workload \"w\": spec.deploymentTargets[1].enviroment: a \
+             deployment target has no such field; it is ignored (misspelled? the fields are name, labels, \
+             environment, manifests, configSchemas)"
+        );
+    }
+
+    #[test]
+    fn lists_and_scalars_are_errors_and_empty_documents_are_skipped() {
+        let (objects, d) = load("- a\n- b\n---\njust text\n---\n~\n---\n");
+        assert!(objects.is_empty());
+        let shown: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "error[not-an-object]: dev/f.yaml:1: document is a list, not a Kubernetes object (a mapping \
+                 with apiVersion, kind and metadata)",
+                "error[not-an-object]: dev/f.yaml:4: document is a scalar, not a Kubernetes object (a mapping \
+                 with apiVersion, kind and metadata)",
+            ]
+        );
+    }
+
+    #[test]
+    fn documents_without_type_are_warnings() {
+        let (objects, d) = load("name: x\nspec: {}\n");
+        assert!(objects.is_empty());
+        assert!(!d.has_errors());
+        assert!(
+            d.to_string()
+                .starts_with("warning[not-an-object]: dev/f.yaml:1: document has no apiVersion")
+        );
+    }
+
+    #[test]
+    fn unknown_kalypso_kinds_and_versions_are_errors() {
+        let (objects, d) = load(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterTyp\nmetadata: {name: a}\n---\n\
+             apiVersion: scheduler.kalypso.io/v1\nkind: ClusterType\nmetadata: {name: b}\n---\n\
+             apiVersion: v1\nkind: Template\nmetadata: {name: c}\n---\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata: {name: d}\n",
+        );
+        assert!(objects.is_empty());
+        let shown: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert_eq!(shown.len(), 3, "{shown:#?}");
+        assert!(
+            shown[0].starts_with(
+                "error[unknown-kind]: dev/f.yaml:1: kind: unknown kind \"ClusterTyp\"; the kinds of \
+                 scheduler.kalypso.io/v1alpha1 are ClusterType, Template,"
+            ),
+            "{shown:#?}"
+        );
+        assert_eq!(
+            shown[1],
+            "error[unknown-kind]: dev/f.yaml:5: ClusterType \"b\": apiVersion: ClusterType is a kind of \
+             scheduler.kalypso.io/v1alpha1, not of \"scheduler.kalypso.io/v1\""
+        );
+        assert_eq!(
+            shown[2],
+            "error[unknown-kind]: dev/f.yaml:9: Template \"c\": apiVersion: Template is a kind of \
+             scheduler.kalypso.io/v1alpha1, not of \"v1\""
+        );
+    }
+
+    #[test]
+    fn config_map_values_and_labels_must_be_strings() {
+        let (objects, d) = load(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: m\ndata:\n  A: ok\n  REPLICAS: 3\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: n\n  labels:\n    platform-config: true\n\
+             ---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: o\ndata:\n  LIST: [a]\n  NULL: ~\n",
+        );
+        assert!(objects.is_empty());
+        let shown: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "error[invalid-object]: dev/f.yaml:7: ConfigMap \"m\": data.REPLICAS: must be a string, not \
+                 the number 3; quote it: \"3\"",
+                "error[invalid-object]: dev/f.yaml:14: ConfigMap \"n\": metadata.labels.platform-config: must \
+                 be a string, not the boolean true; quote it: \"true\"",
+                "error[invalid-object]: dev/f.yaml:21: ConfigMap \"o\": data.LIST: must be a string, not a \
+                 list; write structured data as a block string (`key: |`)",
+            ]
+        );
+    }
+
+    #[test]
+    fn wrong_types_name_the_field_once() {
+        let (_, d) = load(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata: {name: x}\n\
+             spec:\n  reconciler: [a]\n  namespaceService: b\n  configType: c\n",
+        );
+        assert_eq!(
+            d.to_string().trim_end(),
+            "error[invalid-object]: dev/f.yaml:5: ClusterType \"x\": spec.reconciler: expected a string, \
+             found a list"
+        );
+    }
+
+    #[test]
+    fn files_that_are_not_utf8_name_the_line() {
+        let tree = SourceTree::new("dev", vec![SourceFile::new("f.yaml", &b"a: 1\nb: \xff\n"[..])]);
+        let mut d = Diagnostics::new();
+        assert!(load_tree(&tree, &mut d).is_empty());
+        assert!(
+            d.to_string()
+                .starts_with("error[yaml]: dev/f.yaml:2: file is not UTF-8 text"),
+            "{d}"
+        );
+    }
+
+    #[test]
+    fn locates_keys_in_block_and_flow_style() {
+        let text = "spec:\n  name: a\n  targets:\n    - name: b\n      typo: 1\n  other: {x: 1, typo: 2}\n";
+        let path = |p: &[&str]| -> Vec<Segment> { p.iter().map(|k| Segment::Key((*k).to_owned())).collect() };
+        assert_eq!(locate(text, &path(&["spec", "targets", "typo"])), Some(4));
+        assert_eq!(locate(text, &path(&["spec", "other", "typo"])), Some(5));
+        assert_eq!(locate(text, &path(&["spec", "missing"])), None);
+        let items =
+            "spec:\n  targets:\n  - name: a\n    schemas:\n    - x\n    - y\n  - name: b\n    typo: 1\n";
+        let mut second = path(&["spec", "targets"]);
+        second.extend([Segment::Index(1), Segment::Key("typo".to_owned())]);
+        assert_eq!(locate(items, &second), Some(7));
+        second[2] = Segment::Index(2);
+        assert_eq!(locate(items, &second), None);
+        assert!(!has_key("  my-name: a", "name"));
+        assert!(has_key("  - \"name\": a", "name"));
     }
 }

@@ -17,6 +17,7 @@ use kalypso_api::{
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
 use crate::names::{dns_subdomain_error, label_key_error, label_value_error};
+use crate::source::SourceTree;
 
 /// An object with its metadata, spec and origin.
 #[derive(Clone, Debug, PartialEq)]
@@ -273,6 +274,48 @@ impl Namespace {
         }
     }
 
+    /// Warns about workload sources that do not line up with the WorkloadRegistrations: a
+    /// registration without a source tree (none of its Workloads can be loaded) and a tree
+    /// that no registration names (its Workloads are ignored). Both are silent in the
+    /// original, where they only show as deployment targets that never appear.
+    pub fn check_workload_sources(
+        &self,
+        workloads: &BTreeMap<String, SourceTree>,
+        diagnostics: &mut Diagnostics,
+    ) {
+        for (name, registration) in &self.registrations {
+            if !workloads.contains_key(name) {
+                diagnostics.push(
+                    Diagnostic::warning(
+                        "workloads-missing",
+                        format!("no workload files for this registration (expected in workloads/{name}/); none of its Workloads are loaded"),
+                    )
+                    .at(&registration.origin)
+                    .on(Kind::WorkloadRegistration, name),
+                );
+            }
+        }
+        for (name, tree) in workloads {
+            if !self.registrations.contains_key(name) {
+                let known: Vec<&str> = self.registrations.keys().map(String::as_str).collect();
+                let known = if known.is_empty() {
+                    "there are none".to_owned()
+                } else {
+                    format!("there are {}", known.join(", "))
+                };
+                diagnostics.push(
+                    Diagnostic::warning(
+                        "workloads-unregistered",
+                        format!(
+                            "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder are ignored"
+                        ),
+                    )
+                    .at(&Origin::new(tree.label(), 0)),
+                );
+            }
+        }
+    }
+
     /// The BaseRepo that pins the promoted main commit: the one named `main`.
     pub fn promoted_base(&self) -> Option<&Object<BaseRepoSpec>> {
         self.base_repos.get("main")
@@ -284,9 +327,15 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
     let meta = object.meta();
     let (kind, origin) = (object.kind(), object.origin());
     let mut ok = true;
-    if let Some(e) = dns_subdomain_error(&meta.name) {
+    let name_error = if meta.name.is_empty() {
+        Some("required field is missing".to_owned())
+    } else {
+        // Names become folder names of the GitOps tree: this also rejects `..` and `/`.
+        dns_subdomain_error(&meta.name)
+    };
+    if let Some(e) = name_error {
         diagnostics.push(
-            Diagnostic::error("invalid-name", format!("name {:?} {e}", meta.name))
+            Diagnostic::error("invalid-name", e)
                 .at(origin)
                 .on(kind, &meta.name)
                 .field("metadata.name"),
@@ -343,6 +392,39 @@ mod tests {
         assert_eq!(hw.object.labels()[labels::FLUX_NAME], "dev-helloworld");
         assert_eq!(hw.object.labels()[labels::FLUX_NAMESPACE], "flux-system");
         assert_eq!(hw.registration.as_deref(), Some("helloworld"));
+    }
+
+    #[test]
+    fn warns_about_workload_sources_without_registration_and_vice_versa() {
+        let mut ns = Namespace::new("dev");
+        let mut d = Diagnostics::new();
+        let registration = |name: &str| {
+            AnyObject::WorkloadRegistration(Object::new(
+                name,
+                WorkloadRegistrationSpec::default(),
+                Origin::new("main/r.yaml", 1),
+            ))
+        };
+        ns.apply(
+            &Delivery::Base("main".into()),
+            vec![registration("app"), registration("lost")],
+            &mut d,
+        );
+        let trees: BTreeMap<String, SourceTree> = ["app", "orphan"]
+            .into_iter()
+            .map(|n| (n.to_owned(), SourceTree::new(format!("workloads/{n}"), vec![])))
+            .collect();
+        ns.check_workload_sources(&trees, &mut d);
+        let shown: Vec<String> = d.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            shown,
+            [
+                "warning[workloads-missing]: main/r.yaml:1: WorkloadRegistration \"lost\": no workload files for \
+                 this registration (expected in workloads/lost/); none of its Workloads are loaded",
+                "warning[workloads-unregistered]: workloads/orphan: no WorkloadRegistration is named \"orphan\" \
+                 (there are app, lost), so the Workloads in this folder are ignored",
+            ]
+        );
     }
 
     #[test]

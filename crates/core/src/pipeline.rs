@@ -8,15 +8,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kalypso_api::Kind;
+use kalypso_gotmpl::Str;
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
 use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
 use crate::diag::{Diagnostic, Diagnostics};
+use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
 use crate::model::{Delivery, Namespace};
 use crate::render::{
-    ClusterTypeTemplates, RenderFailure, TemplateSet, cluster_type_templates, render_package, template_data,
+    ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
+    template_data,
 };
 use crate::schedule::{Assignment, Schedule, schedule};
 use crate::schema::SchemaCache;
@@ -53,6 +56,7 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
             ns.apply(&Delivery::Workload(registration), objects, diagnostics);
         }
     }
+    ns.check_workload_sources(&inputs.workloads, diagnostics);
     ns
 }
 
@@ -96,27 +100,71 @@ pub struct AssignmentRecord {
     pub assignment: Assignment,
     /// The merged config it was rendered with.
     pub config: Arc<ConfigData>,
+    /// The fingerprint of everything its output depends on.
+    pub fingerprint: Fingerprint,
+}
+
+/// An assignment that could not be rendered (its template failed, or its config violates a
+/// schema). Any failure blocks the environment, as in the original.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AssignmentFailure {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// The deployment target.
+    pub deployment_target: String,
+    /// What went wrong (Go's message for template errors, the schema violations for config).
+    pub message: String,
 }
 
 /// The result of rendering an environment.
 #[derive(Clone, Debug, Default)]
 pub struct Rendered {
-    /// What goes into the GitOps tree.
+    /// What goes into the GitOps tree (packages of the assignments that were rendered).
     pub content: RepoContent,
-    /// Every assignment, in tree order, with its config and provenance.
+    /// Every assignment, in tree order, with its config, provenance and fingerprint.
     pub records: Vec<AssignmentRecord>,
+    /// The assignments that failed, in tree order.
+    pub failures: Vec<AssignmentFailure>,
 }
 
-/// Renders every assignment of `env`. Problems go to `diagnostics`; if any is an error the
-/// content must not be delivered (the original blocks the whole environment too).
-pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Rendered {
+/// One assignment with everything it depends on resolved, ready to render.
+#[derive(Debug)]
+pub struct Job<'e> {
+    /// The assignment.
+    pub assignment: &'e Assignment,
+    /// The fingerprint of everything its output depends on.
+    pub fingerprint: Fingerprint,
+    cluster_type: Str,
+    target: Arc<TargetValues>,
+    templates: Option<ClusterTypeTemplates>,
+    config: Arc<ConfigData>,
+    schemas: Vec<&'e str>,
+}
+
+/// An environment resolved for rendering: templates compiled, configs merged, every
+/// assignment fingerprinted. Rendering it fully or partially is then pure work.
+#[derive(Debug)]
+pub struct Prepared<'e> {
+    env: &'e Environment,
+    jobs: Vec<Job<'e>>,
+}
+
+/// Resolves everything the assignments of `env` need. Missing or broken templates are
+/// reported here (once per cluster type).
+pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Prepared<'e> {
     let ns = &env.namespace;
     let templates = TemplateSet::compile(ns, engine);
+    let template_ids: HashMap<&str, Fingerprint> = ns
+        .templates
+        .iter()
+        .map(|(name, t)| (name.as_str(), Hasher::new().template(name, &t.spec).finish()))
+        .collect();
 
     // Templates of the cluster types that have assignments; broken templates that no
     // assignment uses are only worth a warning.
     let mut used_templates = std::collections::BTreeSet::new();
-    let mut per_cluster_type: BTreeMap<&str, Option<ClusterTypeTemplates<'_>>> = BTreeMap::new();
+    let mut per_cluster_type: HashMap<&str, (Option<ClusterTypeTemplates>, Fingerprint, Str)> =
+        HashMap::new();
     for assignment in env.schedule.iter() {
         if per_cluster_type.contains_key(assignment.cluster_type.as_str()) {
             continue;
@@ -124,12 +172,25 @@ pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics)
         let Some(ct) = ns.cluster_types.get(&assignment.cluster_type) else {
             continue;
         };
-        used_templates.extend([
+        let names = [
             &ct.spec.reconciler,
             &ct.spec.namespace_service,
             &ct.spec.config_type,
-        ]);
-        per_cluster_type.insert(ct.name(), cluster_type_templates(ct, &templates, diagnostics));
+        ];
+        used_templates.extend(names);
+        let mut id = Hasher::new();
+        for name in names {
+            id.str(name)
+                .fingerprint(template_ids.get(name.as_str()).copied().unwrap_or_default());
+        }
+        per_cluster_type.insert(
+            ct.name(),
+            (
+                cluster_type_templates(ct, &templates, diagnostics),
+                id.finish(),
+                Str::from(ct.name()),
+            ),
+        );
     }
     for name in ns.templates.keys().filter(|n| !used_templates.contains(n)) {
         if let Some(Err(errors)) = templates.get(name) {
@@ -140,6 +201,24 @@ pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics)
                 diagnostics.push(w);
             }
         }
+    }
+
+    // Per-target values and identities, once per target.
+    let mut targets: HashMap<&str, (Arc<TargetValues>, Fingerprint)> = HashMap::new();
+    for a in env.schedule.iter() {
+        targets.entry(a.deployment_target.as_str()).or_insert_with(|| {
+            let t = &env.targets[&a.deployment_target];
+            let id = Hasher::new()
+                .str(&t.name)
+                .str(&t.workload)
+                .str(&t.workspace)
+                .str(&t.spec.environment)
+                .labels(&t.labels)
+                .labels(&t.spec.manifests)
+                .strs(t.spec.config_schemas.iter().map(String::as_str))
+                .finish();
+            (Arc::new(TargetValues::new(t)), id)
+        });
     }
 
     // Distinct configurations, merged once each.
@@ -156,80 +235,151 @@ pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics)
         representatives.entry(key).or_insert(a);
     }
     let distinct: Vec<(&ConfigKey, &Assignment)> = representatives.into_iter().collect();
-    let configs: HashMap<&ConfigKey, Arc<ConfigData>> = distinct
+    let configs: HashMap<&ConfigKey, (Arc<ConfigData>, Fingerprint)> = distinct
         .par_iter()
         .map(|(key, a)| {
             let ct = &ns.cluster_types[&a.cluster_type];
             let target = &env.targets[&a.deployment_target];
-            (*key, Arc::new(env.config.merge_for(ct, target)))
+            let config = env.config.merge_for(ct, target);
+            let mut id = Hasher::new();
+            for (k, v) in &config.values {
+                id.str(k).value(v);
+            }
+            (*key, (Arc::new(config), id.finish()))
         })
         .collect();
 
-    let schemas = SchemaCache::new();
-    let results: Vec<Result<Option<Package>, String>> = assignments
-        .par_iter()
-        .zip(keys.par_iter())
+    let jobs = assignments
+        .iter()
+        .zip(&keys)
         .map(|(a, key)| {
-            let Some(Some(templates)) = per_cluster_type.get(a.cluster_type.as_str()) else {
-                return Ok(None);
-            };
             let ct = &ns.cluster_types[&a.cluster_type];
             let target = &env.targets[&a.deployment_target];
-            let config = &configs[key];
-            let schema_texts: Vec<&str> = ns
+            let (templates, templates_id, ct_name) = &per_cluster_type[a.cluster_type.as_str()];
+            let (target_values, target_id) = &targets[a.deployment_target.as_str()];
+            let (config, config_id) = &configs[key];
+            let schemas: Vec<&str> = ns
                 .config_schemas
                 .values()
                 .filter(|s| labels_match(s.labels(), ct, target))
                 .map(|s| s.spec.schema.as_str())
                 .chain(target.spec.config_schemas.iter().map(String::as_str))
                 .collect();
-            schemas.validate(config, &schema_texts)?;
-            let data = template_data(target, &a.cluster_type, config);
-            render_package(engine, templates, &data)
-                .map(Some)
-                .map_err(|f: RenderFailure| {
-                    format!(
-                        "{}: Template {:?} spec.manifests[{}]: {}",
-                        f.origin, f.template, f.manifest, f.message
-                    )
-                })
+            let fingerprint = Hasher::new()
+                .str(FORMAT)
+                .str(env.name())
+                .str(&a.cluster_type)
+                .fingerprint(*templates_id)
+                .fingerprint(*target_id)
+                .fingerprint(*config_id)
+                .strs(schemas.iter().copied())
+                .finish();
+            Job {
+                assignment: a,
+                fingerprint,
+                cluster_type: ct_name.clone(),
+                target: target_values.clone(),
+                templates: templates.clone(),
+                config: config.clone(),
+                schemas,
+            }
         })
         .collect();
+    Prepared { env, jobs }
+}
 
-    let mut rendered = Rendered::default();
-    for ((a, key), result) in assignments.iter().zip(&keys).zip(results) {
-        match result {
-            Ok(Some(package)) => {
-                rendered
-                    .content
-                    .packages
-                    .insert((a.cluster_type.clone(), a.deployment_target.clone()), package);
-                rendered.records.push(AssignmentRecord {
-                    assignment: (*a).clone(),
-                    config: configs[key].clone(),
-                });
-            }
-            Ok(None) => {}
-            Err(message) => {
-                let target = &env.targets[&a.deployment_target];
-                diagnostics.push(
-                    Diagnostic::error(
-                        "assignment",
+impl<'e> Prepared<'e> {
+    /// The assignments, in tree order.
+    pub fn jobs(&self) -> &[Job<'e>] {
+        &self.jobs
+    }
+
+    /// Renders the assignments `select` chooses (in parallel) and records every assignment.
+    /// Assignments not selected get no package: the caller already has their files (their
+    /// fingerprint is unchanged). Failures go to `diagnostics` and to `Rendered::failures`.
+    pub fn render(
+        &self,
+        engine: &Engine,
+        diagnostics: &mut Diagnostics,
+        select: impl Fn(&Job<'_>) -> bool + Sync,
+    ) -> Rendered {
+        let schemas = SchemaCache::new();
+        let results: Vec<Result<Option<Package>, String>> = self
+            .jobs
+            .par_iter()
+            .map(|job| {
+                let Some(templates) = &job.templates else {
+                    return Ok(None);
+                };
+                if !select(job) {
+                    return Ok(None);
+                }
+                schemas.validate(&job.config, &job.schemas)?;
+                let data = template_data(&job.target, &job.cluster_type, &job.config);
+                render_package(engine, templates, &data)
+                    .map(Some)
+                    .map_err(|f: RenderFailure| {
                         format!(
-                            "cannot generate manifests for deployment target {:?} on cluster type {:?}: {message}",
-                            a.deployment_target, a.cluster_type
-                        ),
-                    )
-                    .at(&target.origin)
-                    .on(Kind::DeploymentTarget, &a.deployment_target),
-                );
+                            "{}: Template {:?}: spec.manifests[{}]: {}",
+                            f.origin, f.template, f.manifest, f.message
+                        )
+                    })
+            })
+            .collect();
+
+        let env = self.env;
+        let ns = &env.namespace;
+        let mut rendered = Rendered::default();
+        for (job, result) in self.jobs.iter().zip(results) {
+            let a = job.assignment;
+            match result {
+                Ok(package) => {
+                    if let Some(package) = package {
+                        rendered
+                            .content
+                            .packages
+                            .insert((a.cluster_type.clone(), a.deployment_target.clone()), package);
+                    }
+                    if job.templates.is_some() {
+                        rendered.records.push(AssignmentRecord {
+                            assignment: a.clone(),
+                            config: job.config.clone(),
+                            fingerprint: job.fingerprint,
+                        });
+                    }
+                }
+                Err(message) => {
+                    let target = &env.targets[&a.deployment_target];
+                    diagnostics.push(
+                        Diagnostic::error(
+                            "assignment",
+                            format!(
+                                "cannot generate manifests on cluster type {:?}: {message}",
+                                a.cluster_type
+                            ),
+                        )
+                        .at(&target.origin)
+                        .on(Kind::DeploymentTarget, &a.deployment_target),
+                    );
+                    rendered.failures.push(AssignmentFailure {
+                        cluster_type: a.cluster_type.clone(),
+                        deployment_target: a.deployment_target.clone(),
+                        message,
+                    });
+                }
             }
         }
+        rendered.content.cluster_types = ns.cluster_types.keys().cloned().collect();
+        rendered.content.promoted_commit = ns
+            .promoted_base()
+            .map(|b| b.spec.commit.clone())
+            .filter(|c| !c.is_empty());
+        rendered
     }
-    rendered.content.cluster_types = ns.cluster_types.keys().cloned().collect();
-    rendered.content.promoted_commit = ns
-        .promoted_base()
-        .map(|b| b.spec.commit.clone())
-        .filter(|c| !c.is_empty());
-    rendered
+}
+
+/// Renders every assignment of `env`. Problems go to `diagnostics`; if any is an error the
+/// content must not be delivered (the original blocks the whole environment too).
+pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Rendered {
+    prepare(env, engine, diagnostics).render(engine, diagnostics, |_| true)
 }

@@ -7,6 +7,7 @@
 //! assignment; as in the original, any such error blocks the environment.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use kalypso_api::{ClusterTypeSpec, Kind, Manifest, TemplateSpec};
 use kalypso_gotmpl::{Map, MapKey, Str, Type, Value};
@@ -37,7 +38,7 @@ pub struct CompiledTemplate {
 /// Every Template of a namespace, compiled; templates that do not parse keep their errors.
 #[derive(Debug, Default)]
 pub struct TemplateSet {
-    templates: BTreeMap<String, Result<CompiledTemplate, Vec<Diagnostic>>>,
+    templates: BTreeMap<String, Result<Arc<CompiledTemplate>, Vec<Diagnostic>>>,
 }
 
 impl TemplateSet {
@@ -53,12 +54,15 @@ impl TemplateSet {
 
     /// The compiled template `name`: `None` if no such Template exists, `Some(Err)` if it
     /// failed to compile.
-    pub fn get(&self, name: &str) -> Option<&Result<CompiledTemplate, Vec<Diagnostic>>> {
+    pub fn get(&self, name: &str) -> Option<&Result<Arc<CompiledTemplate>, Vec<Diagnostic>>> {
         self.templates.get(name)
     }
 }
 
-fn compile_template(t: &Object<TemplateSpec>, engine: &Engine) -> Result<CompiledTemplate, Vec<Diagnostic>> {
+fn compile_template(
+    t: &Object<TemplateSpec>,
+    engine: &Engine,
+) -> Result<Arc<CompiledTemplate>, Vec<Diagnostic>> {
     let mut manifests = Vec::with_capacity(t.spec.manifests.len());
     let mut errors = Vec::new();
     for (i, manifest) in t.spec.manifests.iter().enumerate() {
@@ -77,12 +81,12 @@ fn compile_template(t: &Object<TemplateSpec>, engine: &Engine) -> Result<Compile
         }
     }
     if errors.is_empty() {
-        Ok(CompiledTemplate {
+        Ok(Arc::new(CompiledTemplate {
             name: t.name().to_owned(),
             manifests,
             content_type: t.spec.content_type.clone(),
             origin: t.origin.clone(),
-        })
+        }))
     } else {
         Err(errors)
     }
@@ -117,17 +121,45 @@ fn json_to_value(v: &serde_json::Value) -> Value {
     }
 }
 
-/// The original's template data for one assignment.
-pub fn template_data(target: &DeploymentTarget, cluster_type: &str, config: &ConfigData) -> TemplateData {
+/// The template data that depends only on the deployment target, built once per target.
+#[derive(Clone, Debug)]
+pub struct TargetValues {
+    name: Str,
+    environment: Str,
+    workspace: Str,
+    workload: Str,
+    labels: Map,
+    manifests: Map,
+}
+
+impl TargetValues {
+    /// The values of `target`.
+    pub fn new(target: &DeploymentTarget) -> TargetValues {
+        TargetValues {
+            name: Str::from(target.name.as_str()),
+            environment: Str::from(target.spec.environment.as_str()),
+            workspace: Str::from(target.workspace.as_str()),
+            workload: Str::from(target.workload.as_str()),
+            labels: kalypso_template::string_map(&target.labels),
+            manifests: kalypso_template::string_map(&target.spec.manifests),
+        }
+    }
+}
+
+/// The original's template data for one assignment. The namespace is
+/// `<target environment>-<cluster type>-<target>`; the config is a fresh copy, so a template
+/// that mutates it cannot affect any other render.
+pub fn template_data(target: &TargetValues, cluster_type: &Str, config: &ConfigData) -> TemplateData {
+    let namespace = format!("{}-{cluster_type}-{}", target.environment, target.name);
     TemplateData {
         deployment_target_name: target.name.clone(),
-        namespace: format!("{}-{cluster_type}-{}", target.spec.environment, target.name),
-        environment: target.spec.environment.clone(),
+        namespace: Str::from(namespace),
+        environment: target.environment.clone(),
         workspace: target.workspace.clone(),
         workload: target.workload.clone(),
         labels: Some(target.labels.clone()),
-        manifests: Some(target.spec.manifests.clone()),
-        cluster_type: cluster_type.to_owned(),
+        manifests: Some(target.manifests.clone()),
+        cluster_type: cluster_type.clone(),
         config_data: Some(config.to_map()),
     }
 }
@@ -149,21 +181,21 @@ fn render_manifests(
 }
 
 /// The templates a cluster type uses, looked up once for all of its assignments.
-#[derive(Debug)]
-pub struct ClusterTypeTemplates<'a> {
-    reconciler: &'a CompiledTemplate,
-    namespace: &'a CompiledTemplate,
-    config: &'a CompiledTemplate,
+#[derive(Clone, Debug)]
+pub struct ClusterTypeTemplates {
+    reconciler: Arc<CompiledTemplate>,
+    namespace: Arc<CompiledTemplate>,
+    config: Arc<CompiledTemplate>,
 }
 
 /// Resolves the reconciler, namespace and config templates of a cluster type, reporting
 /// each missing or broken one.
-pub fn cluster_type_templates<'a>(
+pub fn cluster_type_templates(
     cluster_type: &Object<ClusterTypeSpec>,
-    templates: &'a TemplateSet,
+    templates: &TemplateSet,
     diagnostics: &mut Diagnostics,
-) -> Option<ClusterTypeTemplates<'a>> {
-    let mut resolve = |name: &str, field: &str| -> Option<&'a CompiledTemplate> {
+) -> Option<ClusterTypeTemplates> {
+    let mut resolve = |name: &str, field: &str| -> Option<Arc<CompiledTemplate>> {
         match templates.get(name) {
             None => {
                 diagnostics.push(
@@ -180,7 +212,7 @@ pub fn cluster_type_templates<'a>(
                 }
                 None
             }
-            Some(Ok(t)) => Some(t),
+            Some(Ok(t)) => Some(t.clone()),
         }
     };
     let reconciler = resolve(&cluster_type.spec.reconciler, "spec.reconciler");
@@ -209,7 +241,7 @@ pub struct RenderFailure {
 /// Renders one assignment's package.
 pub fn render_package(
     engine: &Engine,
-    templates: &ClusterTypeTemplates<'_>,
+    templates: &ClusterTypeTemplates,
     data: &TemplateData,
 ) -> Result<crate::tree::Package, RenderFailure> {
     let value = data.to_value();
@@ -221,9 +253,9 @@ pub fn render_package(
             message: e.to_string(),
         })
     };
-    let reconciler = render(templates.reconciler)?;
-    let namespace = render(templates.namespace)?;
-    let config = render(templates.config)?;
+    let reconciler = render(&templates.reconciler)?;
+    let namespace = render(&templates.namespace)?;
+    let config = render(&templates.config)?;
     Ok(crate::tree::Package::new(
         &reconciler,
         &namespace,

@@ -81,10 +81,10 @@ pub fn schedule(
             Err(errors) => {
                 for e in errors {
                     diagnostics.push(
-                        Diagnostic::error("invalid-selector", e)
+                        Diagnostic::error("invalid-selector", e.message)
                             .at(&policy.origin)
                             .on(Kind::SchedulingPolicy, name)
-                            .field(field.to_owned()),
+                            .field(format!("{field}.{}", e.field)),
                     );
                 }
                 None

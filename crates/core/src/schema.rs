@@ -3,8 +3,10 @@
 //!
 //! The original validates through Helm's `ValidateAgainstSingleSchema`: top-level config
 //! strings that parse as integers or floats are validated as numbers, nested values as the
-//! YAML they were parsed from, and every violation becomes a `- <message>` line of the
-//! assignment's error. Schemas never reach the network or the file system.
+//! YAML they were parsed from, and every violation becomes part of the assignment's error
+//! (the original writes one `- <message>` line each; here they share one line, separated by
+//! `; `, each with the config key it is about). Schemas never reach the network or the file
+//! system.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -49,43 +51,34 @@ impl SchemaCache {
         compiled
     }
 
-    /// Validates `config` against every schema; returns the original's error message
-    /// (`Config data validation failed: ...`) if any schema fails or cannot be compiled.
+    /// Validates `config` against every schema; returns every violation of every schema,
+    /// and every schema that cannot be compiled, as one line
+    /// (`config data validation failed: REPLICAS: 0 is less than the minimum of 1; ...`).
     pub fn validate(&self, config: &ConfigData, schemas: &[&str]) -> Result<(), String> {
         if schemas.is_empty() {
             return Ok(());
         }
         let instance = config_instance(config);
-        let mut failures = Vec::new();
+        let mut failures: Vec<String> = Vec::new();
         for text in schemas {
             match &*self.get(text) {
-                Err(e) => failures.push(format!("- invalid schema: {e}\n")),
-                Ok(validator) => {
-                    let errors: String = validator
-                        .iter_errors(&instance)
-                        .map(|e| {
-                            let path = e.instance_path().to_string();
-                            let field = path.trim_start_matches('/').replace('/', ".");
-                            if field.is_empty() {
-                                format!("- {e}\n")
-                            } else {
-                                format!("- {field}: {e}\n")
-                            }
-                        })
-                        .collect();
-                    if !errors.is_empty() {
-                        failures.push(errors);
+                Err(e) => failures.push(format!("invalid schema ({e})")),
+                Ok(validator) => failures.extend(validator.iter_errors(&instance).map(|e| {
+                    let path = e.instance_path().to_string();
+                    let field = path.trim_start_matches('/').replace('/', ".");
+                    if field.is_empty() {
+                        e.to_string()
+                    } else {
+                        format!("{field}: {e}")
                     }
-                }
+                })),
             }
         }
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(format!(
-                "Config data validation failed: \n {}",
-                failures.join("\n")
-            ))
+            let joined = failures.join("; ").replace(['\n', '\r'], " ");
+            Err(format!("config data validation failed: {joined}"))
         }
     }
 }
@@ -94,9 +87,7 @@ fn compile(text: &str) -> Result<jsonschema::Validator, String> {
     let schema: Json = match serde_json::from_str(text) {
         Ok(v) => v,
         // A YAML schema is accepted too (the original accepts only JSON).
-        Err(json_err) => {
-            serde_yaml_ng::from_str(text).map_err(|_| format!("schema is not valid JSON: {json_err}"))?
-        }
+        Err(json_err) => serde_yaml_ng::from_str(text).map_err(|_| format!("not valid JSON: {json_err}"))?,
     };
     jsonschema::validator_for(&schema).map_err(|e| e.to_string())
 }
@@ -191,9 +182,11 @@ mod tests {
         let err = cache
             .validate(&config(&[("REPLICAS", "0")]), &[schema])
             .unwrap_err();
-        assert!(err.starts_with("Config data validation failed: \n - "), "{err}");
-        assert!(err.contains("REGION"), "{err}");
-        assert!(err.contains("REPLICAS: "), "{err}");
+        assert!(err.starts_with("config data validation failed: "), "{err}");
+        assert!(!err.contains('\n'), "one line: {err}");
+        assert!(err.contains("\"REGION\" is a required property"), "{err}");
+        assert!(err.contains("; "), "{err}");
+        assert!(err.contains("REPLICAS: 0 is less than the minimum of 1"), "{err}");
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //!
 //! A selector with neither `matchLabels` nor `matchExpressions` selects everything. Invalid
 //! selectors (bad keys or values, unknown operators, `In` without values) are errors of the
-//! policy that holds them, exactly as the original's `LabelSelectorAsSelector` reports them.
+//! policy that holds them, as the original's `LabelSelectorAsSelector` rejects them; every
+//! problem is reported with the part of the selector it is in.
 
 use std::fmt;
 
@@ -80,20 +81,36 @@ pub struct RequirementCheck {
     pub satisfied: bool,
 }
 
+/// One problem of a selector: the part of it that is wrong and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorError {
+    /// The offending part, relative to the selector (`matchExpressions[1].operator`,
+    /// `matchLabels.zone`).
+    pub field: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+impl fmt::Display for SelectorError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
 impl Selector {
-    /// Validates a selector. Returns every problem found, each naming the offending part.
-    pub fn parse(selector: &LabelSelector) -> Result<Selector, Vec<String>> {
+    /// Validates a selector as Kubernetes does. Returns every problem found, each naming
+    /// the offending part.
+    pub fn parse(selector: &LabelSelector) -> Result<Selector, Vec<SelectorError>> {
         let mut errors = Vec::new();
         let mut requirements = Vec::new();
-        let check_key = |key: &str, errors: &mut Vec<String>| {
-            if let Some(e) = label_key_error(key) {
-                errors.push(e);
-            }
-        };
+        let mut error = |field: String, message: String| errors.push(SelectorError { field, message });
         for (key, value) in &selector.match_labels {
-            check_key(key, &mut errors);
+            let field = format!("matchLabels.{key}");
+            if let Some(e) = label_key_error(key) {
+                error(field.clone(), e);
+            }
             if let Some(e) = label_value_error(value) {
-                errors.push(e);
+                error(field, e);
             }
             requirements.push(Requirement {
                 key: key.clone(),
@@ -101,36 +118,42 @@ impl Selector {
                 values: vec![value.clone()],
             });
         }
-        for expr in &selector.match_expressions {
-            check_key(&expr.key, &mut errors);
+        for (i, expr) in selector.match_expressions.iter().enumerate() {
+            let field = |part: &str| format!("matchExpressions[{i}].{part}");
+            if let Some(e) = label_key_error(&expr.key) {
+                error(field("key"), e);
+            }
             let operator = match expr.operator.as_str() {
                 "In" => Operator::In,
                 "NotIn" => Operator::NotIn,
                 "Exists" => Operator::Exists,
                 "DoesNotExist" => Operator::DoesNotExist,
                 other => {
-                    errors.push(format!("{other:?} is not a valid label selector operator"));
+                    error(
+                        field("operator"),
+                        format!("unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"),
+                    );
                     continue;
                 }
             };
             match operator {
                 Operator::In | Operator::NotIn if expr.values.is_empty() => {
-                    errors.push(format!(
-                        "key {:?}: for 'in', 'notin' operators, values set can't be empty",
-                        expr.key
-                    ));
+                    error(
+                        field("values"),
+                        format!("operator {} needs at least one value", expr.operator),
+                    );
                 }
                 Operator::Exists | Operator::DoesNotExist if !expr.values.is_empty() => {
-                    errors.push(format!(
-                        "key {:?}: values set must be empty for exists and does not exist",
-                        expr.key
-                    ));
+                    error(
+                        field("values"),
+                        format!("operator {} takes no values", expr.operator),
+                    );
                 }
                 _ => {}
             }
-            for value in &expr.values {
+            for (j, value) in expr.values.iter().enumerate() {
                 if let Some(e) = label_value_error(value) {
-                    errors.push(e);
+                    error(field(&format!("values[{j}]")), e);
                 }
             }
             let mut values = expr.values.clone();
@@ -260,7 +283,27 @@ mod tests {
                 expr("c", "Exists", &["x"]),
             ],
         };
-        let errors = Selector::parse(&sel).unwrap_err();
+        let errors: Vec<String> = Selector::parse(&sel)
+            .unwrap_err()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
         assert_eq!(errors.len(), 4, "{errors:?}");
+        assert!(
+            errors[0].starts_with("matchLabels.bad key: invalid label key"),
+            "{errors:?}"
+        );
+        assert_eq!(
+            errors[1],
+            "matchExpressions[0].operator: unknown operator \"Within\"; use In, NotIn, Exists or DoesNotExist"
+        );
+        assert_eq!(
+            errors[2],
+            "matchExpressions[1].values: operator In needs at least one value"
+        );
+        assert_eq!(
+            errors[3],
+            "matchExpressions[2].values: operator Exists takes no values"
+        );
     }
 }

@@ -136,6 +136,67 @@ pub struct RepoContent {
     pub promoted_commit: Option<String>,
 }
 
+/// The original's rules for what survives in an existing tree, for one layout: which cluster
+/// types exist and which deployment targets are scheduled on each.
+#[derive(Clone, Debug, Default)]
+pub struct Rules<'a> {
+    cluster_types: BTreeSet<&'a str>,
+    scheduled: BTreeMap<&'a str, BTreeSet<&'a str>>,
+}
+
+impl<'a> Rules<'a> {
+    /// The rules for these cluster types and scheduled (cluster type, target) pairs.
+    pub fn new(
+        cluster_types: impl IntoIterator<Item = &'a str>,
+        scheduled: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Rules<'a> {
+        let mut rules = Rules {
+            cluster_types: cluster_types.into_iter().collect(),
+            scheduled: BTreeMap::new(),
+        };
+        for (ct, dt) in scheduled {
+            rules.scheduled.entry(ct).or_default().insert(dt);
+        }
+        rules
+    }
+
+    /// The rules for `content`.
+    pub fn for_content(content: &'a RepoContent) -> Rules<'a> {
+        Rules::new(
+            content.cluster_types.iter().map(String::as_str),
+            content.packages.keys().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+        )
+    }
+
+    /// Whether an existing file at `path` survives: root files and anything under a
+    /// dot-folder do; under a folder that is not a cluster type nothing does; in a cluster
+    /// type's folder its `README.md` does, and anything inside a scheduled target's folder
+    /// (stale files included) does; nothing else does.
+    pub fn keeps(&self, path: &str) -> bool {
+        let mut segments = path.split('/');
+        let first = segments.next().unwrap_or_default();
+        let Some(second) = segments.next() else {
+            return true;
+        };
+        first.starts_with('.')
+            || (self.cluster_types.contains(first)
+                && ((second == README && segments.next().is_none())
+                    || self.scheduled.get(first).is_some_and(|t| t.contains(second))))
+    }
+
+    /// Whether `name` is a cluster type of the layout.
+    pub fn is_cluster_type(&self, name: &str) -> bool {
+        self.cluster_types.contains(name)
+    }
+
+    /// Whether `target` is scheduled on `cluster_type`.
+    pub fn is_scheduled(&self, cluster_type: &str, target: &str) -> bool {
+        self.scheduled
+            .get(cluster_type)
+            .is_some_and(|t| t.contains(target))
+    }
+}
+
 /// The outcome of [`apply`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Applied {
@@ -145,49 +206,41 @@ pub struct Applied {
     pub promoted: bool,
 }
 
+/// Whether the promoted commit must be written: it is pinned and differs from what the
+/// tree tracks (or the tree tracks nothing).
+pub fn promotes(current: Option<&[u8]>, content: &RepoContent) -> Option<Blob> {
+    let commit = content.promoted_commit.as_deref().filter(|c| !c.is_empty())?;
+    (current != Some(commit.as_bytes())).then(|| Blob::from(commit.as_bytes()))
+}
+
+/// The `README.md` every cluster type folder gets.
+pub fn readme() -> Blob {
+    Blob::from(README_TEXT.as_bytes())
+}
+
 /// Puts `content` on top of the branch's current tree `base` with the original's rules.
 pub fn apply(base: &Tree, content: &RepoContent) -> Applied {
-    let mut tree = Tree::new();
-    let scheduled_targets: BTreeMap<&str, BTreeSet<&str>> =
-        content
-            .packages
-            .keys()
-            .fold(BTreeMap::new(), |mut acc, (ct, dt)| {
-                acc.entry(ct.as_str())
-                    .or_insert_with(BTreeSet::new)
-                    .insert(dt.as_str());
-                acc
-            });
-    for (path, blob) in base.iter() {
-        let mut segments = path.split('/');
-        let first = segments.next().unwrap_or_default();
-        let Some(second) = segments.next() else {
-            // A root file.
-            tree.insert(path.clone(), blob.clone());
-            continue;
-        };
-        let keep = first.starts_with('.')
-            || (content.cluster_types.contains(first)
-                && ((second == README && segments.next().is_none())
-                    || scheduled_targets.get(first).is_some_and(|t| t.contains(second))));
-        if keep {
-            tree.insert(path.clone(), blob.clone());
+    let rules = Rules::for_content(content);
+    let mut tree: Tree = base
+        .iter()
+        .filter(|(path, _)| rules.keeps(path))
+        .map(|(p, b)| (p.clone(), b.clone()))
+        .collect();
+    let promoted = match promotes(base.get(PROMOTED_COMMIT_PATH).map(|b| &b[..]), content) {
+        Some(blob) => {
+            tree.insert(PROMOTED_COMMIT_PATH, blob);
+            true
         }
-    }
-    let mut promoted = false;
-    if let Some(commit) = content.promoted_commit.as_deref().filter(|c| !c.is_empty())
-        && base.get(PROMOTED_COMMIT_PATH).map(|b| &b[..]) != Some(commit.as_bytes())
-    {
-        tree.insert(PROMOTED_COMMIT_PATH, Blob::from(commit.as_bytes()));
-        promoted = true;
-    }
+        None => false,
+    };
     for ((ct, dt), package) in &content.packages {
         for (file, blob) in package.files() {
             tree.insert(format!("{ct}/{dt}/{file}"), blob.clone());
         }
     }
+    let readme = readme();
     for ct in &content.cluster_types {
-        tree.insert(format!("{ct}/{README}"), Blob::from(README_TEXT.as_bytes()));
+        tree.insert(format!("{ct}/{README}"), readme.clone());
     }
     Applied { tree, promoted }
 }

@@ -13,7 +13,7 @@ use kalypso_api::{DeploymentTargetSpec, Kind, Labels, labels};
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
 use crate::model::Namespace;
-use crate::names::dns_subdomain_error;
+use crate::names::{dns_subdomain_error, label_key_error, label_value_error};
 
 /// A deployment target of the environment, derived from a Workload or declared directly.
 #[derive(Clone, Debug, PartialEq)]
@@ -40,14 +40,29 @@ pub fn deployment_targets(
     diagnostics: &mut Diagnostics,
 ) -> BTreeMap<String, DeploymentTarget> {
     let mut targets: BTreeMap<String, DeploymentTarget> = BTreeMap::new();
+    // The workspace becomes a label of every target the registration delivers.
+    for (name, registration) in &ns.registrations {
+        if let Some(e) = label_value_error(&registration.spec.workspace) {
+            diagnostics.push(
+                Diagnostic::error(
+                    "invalid-label",
+                    format!("{e} (the workspace becomes the `workspace` label of its deployment targets)"),
+                )
+                .at(&registration.origin)
+                .on(Kind::WorkloadRegistration, name)
+                .field("spec.workspace"),
+            );
+        }
+    }
     for (workload_name, delivered) in &ns.workloads {
         let workload = &delivered.object;
         let Some(registration) = &delivered.registration else {
             diagnostics.push(
                 Diagnostic::warning(
                     "workload-without-registration",
-                    "this Workload is not delivered by a WorkloadRegistration, so its workspace is unknown; \
-                     the original scheduler cannot unfold it either, so it is ignored",
+                    "no WorkloadRegistration delivers this Workload, so it has no workspace and is ignored \
+                     (the original scheduler cannot unfold it either); Workloads belong in the folder a \
+                     WorkloadRegistration points at",
                 )
                 .at(&workload.origin)
                 .on(Kind::Workload, workload_name),
@@ -59,16 +74,22 @@ pub fn deployment_targets(
             .get(registration)
             .map(|r| r.spec.workspace.clone())
             .unwrap_or_default();
+        // Only this environment's targets become objects, so only they can collide (the
+        // same target name for `dev` and for `stage` is fine).
         let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for (index, detail) in workload.spec.deployment_targets.iter().enumerate() {
+            if detail.spec.environment != ns.name {
+                continue;
+            }
             let field = format!("spec.deploymentTargets[{index}]");
             if let Some(first) = seen.insert(&detail.name, index) {
                 diagnostics.push(
                     Diagnostic::error(
                         "duplicate-name",
                         format!(
-                            "deployment target {:?} is also declared at spec.deploymentTargets[{first}]",
-                            detail.name
+                            "deployment target {:?} of environment {:?} is also declared at \
+                             spec.deploymentTargets[{first}]",
+                            detail.name, ns.name
                         ),
                     )
                     .at(&workload.origin)
@@ -77,17 +98,35 @@ pub fn deployment_targets(
                 );
                 continue;
             }
-            if detail.spec.environment != ns.name {
-                continue;
-            }
             let name = format!("{workload_name}-{}", detail.name);
             if let Some(e) = dns_subdomain_error(&name) {
                 diagnostics.push(
-                    Diagnostic::error("invalid-name", format!("deployment target name {name:?} {e}"))
-                        .at(&workload.origin)
-                        .on(Kind::Workload, workload_name)
-                        .field(format!("{field}.name")),
+                    Diagnostic::error(
+                        "invalid-name",
+                        format!("the deployment target's name {name:?} (<workload>-<target>) {e}"),
+                    )
+                    .at(&workload.origin)
+                    .on(Kind::Workload, workload_name)
+                    .field(format!("{field}.name")),
                 );
+                continue;
+            }
+            let mut labels_ok = true;
+            for (key, value) in &detail.labels {
+                for e in [label_key_error(key), label_value_error(value)]
+                    .into_iter()
+                    .flatten()
+                {
+                    diagnostics.push(
+                        Diagnostic::error("invalid-label", e)
+                            .at(&workload.origin)
+                            .on(Kind::Workload, workload_name)
+                            .field(format!("{field}.labels.{key}")),
+                    );
+                    labels_ok = false;
+                }
+            }
+            if !labels_ok {
                 continue;
             }
             let mut target_labels = detail.labels.clone();
@@ -238,6 +277,37 @@ mod tests {
         let (ns, mut d) = namespace(vec![detail("a", "dev", &[]), detail("a", "dev", &[])]);
         let targets = deployment_targets(&ns, &mut d);
         assert_eq!(targets.len(), 1);
-        assert!(d.has_errors());
+        assert_eq!(
+            d.to_string().trim_end(),
+            "error[duplicate-name]: workloads/helloworld/w.yaml:1: Workload \"hw\": spec.deploymentTargets[1].name: \
+             deployment target \"a\" of environment \"dev\" is also declared at spec.deploymentTargets[0]"
+        );
+    }
+
+    #[test]
+    fn the_same_target_name_in_two_environments_is_fine() {
+        let (ns, mut d) = namespace(vec![detail("a", "dev", &[]), detail("a", "stage", &[])]);
+        let targets = deployment_targets(&ns, &mut d);
+        assert!(d.is_empty(), "{d}");
+        assert_eq!(targets.keys().collect::<Vec<_>>(), ["hw-a"]);
+    }
+
+    #[test]
+    fn invalid_target_names_and_labels_are_errors() {
+        let (ns, mut d) = namespace(vec![
+            detail("Web", "dev", &[]),
+            detail("ok", "dev", &[("tier", "-bad"), ("bad key", "x")]),
+        ]);
+        let targets = deployment_targets(&ns, &mut d);
+        assert!(targets.is_empty());
+        let fields: Vec<&str> = d.errors().filter_map(|e| e.field.as_deref()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deploymentTargets[0].name",
+                "spec.deploymentTargets[1].labels.bad key",
+                "spec.deploymentTargets[1].labels.tier"
+            ]
+        );
     }
 }

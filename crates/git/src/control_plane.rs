@@ -318,6 +318,20 @@ impl ControlPlane {
         sources: &mut Sources,
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
+        self.resolve_at(env, None, sources, transport)
+    }
+
+    /// Reads everything `env` would be built from with main at `main_commit` (a full or
+    /// abbreviated id) instead of the commit its BaseRepo pins: what promoting that commit
+    /// to `env` would render (`kalypso plan --promote-from`). The BaseRepo's path is kept;
+    /// workloads are those the registrations at `main_commit` name. `None`: as [`Self::resolve`].
+    pub fn resolve_at(
+        &self,
+        env: &EnvironmentRef,
+        main_commit: Option<&str>,
+        sources: &mut Sources,
+        transport: &Transport<'_>,
+    ) -> Result<Resolved, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
         let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
 
@@ -341,7 +355,7 @@ impl ControlPlane {
             ),
             None => (self.main_branch.as_str(), "", None),
         };
-        let main_commit = match pinned {
+        let main_commit = match main_commit.or(pinned) {
             Some(commit) => self.repo.find_commit(commit)?,
             None => self.require_branch(
                 main_branch,

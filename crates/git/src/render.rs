@@ -168,7 +168,7 @@ mod tests {
         let mut diags = Diagnostics::new();
         diags.push(error(
             "assignment",
-            "cannot generate manifests for deployment target \"app-dev\" on cluster type \"small\": Config data validation failed",
+            "cannot generate manifests on cluster type \"small\": config data validation failed",
             (Kind::DeploymentTarget, "app-dev"),
         ));
         diags.push(error(
@@ -188,7 +188,7 @@ mod tests {
                 "Can't generate manifests in dev environment",
             ]
         );
-        assert!(failures[0].message.contains("Config data validation failed"));
+        assert!(failures[0].message.contains("config data validation failed"));
         assert!(failures[1].message.contains("does not exist"));
         assert!(failures[2].message.contains("bad yaml"));
         assert!(!failures.iter().any(|f| f.message.contains("just a warning")));

@@ -78,22 +78,22 @@ const FLAT_CONFIG: [(&str, &str); 15] = [
     ("SERVICE_ACCOUNT", "hello-world-app"),
 ];
 
-fn string_map(entries: &[(&str, &str)]) -> Option<BTreeMap<String, String>> {
-    Some(
-        entries
+fn string_map(entries: &[(&str, &str)]) -> Option<Map> {
+    Some(kalypso_template::string_map(
+        &entries
             .iter()
             .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-            .collect(),
-    )
+            .collect::<BTreeMap<String, String>>(),
+    ))
 }
 
 fn basic_data(config: &[(&str, &str)]) -> TemplateData {
     TemplateData {
-        deployment_target_name: "functional-test".to_owned(),
-        namespace: "dev-drone-functional-test".to_owned(),
-        environment: "dev".to_owned(),
-        workspace: "kaizen-app-team".to_owned(),
-        workload: "hello-world-app".to_owned(),
+        deployment_target_name: "functional-test".into(),
+        namespace: "dev-drone-functional-test".into(),
+        environment: "dev".into(),
+        workspace: "kaizen-app-team".into(),
+        workload: "hello-world-app".into(),
         labels: string_map(&[("workspace", "kaizen-app-team"), ("workload", "hello-world-app")]),
         manifests: string_map(&[
             ("repo", "https://github.com/microsoft/kalypso-app-gitops"),
@@ -101,7 +101,7 @@ fn basic_data(config: &[(&str, &str)]) -> TemplateData {
             ("path", "./functional-test"),
             ("type", "kustomize"),
         ]),
-        cluster_type: "drone".to_owned(),
+        cluster_type: "drone".into(),
         config_data: Some(Map::string_interface(
             config.iter().map(|(k, v)| (*k, config_value(v))),
         )),

@@ -6,7 +6,6 @@
 //! (which would allocate nine name strings and search them by comparison on every access).
 
 use std::any::Any;
-use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock};
 
 use kalypso_gotmpl::{Map, Object, Str, Type, Value};
@@ -73,9 +72,9 @@ impl Object for DataType {
     }
 }
 
-fn string_map(map: Option<&BTreeMap<String, String>>) -> Value {
+fn string_map(map: Option<&Map>) -> Value {
     Value::Map(match map {
-        Some(entries) => Map::string_string(entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))),
+        Some(map) => map.clone(),
         None => Map::nil(Type::String, Type::String),
     })
 }
@@ -87,14 +86,14 @@ pub(crate) fn to_value(data: &TemplateData) -> Value {
     };
     Value::Object(Arc::new(DataType {
         fields: [
-            Value::string(data.deployment_target_name.as_str()),
-            Value::string(data.namespace.as_str()),
-            Value::string(data.environment.as_str()),
-            Value::string(data.workspace.as_str()),
-            Value::string(data.workload.as_str()),
+            Value::String(data.deployment_target_name.clone()),
+            Value::String(data.namespace.clone()),
+            Value::String(data.environment.clone()),
+            Value::String(data.workspace.clone()),
+            Value::String(data.workload.clone()),
             string_map(data.labels.as_ref()),
             string_map(data.manifests.as_ref()),
-            Value::string(data.cluster_type.as_str()),
+            Value::String(data.cluster_type.clone()),
             Value::Map(config),
         ],
     }))

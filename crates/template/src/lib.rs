@@ -13,7 +13,7 @@ mod hash;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use kalypso_gotmpl::{ErrorKind, FuncMap, Limits, Map, Value};
+use kalypso_gotmpl::{ErrorKind, FuncMap, Limits, Map, Str, Value};
 
 pub use data::DATA_TYPE_NAME;
 
@@ -136,27 +136,36 @@ impl Default for Engine {
 }
 
 /// The data a Kalypso template sees as dot: the original's `scheduler.dataType`.
+///
+/// The fields are Go values, so that parts shared by many assignments (a target's labels and
+/// manifests, a cluster type's name) are built once and only referenced per render.
 #[derive(Clone, Debug, Default)]
 pub struct TemplateData {
     /// `.DeploymentTargetName`
-    pub deployment_target_name: String,
+    pub deployment_target_name: Str,
     /// `.Namespace`
-    pub namespace: String,
+    pub namespace: Str,
     /// `.Environment`
-    pub environment: String,
+    pub environment: Str,
     /// `.Workspace`
-    pub workspace: String,
+    pub workspace: Str,
     /// `.Workload`
-    pub workload: String,
-    /// `.Labels` (`None` is a nil map).
-    pub labels: Option<BTreeMap<String, String>>,
-    /// `.Manifests` (`None` is a nil map).
-    pub manifests: Option<BTreeMap<String, String>>,
+    pub workload: Str,
+    /// `.Labels`, a `map[string]string` (see [`string_map`]); `None` is a nil map.
+    pub labels: Option<Map>,
+    /// `.Manifests`, a `map[string]string`; `None` is a nil map.
+    pub manifests: Option<Map>,
     /// `.ClusterType`
-    pub cluster_type: String,
+    pub cluster_type: Str,
     /// `.ConfigData`, a `map[string]interface {}` of converted ConfigMap values
     /// (see [`config_value`]); `None` is a nil map.
     pub config_data: Option<Map>,
+}
+
+/// A Go `map[string]string` of the given entries (for [`TemplateData::labels`] and
+/// [`TemplateData::manifests`]).
+pub fn string_map(entries: &BTreeMap<String, String>) -> Map {
+    Map::string_string(entries.iter().map(|(k, v)| (k.as_str(), v.as_str())))
 }
 
 impl TemplateData {

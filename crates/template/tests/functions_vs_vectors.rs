@@ -46,7 +46,7 @@ fn kalypso_value(v: &serde_json::Value) -> Option<Value> {
         return Some(data.to_value());
     };
     for (key, value) in fields {
-        let s = || value.as_str().unwrap_or_default().to_owned();
+        let s = || kalypso_gotmpl::Str::from(value.as_str().unwrap_or_default());
         let m = || -> Option<BTreeMap<String, String>> {
             value.as_object().map(|m| {
                 m.iter()
@@ -61,8 +61,8 @@ fn kalypso_value(v: &serde_json::Value) -> Option<Value> {
             "Workspace" => data.workspace = s(),
             "Workload" => data.workload = s(),
             "ClusterType" => data.cluster_type = s(),
-            "Labels" => data.labels = m(),
-            "Manifests" => data.manifests = m(),
+            "Labels" => data.labels = m().as_ref().map(kalypso_template::string_map),
+            "Manifests" => data.manifests = m().as_ref().map(kalypso_template::string_map),
             "ConfigData" => {
                 let raw = m().unwrap_or_default();
                 data.config_data = Some(Map::string_interface(

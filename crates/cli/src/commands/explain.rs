@@ -1,17 +1,28 @@
 //! `kalypso explain`: why a deployment target is (or is not) on a cluster type, and where a
-//! config value comes from.
+//! config value comes from — answered from the control plane alone, with the same rules the
+//! renderer uses (see `kalypso_core::explain`).
+//!
+//! The control plane may be a folder or a git repository, as for `plan`. Text output is for
+//! people and readable without color (`✓`/`✗` marks); `--output json` is a stable interface
+//! documented in docs/plan-and-explain.md.
 
 use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use kalypso_core::explain::{ConfigExplanation, TargetExplanation, explain_config, explain_target};
+use kalypso_core::explain::{
+    Check, ConfigExplanation, Effect, TargetExplanation, explain_config, explain_target,
+};
 use kalypso_core::{Diagnostics, Environment};
 use kalypso_gotmpl::Value;
+use serde::Serialize;
 
+use super::plan::{ControlPlaneSource, GitAccess};
 use super::report;
-use crate::control_plane::read_inputs;
 use crate::{ExplainArgs, GlobalArgs, OutputFormat};
+
+/// The version of the JSON form of explanations.
+const FORMAT_VERSION: u32 = 1;
 
 /// A config value as YAML, as `toYaml` would print it.
 fn yaml(value: &Value) -> String {
@@ -19,8 +30,39 @@ fn yaml(value: &Value) -> String {
     String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()
 }
 
+/// The JSON form: the explanation with its format version and kind (`target` or `config`).
+#[derive(Serialize)]
+struct Document<'a, T: Serialize> {
+    version: u32,
+    kind: &'static str,
+    #[serde(flatten)]
+    explanation: &'a T,
+}
+
+fn json<T: Serialize>(kind: &'static str, explanation: &T) -> Result<String> {
+    let document = Document {
+        version: FORMAT_VERSION,
+        kind,
+        explanation,
+    };
+    Ok(serde_json::to_string_pretty(&document)? + "\n")
+}
+
+/// At most `max` names, then how many more.
+fn some_of(names: &[&str], max: usize) -> String {
+    if names.is_empty() {
+        return "none".to_owned();
+    }
+    let mut text = names.iter().take(max).copied().collect::<Vec<_>>().join(", ");
+    if names.len() > max {
+        let _ = write!(text, " and {} more", names.len() - max);
+    }
+    text
+}
+
 pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let inputs = read_inputs(&args.control_plane, &args.env)?;
+    let git = GitAccess::new(&args.git)?;
+    let inputs = ControlPlaneSource::open(&args.control_plane, &git)?.inputs(&args.env)?;
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     let env = Environment::new(namespace, &mut diagnostics);
@@ -31,35 +73,57 @@ pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCod
             "no deployment target {:?} in environment {:?} (targets: {})",
             args.target,
             args.env,
-            if known.is_empty() {
-                "none".to_owned()
-            } else {
-                known.join(", ")
-            }
+            some_of(&known, 20)
         );
     };
     if let Some(ct) = &args.cluster_type
         && !env.namespace.cluster_types.contains_key(ct)
     {
-        bail!("no cluster type {ct:?} in environment {:?}", args.env);
+        let known: Vec<&str> = env.namespace.cluster_types.keys().map(String::as_str).collect();
+        bail!(
+            "no cluster type {ct:?} in environment {:?} (cluster types: {})",
+            args.env,
+            some_of(&known, 20)
+        );
     }
-    if let Some(key) = &args.config {
-        let Some(ct_name) = &args.cluster_type else {
-            bail!("--config explains one assignment: name its cluster type with --cluster-type");
+    let text = if let Some(key) = &args.config {
+        let ct_name = match &args.cluster_type {
+            Some(ct) => ct.clone(),
+            None => {
+                let on: Vec<&str> = env
+                    .schedule
+                    .iter()
+                    .filter(|a| a.deployment_target == target.name)
+                    .map(|a| a.cluster_type.as_str())
+                    .collect();
+                match on.as_slice() {
+                    [one] => (*one).to_owned(),
+                    [] => bail!(
+                        "--config explains one assignment, and {} is on no cluster type: name one with --cluster-type",
+                        target.name
+                    ),
+                    several => bail!(
+                        "--config explains one assignment, and {} is on {}: choose one with --cluster-type",
+                        target.name,
+                        several.join(", ")
+                    ),
+                }
+            }
         };
-        let ct = &env.namespace.cluster_types[ct_name];
-        let explanation = explain_config(&env.config, ct, target, key, yaml);
+        let ct = &env.namespace.cluster_types[&ct_name];
+        let explanation = explain_config(&env, ct, target, key, yaml);
         match args.output {
-            OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-            _ => print!("{}", config_text(&explanation)),
+            OutputFormat::Json => json("config", &explanation)?,
+            _ => config_text(&explanation),
         }
     } else {
         let explanation = explain_target(&env, target, args.cluster_type.as_deref());
         match args.output {
-            OutputFormat::Json => println!("{}", serde_json::to_string_pretty(&explanation)?),
-            _ => print!("{}", target_text(&explanation)),
+            OutputFormat::Json => json("target", &explanation)?,
+            _ => target_text(&explanation),
         }
-    }
+    };
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -67,30 +131,41 @@ fn mark(ok: bool) -> &'static str {
     if ok { "✓" } else { "✗" }
 }
 
-fn actual(value: Option<&String>, key_hint: &str) -> String {
-    match value {
-        Some(v) => format!("{key_hint}={v}"),
-        None => format!("no {key_hint} label"),
-    }
+/// `✓ size=large (has size=large)`: the requirement and the labels' value for its key.
+fn check(c: &Check) -> String {
+    format!(
+        "{} {} ({})",
+        mark(c.satisfied),
+        c.requirement,
+        match &c.actual {
+            Some(v) => format!("has {}={v}", c.key),
+            None => format!("no {} label", c.key),
+        }
+    )
 }
 
 /// The scheduling explanation for people.
 pub(crate) fn target_text(e: &TargetExplanation) -> String {
     let mut out = String::new();
+    let _ = writeln!(out, "Deployment target {}", e.deployment_target);
+    let _ = writeln!(out, "  workload:    {}", e.workload);
     let _ = writeln!(
         out,
-        "Deployment target {} (workload {}, workspace {}, environment {})",
-        e.deployment_target,
-        e.workload,
+        "  workspace:   {}",
         if e.workspace.is_empty() {
-            "none"
+            "(none)"
         } else {
             &e.workspace
-        },
-        e.environment
+        }
     );
-    let labels: Vec<String> = e.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    let _ = writeln!(out, "Labels: {}", labels.join(", "));
+    let _ = writeln!(out, "  environment: {}", e.environment);
+    let _ = writeln!(out, "  labels:");
+    for (k, v) in &e.labels {
+        let _ = writeln!(out, "    {k}={v}");
+    }
+    if e.policies.is_empty() {
+        let _ = writeln!(out, "\nNo scheduling policy in the environment.");
+    }
     for p in &e.policies {
         let _ = writeln!(
             out,
@@ -113,73 +188,64 @@ pub(crate) fn target_text(e: &TargetExplanation) -> String {
         if !p.workspace.is_empty() {
             let _ = writeln!(
                 out,
-                "  {} workspace {} (target: {})",
+                "  {} workspace {} (has {})",
                 mark(p.workspace_matches),
                 p.workspace,
-                e.workspace
+                if e.workspace.is_empty() {
+                    "none"
+                } else {
+                    &e.workspace
+                }
             );
         }
         if p.target_requirements.is_empty() {
-            let _ = writeln!(out, "  {} target selector selects every target", mark(true));
+            let _ = writeln!(out, "  {} target selector: selects every target", mark(true));
         }
         for c in &p.target_requirements {
-            let key = c
-                .requirement
-                .split(['=', ' '])
-                .next()
-                .unwrap_or_default()
-                .trim_start_matches('!');
-            let _ = writeln!(
-                out,
-                "  {} {} ({})",
-                mark(c.satisfied),
-                c.requirement,
-                actual(c.actual.as_ref(), key)
-            );
+            let _ = writeln!(out, "  {}", check(c));
         }
-        if p.selects_target {
-            for ct in &p.cluster_types {
-                let reasons: Vec<String> = ct
-                    .requirements
-                    .iter()
-                    .map(|c| {
-                        let key = c
-                            .requirement
-                            .split(['=', ' '])
-                            .next()
-                            .unwrap_or_default()
-                            .trim_start_matches('!');
-                        format!(
-                            "{} {} ({})",
-                            mark(c.satisfied),
-                            c.requirement,
-                            actual(c.actual.as_ref(), key)
-                        )
-                    })
-                    .collect();
-                let why = if reasons.is_empty() {
-                    "selector selects every cluster type".to_owned()
-                } else {
-                    reasons.join(", ")
-                };
+        if !p.selects_target {
+            continue;
+        }
+        let selected = p.cluster_types.iter().filter(|c| c.selected).count();
+        let _ = writeln!(
+            out,
+            "  cluster types: {selected} of {} selected",
+            p.cluster_types.len()
+        );
+        for ct in &p.cluster_types {
+            if ct.requirements.is_empty() {
                 let _ = writeln!(
                     out,
-                    "  cluster type {} {}: {why}",
-                    ct.cluster_type,
-                    mark(ct.selected)
+                    "    {} {}: selector selects every cluster type",
+                    mark(ct.selected),
+                    ct.cluster_type
                 );
+                continue;
             }
+            let reasons: Vec<String> = ct.requirements.iter().map(check).collect();
+            let _ = writeln!(
+                out,
+                "    {} {}: {}",
+                mark(ct.selected),
+                ct.cluster_type,
+                reasons.join(", ")
+            );
         }
     }
     if e.assignments.is_empty() {
         let _ = writeln!(out, "\nAssignments: none");
     } else {
-        let list: Vec<String> = e
-            .assignments
-            .iter()
-            .map(|a| format!("{} (by {})", a.cluster_type, a.policies.join(", ")))
-            .collect();
-        let _ = writeln!(out, "\nAssignments: {}", list.join(", "));
+        let _ = writeln!(out, "\nAssignments:");
+        for a in &e.assignments {
+            let _ = writeln!(
+                out,
+                "  {}/{} (by {})",
+                a.cluster_type,
+                e.deployment_target,
+                a.policies.join(", ")
+            );
+        }
     }
     out
 }
@@ -191,28 +257,57 @@ fn indented(text: &str, prefix: &str) -> String {
         .join("\n")
 }
 
+fn effect(e: Option<Effect>) -> &'static str {
+    match e {
+        Some(Effect::Sets) => "sets",
+        Some(Effect::Merges) => "merges in",
+        Some(Effect::Replaces) => "replaces the value with",
+        None => "gives",
+    }
+}
+
+/// A raw ConfigMap value: inline when it is one line, else as an indented block.
+fn raw_value(raw: &str, indent: &str) -> String {
+    if raw.contains('\n') {
+        format!(":\n{}", indented(raw.trim_end_matches('\n'), indent))
+    } else {
+        format!(" {raw:?}")
+    }
+}
+
 /// The config explanation for people.
 pub(crate) fn config_text(e: &ConfigExplanation) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "Config key {} of {} on cluster type {}",
-        e.key, e.deployment_target, e.cluster_type
+        "Config key {} of assignment {}/{}",
+        e.key, e.cluster_type, e.deployment_target
     );
+    if !e.assigned {
+        let _ = writeln!(
+            out,
+            "(note: {} is not scheduled on {}; this is the value it would get there)",
+            e.deployment_target, e.cluster_type
+        );
+    }
     if e.applied.is_empty() {
         let _ = writeln!(out, "\nNo applying ConfigMap sets it.");
     } else {
-        let _ = writeln!(
-            out,
-            "\nApplied, in merge order{}:",
-            if e.applied.len() > 1 {
-                " (later values win or merge)"
-            } else {
-                ""
-            }
-        );
+        let _ = writeln!(out, "\nApplied, in merge order:");
         for (i, s) in e.applied.iter().enumerate() {
-            let _ = writeln!(out, "  {}. {}:\n{}", i + 1, s.source, indented(&s.raw, "       "));
+            let labels = if s.labels.is_empty() {
+                "no labels: applies to every assignment".to_owned()
+            } else {
+                format!("matched by {}", s.labels.join(", "))
+            };
+            let _ = writeln!(
+                out,
+                "  {}. {} ({labels}) {}{}",
+                i + 1,
+                s.source,
+                effect(s.effect),
+                raw_value(&s.raw, "       ")
+            );
         }
     }
     if !e.not_applied.is_empty() {
@@ -227,8 +322,11 @@ pub(crate) fn config_text(e: &ConfigExplanation) -> String {
         }
     }
     match &e.value {
-        Some(v) => {
+        Some(v) if v.contains('\n') => {
             let _ = writeln!(out, "\nFinal value:\n{}", indented(v, "  "));
+        }
+        Some(v) => {
+            let _ = writeln!(out, "\nFinal value: {v}");
         }
         None => {
             let _ = writeln!(out, "\nFinal value: (not set)");

@@ -17,7 +17,7 @@ pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::{PromoteArgs, promote};
 pub(crate) use render::render;
 pub(crate) use serve::{ServeArgs, serve};
-pub(crate) use sync::{SyncArgs, sync};
+pub(crate) use sync::{GitArgs, SyncArgs, sync};
 pub(crate) use validate::validate;
 
 use kalypso_core::{Diagnostics, Environment, Rendered};
