@@ -384,31 +384,47 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
 
     // What the rules remove: folders of unknown cluster types and unscheduled targets, and
     // stray files in cluster type folders.
+    // Cluster type folders are listed in parallel: a fleet has hundreds, with thousands of
+    // deployment target folders.
     let mut doomed_files: Vec<PathBuf> = Vec::new();
     let mut doomed_dirs: Vec<PathBuf> = Vec::new();
+    let mut cluster_types: Vec<(String, PathBuf)> = Vec::new();
     for entry in fs::read_dir(dir).map_err(read_err(dir))? {
         let entry = entry.map_err(read_err(dir))?;
         let name = entry.file_name().to_string_lossy().into_owned();
         let kind = entry.file_type().map_err(read_err(&entry.path()))?;
-        if !kind.is_dir() || name.starts_with('.') || name == ".git" {
+        if !kind.is_dir() || name.starts_with('.') {
             continue;
         }
-        if !rules.is_cluster_type(&name) {
+        if rules.is_cluster_type(&name) {
+            cluster_types.push((name, entry.path()));
+        } else {
             doomed_dirs.push(entry.path());
-            continue;
         }
-        for inner in fs::read_dir(entry.path()).map_err(read_err(&entry.path()))? {
-            let inner = inner.map_err(read_err(&entry.path()))?;
-            let inner_name = inner.file_name().to_string_lossy().into_owned();
-            let inner_kind = inner.file_type().map_err(read_err(&inner.path()))?;
-            if inner_kind.is_dir() {
-                if !rules.is_scheduled(&name, &inner_name) {
-                    doomed_dirs.push(inner.path());
+    }
+    let doomed_inside: Vec<(Vec<PathBuf>, Vec<PathBuf>)> = cluster_types
+        .par_iter()
+        .map(|(name, path)| {
+            let (mut files, mut dirs) = (Vec::new(), Vec::new());
+            for inner in fs::read_dir(path).map_err(read_err(path))? {
+                let inner = inner.map_err(read_err(path))?;
+                let inner_name = inner.file_name();
+                let inner_name = inner_name.to_string_lossy();
+                let inner_kind = inner.file_type().map_err(read_err(&inner.path()))?;
+                if inner_kind.is_dir() {
+                    if !rules.is_scheduled(name, &inner_name) {
+                        dirs.push(inner.path());
+                    }
+                } else if !rules.keeps(&format!("{name}/{inner_name}")) {
+                    files.push(inner.path());
                 }
-            } else if !rules.keeps(&format!("{name}/{inner_name}")) {
-                doomed_files.push(inner.path());
             }
-        }
+            Ok((files, dirs))
+        })
+        .collect::<Result<_, FsError>>()?;
+    for (files, dirs) in doomed_inside {
+        doomed_files.extend(files);
+        doomed_dirs.extend(dirs);
     }
 
     // Which files change.

@@ -1,9 +1,11 @@
 //! Progress on standard error, for renders that take more than a moment.
 //!
 //! Nothing is shown unless standard error is a terminal, and nothing is drawn during the
-//! first half second, so quick runs and pipelines stay quiet.
+//! first half second, so quick runs and pipelines stay quiet. With `KALYPSO_TIMINGS` set in
+//! the environment, the time each stage took is printed to standard error instead.
 
 use std::io::IsTerminal;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -18,6 +20,8 @@ pub(crate) struct Progress {
     bar: Option<ProgressBar>,
     started: Instant,
     visible: AtomicBool,
+    /// With `KALYPSO_TIMINGS`: the current stage and when it began.
+    timings: Option<Mutex<(&'static str, Instant)>>,
 }
 
 impl Progress {
@@ -31,10 +35,27 @@ impl Progress {
             );
             bar
         });
+        let timings = std::env::var_os("KALYPSO_TIMINGS").map(|_| Mutex::new(("starting", Instant::now())));
         Progress {
-            bar,
+            bar: bar.filter(|_| timings.is_none()),
             started: Instant::now(),
             visible: AtomicBool::new(false),
+            timings,
+        }
+    }
+
+    /// With `KALYPSO_TIMINGS`: prints how long the current stage took and starts `next`.
+    fn time(&self, next: &'static str) {
+        if let Some(timings) = &self.timings
+            && let Ok(mut current) = timings.lock()
+        {
+            let now = Instant::now();
+            eprintln!(
+                "timing: {:>8.1} ms  {}",
+                (now - current.1).as_secs_f64() * 1000.0,
+                current.0
+            );
+            *current = (next, now);
         }
     }
 
@@ -48,6 +69,7 @@ impl Progress {
 
     /// Names the current stage.
     pub(crate) fn stage(&self, message: &'static str) {
+        self.time(message);
         if let Some(bar) = &self.bar {
             bar.set_message(message);
             self.show_if_slow(bar);
@@ -56,6 +78,7 @@ impl Progress {
 
     /// Switches to counting `total` assignments being rendered.
     pub(crate) fn rendering(&self, total: usize) {
+        self.time("rendering");
         if let Some(bar) = &self.bar {
             bar.set_length(total as u64);
             bar.set_position(0);
@@ -77,6 +100,7 @@ impl Progress {
 
     /// Removes the display.
     pub(crate) fn finish(&self) {
+        self.time("done");
         if let Some(bar) = &self.bar {
             bar.finish_and_clear();
         }

@@ -2,23 +2,25 @@
 //! render only re-renders and rewrites what changed.
 //!
 //! For every assignment the cache keeps the fingerprint of its inputs (see
-//! `kalypso_core::fingerprint`) and, for each file it wrote, a digest of the content and the
-//! file's stat signature (size, modification and change times, inode). An assignment is
+//! `kalypso_core::fingerprint`) and, for each file it wrote, the file's stat signature (size,
+//! modification and change times, inode). An assignment is
 //! *clean* — its files need neither rendering nor writing — only if its fingerprint is
 //! unchanged and every one of its files still has the recorded signature; anything edited,
 //! replaced or deleted behind kalypso's back makes it dirty again. The cache lives outside the
 //! output folder (which is usually a git checkout), in the user's cache directory, one file
 //! per output folder and environment. A missing, unreadable or outdated cache only costs time.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::fmt::Write as _;
 use std::fs;
 use std::io::{self, Write as _};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use kalypso_core::fingerprint::{FORMAT, Fingerprint, digest};
+use rayon::prelude::*;
 
-const HEADER: &str = "kalypso-render-cache 1";
+const HEADER: &str = "kalypso-render-cache 2";
 
 /// A file's stat signature: if any part changes, the file may have changed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,8 +52,6 @@ impl Stamp {
 pub struct CachedFile {
     /// The file name inside the assignment folder.
     pub name: String,
-    /// The content digest.
-    pub digest: Fingerprint,
     /// The stat signature right after it was written.
     pub stamp: Stamp,
 }
@@ -68,14 +68,16 @@ pub struct CachedAssignment {
 /// The cache of one output folder and environment.
 #[derive(Debug, Default)]
 pub struct RenderCache {
-    entries: HashMap<(String, String), CachedAssignment>,
+    /// Cluster type → deployment target → entry (nested, so lookups by `&str` allocate nothing).
+    entries: HashMap<String, HashMap<String, CachedAssignment>>,
+    len: usize,
 }
 
-/// The cache file for `out` and `env` in `cache_dir`.
+/// The cache folder for `out` and `env` in `cache_dir`.
 pub fn cache_file(cache_dir: &Path, out: &Path, env: &str) -> PathBuf {
     let canonical = fs::canonicalize(out).unwrap_or_else(|_| out.to_owned());
     let key = digest(format!("{}\0{env}", canonical.display()).as_bytes());
-    cache_dir.join(format!("render-{key:032x}.tsv"))
+    cache_dir.join(format!("render-{key:032x}"))
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/kalypso` or `~/.cache/kalypso`.
@@ -88,90 +90,194 @@ pub fn default_cache_dir() -> Option<PathBuf> {
         .map(|home| PathBuf::from(home).join(".cache/kalypso"))
 }
 
+/// The file of one cluster type in a cache folder. Cluster type names are Kubernetes names
+/// (checked when the control plane is loaded), so they are safe file names.
+fn cluster_type_file(dir: &Path, cluster_type: &str) -> PathBuf {
+    dir.join(format!("{cluster_type}.tsv"))
+}
+
 impl RenderCache {
-    /// Reads a cache file; anything missing, unreadable or from another kalypso version
-    /// gives an empty cache.
-    pub fn load(path: &Path) -> RenderCache {
-        let Ok(text) = fs::read_to_string(path) else {
+    /// Reads a cache folder (one file per cluster type, read in parallel); anything missing,
+    /// unreadable or from another kalypso version gives an empty cache.
+    pub fn load(dir: &Path) -> RenderCache {
+        let Ok(entries) = fs::read_dir(dir) else {
             return RenderCache::default();
         };
-        let mut lines = text.lines();
-        if lines.next() != Some(HEADER) || lines.next() != Some(FORMAT) {
-            return RenderCache::default();
+        let files: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "tsv"))
+            .collect();
+        let parsed: Option<Vec<Vec<(String, String, CachedAssignment)>>> =
+            files.par_iter().map(|file| parse_file(file)).collect();
+        let mut cache = RenderCache::default();
+        for (cluster_type, target, entry) in parsed.into_iter().flatten().flatten() {
+            cache.insert(cluster_type, target, entry);
         }
-        let mut entries = HashMap::new();
-        for line in lines {
-            let Some((key, entry)) = parse_line(line) else {
-                return RenderCache::default();
-            };
-            entries.insert(key, entry);
+        cache
+    }
+
+    fn insert(
+        &mut self,
+        cluster_type: String,
+        target: String,
+        entry: CachedAssignment,
+    ) -> Option<CachedAssignment> {
+        let old = self
+            .entries
+            .entry(cluster_type)
+            .or_default()
+            .insert(target, entry);
+        if old.is_none() {
+            self.len += 1;
         }
-        RenderCache { entries }
+        old
     }
 
     /// Whether the assignment's files in `out` are exactly what a render with this
     /// `fingerprint` writes.
     pub fn is_clean(&self, out: &Path, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> bool {
-        let Some(entry) = self.entries.get(&(cluster_type.to_owned(), target.to_owned())) else {
-            return false;
+        !self
+            .clean_targets(out, cluster_type, std::iter::once((target, fingerprint)))
+            .is_empty()
+    }
+
+    /// The clean ones among `targets` (name and fingerprint) of one cluster type: their
+    /// fingerprints are unchanged and their files in `out` still have the recorded stamps.
+    pub fn clean_targets<'t>(
+        &self,
+        out: &Path,
+        cluster_type: &str,
+        targets: impl IntoIterator<Item = (&'t str, Fingerprint)>,
+    ) -> Vec<&'t str> {
+        let Some(known) = self.entries.get(cluster_type) else {
+            return Vec::new();
         };
-        entry.fingerprint == fingerprint
-            && entry
-                .files
-                .iter()
-                .all(|f| Stamp::of(&out.join(cluster_type).join(target).join(&f.name)) == Some(f.stamp))
+        let mut path = out.join(cluster_type);
+        targets
+            .into_iter()
+            .filter(|(target, fingerprint)| {
+                let Some(entry) = known.get(*target) else {
+                    return false;
+                };
+                if entry.fingerprint != *fingerprint {
+                    return false;
+                }
+                path.push(target);
+                let same = entry.files.iter().all(|f| {
+                    path.push(&f.name);
+                    let same = Stamp::of(&path) == Some(f.stamp);
+                    path.pop();
+                    same
+                });
+                path.pop();
+                same
+            })
+            .map(|(target, _)| target)
+            .collect()
     }
 
     /// The entry of an assignment.
     pub fn get(&self, cluster_type: &str, target: &str) -> Option<&CachedAssignment> {
-        self.entries.get(&(cluster_type.to_owned(), target.to_owned()))
+        self.entries.get(cluster_type)?.get(target)
     }
 
-    /// Replaces all entries.
-    pub fn replace(&mut self, entries: HashMap<(String, String), CachedAssignment>) {
-        self.entries = entries;
+    /// Brings the cache up to date after a render: drops the assignments for which `keep` is
+    /// false, sets the entries of the re-rendered ones, and returns the cluster types whose
+    /// entries changed (the files [`RenderCache::save`] must rewrite).
+    pub fn update(
+        &mut self,
+        keep: impl Fn(&str, &str) -> bool,
+        rendered: impl IntoIterator<Item = (String, String, CachedAssignment)>,
+    ) -> BTreeSet<String> {
+        let mut changed = BTreeSet::new();
+        for (cluster_type, targets) in &mut self.entries {
+            let before = targets.len();
+            targets.retain(|target, _| keep(cluster_type, target));
+            if targets.len() != before {
+                self.len -= before - targets.len();
+                changed.insert(cluster_type.clone());
+            }
+        }
+        for (cluster_type, target, entry) in rendered {
+            let same = self.get(&cluster_type, &target) == Some(&entry);
+            if !same {
+                changed.insert(cluster_type.clone());
+                self.insert(cluster_type, target, entry);
+            }
+        }
+        changed
     }
 
     /// Number of assignments known.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len
     }
 
     /// Whether the cache knows nothing.
     pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
+        self.len == 0
     }
 
-    /// Writes the cache file (atomically: a temporary file renamed into place).
-    pub fn save(&self, path: &Path) -> io::Result<()> {
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir)?;
-        }
-        let mut keys: Vec<&(String, String)> = self.entries.keys().collect();
-        keys.sort();
-        let mut text = String::with_capacity(self.entries.len() * 200);
-        text.push_str(HEADER);
-        text.push('\n');
-        text.push_str(FORMAT);
-        text.push('\n');
-        for key in keys {
-            let entry = &self.entries[key];
-            text.push_str(&format!("{}\t{}\t{:032x}", key.0, key.1, entry.fingerprint));
-            for f in &entry.files {
-                let s = f.stamp;
-                text.push_str(&format!(
-                    "\t{}:{:032x}:{}:{}:{}:{}",
-                    f.name, f.digest, s.size, s.mtime_ns, s.ctime_ns, s.inode
-                ));
+    /// Writes the files of the `changed` cluster types into the cache folder `dir` (each
+    /// atomically: a temporary file renamed into place, in parallel), and deletes the files of
+    /// cluster types the cache no longer knows.
+    pub fn save(&self, dir: &Path, changed: &BTreeSet<String>) -> io::Result<()> {
+        fs::create_dir_all(dir)?;
+        changed.par_iter().try_for_each(|cluster_type| {
+            let path = cluster_type_file(dir, cluster_type);
+            match self.entries.get(cluster_type).filter(|t| !t.is_empty()) {
+                Some(targets) => {
+                    let temp = path.with_extension("tsv.tmp");
+                    let mut file = fs::File::create(&temp)?;
+                    file.write_all(format_cluster_type(cluster_type, targets).as_bytes())?;
+                    drop(file);
+                    fs::rename(&temp, &path)
+                }
+                None => match fs::remove_file(&path) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+                    _ => Ok(()),
+                },
             }
-            text.push('\n');
-        }
-        let temp = path.with_extension("tsv.tmp");
-        let mut file = fs::File::create(&temp)?;
-        file.write_all(text.as_bytes())?;
-        drop(file);
-        fs::rename(&temp, path)
+        })
     }
+}
+
+/// The cache file of one cluster type: a header, then one line per deployment target.
+fn format_cluster_type(cluster_type: &str, targets: &HashMap<String, CachedAssignment>) -> String {
+    let mut targets: Vec<(&String, &CachedAssignment)> = targets.iter().collect();
+    targets.sort_unstable_by_key(|(name, _)| *name);
+    let mut text = String::with_capacity(64 + targets.len() * 300);
+    text.push_str(HEADER);
+    text.push('\n');
+    text.push_str(FORMAT);
+    text.push('\n');
+    for (target, entry) in targets {
+        // Writing into a String cannot fail.
+        let _ = write!(text, "{cluster_type}\t{target}\t{:032x}", entry.fingerprint);
+        for f in &entry.files {
+            let s = f.stamp;
+            let _ = write!(
+                text,
+                "\t{}:{}:{}:{}:{}",
+                f.name, s.size, s.mtime_ns, s.ctime_ns, s.inode
+            );
+        }
+        text.push('\n');
+    }
+    text
+}
+
+/// The entries of one cluster type's cache file; `None` if it is unreadable or from another
+/// version.
+fn parse_file(path: &Path) -> Option<Vec<(String, String, CachedAssignment)>> {
+    let text = fs::read_to_string(path).ok()?;
+    let mut lines = text.lines();
+    if lines.next() != Some(HEADER) || lines.next() != Some(FORMAT) {
+        return None;
+    }
+    lines
+        .map(|line| parse_line(line).map(|((ct, dt), entry)| (ct, dt, entry)))
+        .collect()
 }
 
 fn parse_line(line: &str) -> Option<((String, String), CachedAssignment)> {
@@ -183,14 +289,13 @@ fn parse_line(line: &str) -> Option<((String, String), CachedAssignment)> {
         .map(|f| {
             let mut parts = f.split(':');
             let name = parts.next()?.to_owned();
-            let digest = u128::from_str_radix(parts.next()?, 16).ok()?;
             let stamp = Stamp {
                 size: parts.next()?.parse().ok()?,
                 mtime_ns: parts.next()?.parse().ok()?,
                 ctime_ns: parts.next()?.parse().ok()?,
                 inode: parts.next()?.parse().ok()?,
             };
-            Some(CachedFile { name, digest, stamp })
+            Some(CachedFile { name, stamp })
         })
         .collect::<Option<Vec<_>>>()?;
     Some(((ct, dt), CachedAssignment { fingerprint, files }))
@@ -199,6 +304,16 @@ fn parse_line(line: &str) -> Option<((String, String), CachedAssignment)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn entry(fingerprint: Fingerprint, stamp: Stamp) -> CachedAssignment {
+        CachedAssignment {
+            fingerprint,
+            files: vec![CachedFile {
+                name: "reconciler.yaml".into(),
+                stamp,
+            }],
+        }
+    }
 
     #[test]
     fn round_trips_and_detects_changes() {
@@ -209,20 +324,18 @@ mod tests {
         fs::write(folder.join("reconciler.yaml"), "a").unwrap();
         let stamp = Stamp::of(&folder.join("reconciler.yaml")).unwrap();
         let mut cache = RenderCache::default();
-        cache.replace(HashMap::from([(
-            ("large".to_owned(), "app-t".to_owned()),
-            CachedAssignment {
-                fingerprint: 42,
-                files: vec![CachedFile {
-                    name: "reconciler.yaml".into(),
-                    digest: digest(b"a"),
-                    stamp,
-                }],
-            },
-        )]));
+        let changed = cache.update(
+            |_, _| true,
+            [
+                ("large".to_owned(), "app-t".to_owned(), entry(42, stamp)),
+                ("small".to_owned(), "app-t".to_owned(), entry(7, stamp)),
+            ],
+        );
+        assert_eq!(changed, BTreeSet::from(["large".to_owned(), "small".to_owned()]));
         let path = cache_file(cache_dir.path(), out.path(), "dev");
-        cache.save(&path).unwrap();
+        cache.save(&path, &changed).unwrap();
         let loaded = RenderCache::load(&path);
+        assert_eq!(loaded.len(), 2);
         assert_eq!(loaded.get("large", "app-t"), cache.get("large", "app-t"));
         assert!(loaded.is_clean(out.path(), "large", "app-t", 42));
         assert!(
@@ -239,16 +352,30 @@ mod tests {
             !loaded.is_clean(out.path(), "large", "app-t", 42),
             "file replaced"
         );
+
+        // Setting an equal entry changes nothing; dropping a cluster type's only assignment
+        // deletes its file.
+        let changed = cache.update(
+            |ct, _| ct == "large",
+            [("large".to_owned(), "app-t".to_owned(), entry(42, stamp))],
+        );
+        assert_eq!(changed, BTreeSet::from(["small".to_owned()]));
+        cache.save(&path, &changed).unwrap();
+        assert!(!path.join("small.tsv").exists());
+        assert!(path.join("large.tsv").exists());
+        let loaded = RenderCache::load(&path);
+        assert_eq!(loaded.len(), 1);
+        assert!(loaded.get("small", "app-t").is_none());
     }
 
     #[test]
     fn unreadable_caches_are_empty() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.tsv");
-        fs::write(&path, "kalypso-render-cache 1\nsome other version\n").unwrap();
-        assert!(RenderCache::load(&path).is_empty());
+        fs::write(&path, "kalypso-render-cache 2\nsome other version\n").unwrap();
+        assert!(RenderCache::load(dir.path()).is_empty());
         fs::write(&path, format!("{HEADER}\n{FORMAT}\nbroken line\n")).unwrap();
-        assert!(RenderCache::load(&path).is_empty());
+        assert!(RenderCache::load(dir.path()).is_empty());
         assert!(RenderCache::load(&dir.path().join("missing")).is_empty());
     }
 }

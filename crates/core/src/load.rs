@@ -13,12 +13,13 @@
 use std::fmt;
 
 use kalypso_api::{API_VERSION, ConfigMapData, GROUP, Kind, Labels, ObjectMeta};
+use rayon::prelude::*;
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
 use crate::model::{AnyObject, Object};
-use crate::source::SourceTree;
+use crate::source::{SourceFile, SourceTree};
 
 /// One YAML document of a file: its text and the line (1-based) its first line has.
 #[derive(Debug, PartialEq, Eq)]
@@ -220,37 +221,51 @@ fn string_map<'de, D: Deserializer<'de>>(d: D) -> Result<Labels, D::Error> {
 }
 
 /// Loads every object of the kinds the scheduler reads from the manifest files of `tree`.
+/// Files are parsed in parallel; objects and diagnostics keep the files' order.
 pub fn load_tree(tree: &SourceTree, diagnostics: &mut Diagnostics) -> Vec<AnyObject> {
+    let files = tree.manifest_files(diagnostics);
+    let loaded: Vec<(Vec<AnyObject>, Diagnostics)> = files
+        .par_iter()
+        .map(|file| {
+            let mut found = Diagnostics::new();
+            let objects = load_file(tree, file, &mut found);
+            (objects, found)
+        })
+        .collect();
     let mut objects = Vec::new();
-    for file in tree.manifest_files(diagnostics) {
-        let shown = tree.display_path(&file.path);
-        let text = match std::str::from_utf8(&file.content) {
-            Ok(text) => text,
-            Err(e) => {
-                let line = 1 + file.content[..e.valid_up_to()]
-                    .iter()
-                    .filter(|b| **b == b'\n')
-                    .count();
-                diagnostics.push(
-                    Diagnostic::error(
-                        "yaml",
-                        "file is not UTF-8 text (the first invalid byte is on this line); save it as UTF-8",
-                    )
-                    .at(&Origin::new(shown, u32::try_from(line).unwrap_or(0))),
-                );
-                continue;
-            }
-        };
-        // A byte-order mark is allowed (YAML parsers skip it); it would hide a leading `---`.
-        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
-        let origin = Origin::new(shown, 0);
-        for doc in split_documents(text) {
-            if let Some(object) = load_document(&doc, &origin, diagnostics) {
-                objects.push(object);
-            }
-        }
+    for (file_objects, found) in loaded {
+        objects.extend(file_objects);
+        diagnostics.extend(found);
     }
     objects
+}
+
+fn load_file(tree: &SourceTree, file: &SourceFile, diagnostics: &mut Diagnostics) -> Vec<AnyObject> {
+    let shown = tree.display_path(&file.path);
+    let text = match std::str::from_utf8(&file.content) {
+        Ok(text) => text,
+        Err(e) => {
+            let line = 1 + file.content[..e.valid_up_to()]
+                .iter()
+                .filter(|b| **b == b'\n')
+                .count();
+            diagnostics.push(
+                Diagnostic::error(
+                    "yaml",
+                    "file is not UTF-8 text (the first invalid byte is on this line); save it as UTF-8",
+                )
+                .at(&Origin::new(shown, u32::try_from(line).unwrap_or(0))),
+            );
+            return Vec::new();
+        }
+    };
+    // A byte-order mark is allowed (YAML parsers skip it); it would hide a leading `---`.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let origin = Origin::new(shown, 0);
+    split_documents(text)
+        .iter()
+        .filter_map(|doc| load_document(doc, &origin, diagnostics))
+        .collect()
 }
 
 fn yaml_error(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -> Diagnostic {

@@ -16,7 +16,7 @@ use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
-use crate::model::{Delivery, Namespace};
+use crate::model::{AnyObject, Delivery, Namespace};
 use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
     template_data,
@@ -49,12 +49,20 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     // Main-branch content arrives through the BaseRepo named `main` (the original's only
     // promoted one); its Kustomization is `<env>-main`.
     ns.apply(&Delivery::Base("main".to_owned()), main_objects, diagnostics);
-    let registrations: Vec<String> = ns.registrations.keys().cloned().collect();
-    for registration in registrations {
-        if let Some(tree) = inputs.workloads.get(&registration) {
-            let objects = load_tree(tree, diagnostics);
-            ns.apply(&Delivery::Workload(registration), objects, diagnostics);
-        }
+    // Workload folders are small and many: they are parsed in parallel, applied in order.
+    let registrations: Vec<&String> = ns.registrations.keys().collect();
+    let workloads: Vec<(String, Vec<AnyObject>, Diagnostics)> = registrations
+        .par_iter()
+        .filter_map(|registration| {
+            let tree = inputs.workloads.get(*registration)?;
+            let mut found = Diagnostics::new();
+            let objects = load_tree(tree, &mut found);
+            Some(((*registration).clone(), objects, found))
+        })
+        .collect();
+    for (registration, objects, found) in workloads {
+        diagnostics.extend(found);
+        ns.apply(&Delivery::Workload(registration), objects, diagnostics);
     }
     ns.check_workload_sources(&inputs.workloads, diagnostics);
     ns

@@ -6,13 +6,12 @@
 //! read. Everything else is rendered in parallel and only files whose bytes differ are
 //! written.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use kalypso_core::fingerprint::digest;
 use kalypso_core::tree::{PROMOTED_COMMIT_PATH, README, Rules, promotes, readme};
-use kalypso_core::{Diagnostics, Environment, prepare};
+use kalypso_core::{Diagnostics, Environment, Job, prepare};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
@@ -29,10 +28,12 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let inputs = read_inputs(&args.control_plane, &args.env)?;
     check_output(&args.control_plane, &args.env, &args.out)?;
     let mut diagnostics = Diagnostics::new();
-    progress.stage("scheduling");
+    progress.stage("parsing the control plane");
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
+    progress.stage("scheduling");
     let environment = Environment::new(namespace, &mut diagnostics);
     let engine = Engine::new();
+    progress.stage("merging configs and fingerprinting");
     let prepared = prepare(&environment, &engine, &mut diagnostics);
 
     let cache_path = if args.no_cache {
@@ -43,20 +44,27 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
             .or_else(default_cache_dir)
             .map(|dir| cache_file(&dir, &args.out, &args.env))
     };
+    progress.stage("loading the render cache");
     let mut cache = cache_path.as_deref().map(RenderCache::load).unwrap_or_default();
     progress.stage("checking the output folder");
-    let clean: HashSet<(&str, &str)> = prepared
+    // Jobs come in tree order: each cluster type's jobs are one run.
+    let by_cluster_type: Vec<&[Job<'_>]> = prepared
         .jobs()
+        .chunk_by(|a, b| a.assignment.cluster_type == b.assignment.cluster_type)
+        .collect();
+    let clean: HashSet<(&str, &str)> = by_cluster_type
         .par_iter()
-        .filter(|job| {
-            let a = job.assignment;
-            cache.is_clean(&args.out, &a.cluster_type, &a.deployment_target, job.fingerprint)
-        })
-        .map(|job| {
-            (
-                job.assignment.cluster_type.as_str(),
-                job.assignment.deployment_target.as_str(),
-            )
+        .flat_map_iter(|jobs| {
+            let cluster_type = jobs[0].assignment.cluster_type.as_str();
+            cache
+                .clean_targets(
+                    &args.out,
+                    cluster_type,
+                    jobs.iter()
+                        .map(|job| (job.assignment.deployment_target.as_str(), job.fingerprint)),
+                )
+                .into_iter()
+                .map(move |target| (cluster_type, target))
         })
         .collect();
     progress.rendering(prepared.jobs().len() - clean.len());
@@ -70,7 +78,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
         }
         selected
     });
-    progress.finish();
+    progress.stage("laying out the tree");
     report(&diagnostics, global);
     if diagnostics.has_errors() {
         eprintln!(
@@ -79,6 +87,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
             diagnostics.errors().count(),
             args.out.display()
         );
+        progress.finish();
         return Ok(ExitCode::FAILURE);
     }
 
@@ -108,35 +117,52 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
             files.push((format!("{ct}/{dt}/{name}"), blob.clone()));
         }
     }
+    progress.stage("writing");
     let mut stats = write_update(&args.out, &rules, &files)
         .with_context(|| format!("writing the new tree into {}", args.out.display()))?;
 
-    // Remember what is on disk now.
+    // Remember what is on disk now: the assignments of this render, with new entries for the
+    // re-rendered ones; only the cluster types whose entries changed are saved.
+    progress.stage("saving the render cache");
     if let Some(path) = &cache_path {
-        let entries: HashMap<(String, String), CachedAssignment> = rendered
+        let current: HashSet<(&str, &str)> = rendered
             .records
+            .iter()
+            .map(|r| {
+                (
+                    r.assignment.cluster_type.as_str(),
+                    r.assignment.deployment_target.as_str(),
+                )
+            })
+            .collect();
+        let entries: Vec<(String, String, CachedAssignment)> = content
+            .packages
             .par_iter()
-            .filter_map(|record| {
-                let (ct, dt) = (
-                    &record.assignment.cluster_type,
-                    &record.assignment.deployment_target,
-                );
-                let files = match content.packages.get(&(ct.clone(), dt.clone())) {
-                    Some(package) => package
-                        .files()
-                        .map(|(name, blob)| {
-                            let stamp = Stamp::of(&args.out.join(ct).join(dt).join(name))?;
-                            Some(CachedFile {
-                                name: name.to_owned(),
-                                digest: digest(blob),
-                                stamp,
-                            })
+            .filter_map(|((ct, dt), package)| {
+                let record = rendered
+                    .records
+                    .binary_search_by(|r| {
+                        (
+                            r.assignment.cluster_type.as_str(),
+                            r.assignment.deployment_target.as_str(),
+                        )
+                            .cmp(&(ct.as_str(), dt.as_str()))
+                    })
+                    .ok()
+                    .map(|i| &rendered.records[i])?;
+                let files = package
+                    .files()
+                    .map(|(name, _)| {
+                        let stamp = Stamp::of(&args.out.join(ct).join(dt).join(name))?;
+                        Some(CachedFile {
+                            name: name.to_owned(),
+                            stamp,
                         })
-                        .collect::<Option<Vec<_>>>()?,
-                    None => cache.get(ct, dt)?.files.clone(),
-                };
+                    })
+                    .collect::<Option<Vec<_>>>()?;
                 Some((
-                    (ct.clone(), dt.clone()),
+                    ct.clone(),
+                    dt.clone(),
                     CachedAssignment {
                         fingerprint: record.fingerprint,
                         files,
@@ -144,13 +170,14 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                 ))
             })
             .collect();
-        cache.replace(entries);
-        if let Err(e) = cache.save(path)
+        let changed = cache.update(|ct, dt| current.contains(&(ct, dt)), entries);
+        if let Err(e) = cache.save(path, &changed)
             && !global.quiet
         {
             eprintln!("warning: cannot save the render cache {}: {e}", path.display());
         }
     }
+    progress.finish();
     let clean_files: usize = clean
         .iter()
         .filter_map(|(ct, dt)| cache.get(ct, dt))
