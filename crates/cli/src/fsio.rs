@@ -7,7 +7,7 @@
 //! temporaries are removed and the folder is exactly as it was. No write ever follows a
 //! symbolic link out of the output folder, and `.git` is never read or touched.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -213,7 +213,8 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
         return Ok(stats);
     }
     if old.is_empty() && is_missing_or_empty_dir(dir)? {
-        write_fresh(dir, new)?;
+        let files: Vec<(&str, &[u8])> = new.iter().map(|(p, b)| (p.as_str(), &b[..])).collect();
+        write_fresh(dir, &files)?;
     } else {
         write_changes(dir, new, &changes)?;
     }
@@ -234,7 +235,7 @@ fn is_missing_or_empty_dir(dir: &Path) -> Result<bool, FsError> {
 }
 
 /// Writes `tree` into a new folder beside `dir`, then renames it to `dir`.
-fn write_fresh(dir: &Path, tree: &Tree) -> Result<(), FsError> {
+fn write_fresh(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), FsError> {
     let parent = match dir.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
         _ => PathBuf::from("."),
@@ -250,14 +251,21 @@ fn write_fresh(dir: &Path, tree: &Tree) -> Result<(), FsError> {
     }
     let result = (|| {
         fs::create_dir(&staging).map_err(write_err(&staging))?;
-        for sub in parent_dirs(tree.iter().map(|(p, _)| p.as_str())) {
-            let path = staging.join(sub);
-            fs::create_dir(&path).map_err(write_err(&path))?;
+        // Folders level by level (parents first), each level in parallel: a fleet has
+        // thousands of deployment target folders.
+        let mut levels: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+        for sub in parent_dirs(files.iter().map(|(p, _)| *p)) {
+            levels.entry(sub.matches('/').count()).or_default().push(sub);
         }
-        let files: Vec<(&String, &Blob)> = tree.iter().collect();
-        files.par_iter().try_for_each(|(rel, blob)| {
+        for level in levels.values() {
+            level.par_iter().try_for_each(|sub| {
+                let path = staging.join(sub);
+                fs::create_dir(&path).map_err(write_err(&path))
+            })?;
+        }
+        files.par_iter().try_for_each(|(rel, bytes)| {
             let path = staging.join(rel);
-            fs::write(&path, &blob[..]).map_err(write_err(&path))
+            fs::write(&path, bytes).map_err(write_err(&path))
         })?;
         // If `dir` is an empty folder, rename(2) replaces it.
         fs::rename(&staging, dir).map_err(write_err(dir))
@@ -374,8 +382,8 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
         check_relative(path)?;
     }
     if is_missing_or_empty_dir(dir)? {
-        let tree: Tree = files.iter().cloned().collect();
-        write_fresh(dir, &tree)?;
+        let fresh: Vec<(&str, &[u8])> = files.iter().map(|(p, b)| (p.as_str(), &b[..])).collect();
+        write_fresh(dir, &fresh)?;
         return Ok(WriteStats {
             added: files.len(),
             ..WriteStats::default()
