@@ -75,9 +75,29 @@ pub struct RenderCache {
 
 /// The cache folder for `out` and `env` in `cache_dir`.
 pub fn cache_file(cache_dir: &Path, out: &Path, env: &str) -> PathBuf {
-    let canonical = fs::canonicalize(out).unwrap_or_else(|_| out.to_owned());
-    let key = digest(format!("{}\0{env}", canonical.display()).as_bytes());
+    let key = digest(format!("{}\0{env}", canonical_folder(out).display()).as_bytes());
     cache_dir.join(format!("render-{key:032x}"))
+}
+
+/// `path` made absolute with its symbolic links resolved, whether or not it exists yet (the
+/// first render into a folder creates it): its deepest existing ancestor is resolved and the
+/// rest appended, so the same folder always gets the same cache.
+fn canonical_folder(path: &Path) -> PathBuf {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(canonical) = fs::canonicalize(existing) {
+            return rest.iter().rev().fold(canonical, |dir, name| dir.join(name));
+        }
+        match (existing.parent(), existing.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                existing = parent;
+            }
+            _ => return absolute,
+        }
+    }
 }
 
 /// The default cache directory: `$XDG_CACHE_HOME/kalypso` or `~/.cache/kalypso`.
@@ -366,6 +386,24 @@ mod tests {
         let loaded = RenderCache::load(&path);
         assert_eq!(loaded.len(), 1);
         assert!(loaded.get("small", "app-t").is_none());
+    }
+
+    #[test]
+    fn a_folder_gets_the_same_cache_before_and_after_it_exists() {
+        let cache_dir = Path::new("/cache");
+        let base = tempfile::tempdir().unwrap();
+        let out = base.path().join("out/dev");
+        let before = cache_file(cache_dir, &out, "dev");
+        fs::create_dir_all(&out).unwrap();
+        assert_eq!(before, cache_file(cache_dir, &out, "dev"));
+        // A relative path names the same folder as its absolute form.
+        let cwd = std::env::current_dir().unwrap();
+        let relative = Path::new("target/kalypso-cache-test/out");
+        assert_eq!(
+            cache_file(cache_dir, relative, "dev"),
+            cache_file(cache_dir, &cwd.join(relative), "dev")
+        );
+        assert_ne!(before, cache_file(cache_dir, &out, "stage"));
     }
 
     #[test]

@@ -108,8 +108,8 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     for ct in &content.cluster_types {
         files.push((format!("{ct}/{README}"), readme.clone()));
     }
-    let current_commit = std::fs::read(args.out.join(PROMOTED_COMMIT_PATH)).ok();
-    if let Some(blob) = promotes(current_commit.as_deref(), content) {
+    // The promoted commit, when one is pinned (like every file, written only if it differs).
+    if let Some(blob) = promotes(None, content) {
         files.push((PROMOTED_COMMIT_PATH.to_owned(), blob));
     }
     for ((ct, dt), package) in &content.packages {
