@@ -6,13 +6,44 @@
 //! cluster type <ct> in <ns> environment` (typo included). Problems that are not about one
 //! assignment (a YAML error, a duplicate name, an invalid selector) blocked the original's
 //! environment silently; kalypso reports them too, in one issue per environment.
+//!
+//! A long-running process (`kalypso serve`) keeps a [`RenderMemo`] per environment: the
+//! packages of the last render with the fingerprints of their inputs, so that a change
+//! re-renders only the assignments it affects.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use kalypso_api::Kind;
-use kalypso_core::tree::RepoContent;
+use kalypso_core::fingerprint::Fingerprint;
+use kalypso_core::tree::{Package, RepoContent};
 use kalypso_core::{Diagnostic, Diagnostics, Environment, Inputs};
 use kalypso_template::Engine;
+
+/// The packages of an environment's last render, by (cluster type, deployment target), with
+/// the fingerprint of the inputs each was rendered from.
+#[derive(Debug, Default)]
+pub struct RenderMemo {
+    packages: HashMap<(String, String), (Fingerprint, Package)>,
+}
+
+impl RenderMemo {
+    /// Number of assignments remembered.
+    pub fn len(&self) -> usize {
+        self.packages.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.packages.is_empty()
+    }
+
+    fn get(&self, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> Option<&Package> {
+        self.packages
+            .get(&(cluster_type.to_owned(), target.to_owned()))
+            .filter(|(known, _)| *known == fingerprint)
+            .map(|(_, package)| package)
+    }
+}
 
 /// The result of rendering one environment.
 #[derive(Debug)]
@@ -25,6 +56,8 @@ pub struct RenderOutcome {
     pub failures: Vec<Failure>,
     /// Assignments scheduled.
     pub assignments: usize,
+    /// Assignments rendered in this pass (the others came from the [`RenderMemo`]).
+    pub rendered: usize,
 }
 
 /// One reportable failure.
@@ -66,10 +99,44 @@ pub fn is_issue_title_of(title: &str, environment: &str) -> bool {
 
 /// Loads, schedules and renders `inputs` as environment `name`.
 pub fn render_environment(name: &str, inputs: &Inputs) -> RenderOutcome {
+    render_environment_with(name, inputs, &mut RenderMemo::default())
+}
+
+/// [`render_environment`], re-rendering only the assignments whose fingerprints differ from
+/// `memo`'s; `memo` then holds this render's packages. The content is the same as a full
+/// render's.
+pub fn render_environment_with(name: &str, inputs: &Inputs, memo: &mut RenderMemo) -> RenderOutcome {
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(name, inputs, &mut diagnostics);
     let environment = Environment::new(namespace, &mut diagnostics);
-    let rendered = kalypso_core::render(&environment, &Engine::new(), &mut diagnostics);
+    let engine = Engine::new();
+    let prepared = kalypso_core::prepare(&environment, &engine, &mut diagnostics);
+    let mut rendered = prepared.render(&engine, &mut diagnostics, |job| {
+        let a = job.assignment;
+        memo.get(&a.cluster_type, &a.deployment_target, job.fingerprint)
+            .is_none()
+    });
+    let rendered_now = rendered.content.packages.len();
+    let mut next = RenderMemo::default();
+    for record in &rendered.records {
+        let key = (
+            record.assignment.cluster_type.clone(),
+            record.assignment.deployment_target.clone(),
+        );
+        let package = match rendered.content.packages.get(&key) {
+            Some(package) => Some(package.clone()),
+            None => memo.get(&key.0, &key.1, record.fingerprint).cloned(),
+        };
+        if let Some(package) = package {
+            rendered
+                .content
+                .packages
+                .entry(key.clone())
+                .or_insert_with(|| package.clone());
+            next.packages.insert(key, (record.fingerprint, package));
+        }
+    }
+    *memo = next;
     let scheduled: Vec<(String, String)> = environment
         .schedule
         .iter()
@@ -82,6 +149,7 @@ pub fn render_environment(name: &str, inputs: &Inputs) -> RenderOutcome {
         content,
         failures,
         assignments: scheduled.len(),
+        rendered: rendered_now,
     }
 }
 
@@ -147,7 +215,109 @@ pub fn failures(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kalypso_core::tree::Package;
+    use kalypso_core::source::{SourceFile, SourceTree};
+    use std::path::Path;
+
+    /// Every file under `dir` as a source tree.
+    fn source_tree(dir: &Path) -> SourceTree {
+        fn walk(root: &Path, dir: &Path, out: &mut Vec<SourceFile>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(root, &path, out);
+                } else {
+                    let rel = path.strip_prefix(root).unwrap().display().to_string();
+                    out.push(SourceFile::new(rel, std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(dir, dir, &mut files);
+        SourceTree::new(dir.display().to_string(), files)
+    }
+
+    /// The example control plane's inputs for `env`.
+    fn example(env: &str) -> Inputs {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/control-plane");
+        let workloads = std::fs::read_dir(root.join("workloads"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    source_tree(&e.path()),
+                )
+            })
+            .collect();
+        Inputs {
+            main: source_tree(&root.join("main")),
+            environment: source_tree(&root.join(env)),
+            workloads,
+        }
+    }
+
+    /// Replaces `from` with `to` in every file of `tree` whose path ends with `file`.
+    fn edit(tree: &SourceTree, file: &str, from: &str, to: &str) -> SourceTree {
+        let files = tree
+            .files()
+            .iter()
+            .map(|f| {
+                let text = String::from_utf8(f.content.to_vec()).unwrap();
+                let text = if f.path.ends_with(file) {
+                    text.replace(from, to)
+                } else {
+                    text
+                };
+                SourceFile::new(f.path.clone(), text.into_bytes())
+            })
+            .collect();
+        SourceTree::new(tree.label(), files)
+    }
+
+    #[test]
+    fn a_memo_re_renders_only_changed_assignments_and_gives_the_full_render() {
+        let inputs = example("dev");
+        let mut memo = RenderMemo::default();
+        let first = render_environment_with("dev", &inputs, &mut memo);
+        let full = render_environment("dev", &inputs);
+        assert_eq!(first.content, full.content);
+        assert!(first.content.as_ref().is_some_and(|c| !c.packages.is_empty()));
+        assert_eq!(memo.len(), first.content.as_ref().unwrap().packages.len());
+
+        // Unchanged inputs: the memo supplies every package.
+        let again = render_environment_with("dev", &inputs, &mut memo);
+        assert_eq!(again.content, full.content);
+        assert_eq!(again.rendered, 0);
+        assert_eq!(first.rendered, memo.len());
+
+        // A config change: the result is what a full render of the new inputs gives.
+        let config = inputs
+            .environment
+            .files()
+            .iter()
+            .find(|f| String::from_utf8_lossy(&f.content).contains("MAX_REPLICAS"))
+            .map(|f| f.path.clone())
+            .unwrap();
+        let changed = Inputs {
+            environment: edit(
+                &inputs.environment,
+                &config,
+                "MAX_REPLICAS: \"",
+                "MAX_REPLICAS: \"9",
+            ),
+            ..example("dev")
+        };
+        let incremental = render_environment_with("dev", &changed, &mut memo);
+        let expected = render_environment("dev", &changed);
+        assert_eq!(incremental.content, expected.content);
+        assert_ne!(incremental.content, full.content, "the change shows");
+        assert!(
+            incremental.rendered > 0 && incremental.rendered < memo.len(),
+            "only the affected assignments are rendered: {} of {}",
+            incremental.rendered,
+            memo.len()
+        );
+    }
 
     fn error(code: &'static str, message: &str, object: (Kind, &str)) -> Diagnostic {
         Diagnostic::error(code, message).on(object.0, object.1)

@@ -7,7 +7,9 @@
 //! [`Pass::resolve`] and [`Pass::deliver`] separately, to skip environments whose input
 //! commits did not change.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::{Mutex, PoisonError};
 
 use kalypso_core::Diagnostics;
 use tokio::runtime::Handle;
@@ -18,7 +20,7 @@ use crate::control_plane::{
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use crate::issues::{self, IssueReport};
-use crate::render::{Failure, render_environment};
+use crate::render::{Failure, RenderMemo, render_environment_with};
 use crate::repo::{Cache, Transport};
 use crate::retry::RetryPolicy;
 use crate::url::{self as repo_url, RepoUrl};
@@ -165,6 +167,9 @@ pub struct Syncer {
     credentials: Credentials,
     cache: Cache,
     runtime: Handle,
+    /// The last render of each environment, so that later passes re-render only the
+    /// assignments whose inputs changed.
+    memos: Mutex<HashMap<String, RenderMemo>>,
 }
 
 impl Syncer {
@@ -177,6 +182,7 @@ impl Syncer {
             settings,
             credentials,
             runtime,
+            memos: Mutex::default(),
         })
     }
 
@@ -239,7 +245,16 @@ impl Pass<'_> {
         let _enter = span.enter();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
-        let rendered = render_environment(&name, &resolved.inputs);
+        let rendered = {
+            let mut memos = self.syncer.memos.lock().unwrap_or_else(PoisonError::into_inner);
+            let memo = memos.entry(name.clone()).or_default();
+            render_environment_with(&name, &resolved.inputs, memo)
+        };
+        tracing::debug!(
+            assignments = rendered.assignments,
+            rendered = rendered.rendered,
+            "rendered (the other assignments are unchanged since the last pass)"
+        );
         let ctx = Context {
             cache: &self.syncer.cache,
             transport: &self.transport,
