@@ -675,7 +675,7 @@ pub fn unquote(s: &[u8]) -> Result<Vec<u8>, NumError> {
 
 /// Go's `underscoreOK`: underscores may only separate digits (or follow a base prefix), in
 /// literals with a base prefix or in decimal literals.
-fn underscore_ok(s: &[u8]) -> bool {
+pub fn underscore_ok(s: &[u8]) -> bool {
     // saw tracks the last character (class) we saw: ^ start, 0 digit or prefix, _ underscore, ! other.
     let mut saw = b'^';
     let mut i = 0;

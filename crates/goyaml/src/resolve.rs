@@ -4,7 +4,9 @@
 //! decoder (yaml.v2) turns plain scalars into bools, numbers and nulls. Both sides use the same
 //! algorithm over Go's `strconv` syntax (base prefixes, octal `0123`, `1_000`); only the table
 //! of words differs: yaml.v2 also reads YAML 1.1's `yes`/`no`/`on`/`off`/`y`/`n` as bools.
-//! The Go number syntax is reimplemented here because it is part of what "resolves" means.
+//! Integers are parsed with Go's `strconv` rules from `kalypso_gotmpl::strconv`.
+
+use kalypso_gotmpl::strconv;
 
 /// What a plain scalar resolves to.
 #[derive(Clone, Debug, PartialEq)]
@@ -238,104 +240,14 @@ fn is_yaml_style_float(s: &str) -> bool {
     i == b.len()
 }
 
-/// Go's `strconv.ParseUint(s, base, 64)` (base 0 understands `0x`, `0o`, `0b` and a leading
-/// `0` for octal, and allows `_` between digits). `None` for syntax and range errors.
+/// Go's `strconv.ParseUint(s, base, 64)`; `None` for syntax and range errors.
 pub(crate) fn parse_uint(s: &str, base: u32) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    let base0 = base == 0;
-    let original = s;
-    let (base, digits) = if base0 {
-        let b = s.as_bytes();
-        if b[0] == b'0' {
-            match b.get(1).map(u8::to_ascii_lowercase) {
-                Some(b'b') if b.len() >= 3 => (2, &s[2..]),
-                Some(b'o') if b.len() >= 3 => (8, &s[2..]),
-                Some(b'x') if b.len() >= 3 => (16, &s[2..]),
-                _ => (8, &s[1..]),
-            }
-        } else {
-            (10, s)
-        }
-    } else {
-        (base, s)
-    };
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for c in digits.bytes() {
-        if c == b'_' && base0 {
-            underscores = true;
-            continue;
-        }
-        let d = match c {
-            b'0'..=b'9' => u32::from(c - b'0'),
-            b'a'..=b'z' => u32::from(c - b'a') + 10,
-            b'A'..=b'Z' => u32::from(c - b'A') + 10,
-            _ => return None,
-        };
-        if d >= base {
-            return None;
-        }
-        n = n.checked_mul(u64::from(base))?.checked_add(u64::from(d))?;
-    }
-    if underscores && !underscore_ok(original) {
-        return None;
-    }
-    Some(n)
+    strconv::parse_uint(s.as_bytes(), base, 64).ok()
 }
 
-/// Go's `strconv.ParseInt(s, base, 64)`.
+/// Go's `strconv.ParseInt(s, base, 64)`; `None` for syntax and range errors.
 pub(crate) fn parse_int(s: &str, base: u32) -> Option<i64> {
-    let (neg, rest) = match s.as_bytes().first() {
-        Some(b'+') => (false, &s[1..]),
-        Some(b'-') => (true, &s[1..]),
-        _ => (false, s),
-    };
-    let u = parse_uint(rest, base)?;
-    if neg {
-        if u > 1 << 63 {
-            None
-        } else {
-            Some((u as i64).wrapping_neg())
-        }
-    } else {
-        i64::try_from(u).ok()
-    }
-}
-
-/// Go's `underscoreOK`: underscores only between digits (a base prefix counts as a digit).
-fn underscore_ok(s: &str) -> bool {
-    let mut b = s.as_bytes();
-    if matches!(b.first(), Some(b'+' | b'-')) {
-        b = &b[1..];
-    }
-    let mut saw = b'^';
-    let mut i = 0;
-    let mut hex = false;
-    if b.len() >= 2 && b[0] == b'0' && matches!(b[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-        hex = b[1].eq_ignore_ascii_case(&b'x');
-    }
-    while i < b.len() {
-        let c = b[i];
-        if c.is_ascii_digit() || hex && c.is_ascii_hexdigit() {
-            saw = b'0';
-        } else if c == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else {
-            if saw == b'_' {
-                return false;
-            }
-            saw = b'!';
-        }
-        i += 1;
-    }
-    saw != b'_'
+    strconv::parse_int(s.as_bytes(), base, 64).ok()
 }
 
 /// Go's `strconv.ParseFloat(s, 64)` for decimal syntax (with `_` separators), `inf`,
@@ -391,7 +303,7 @@ pub(crate) fn parse_float(s: &str) -> Option<f64> {
             return None;
         }
     }
-    if i != b.len() || underscores && !underscore_ok(s) {
+    if i != b.len() || underscores && !strconv::underscore_ok(s.as_bytes()) {
         return None;
     }
     let cleaned: String = s.chars().filter(|&c| c != '_').collect();

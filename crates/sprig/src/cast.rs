@@ -6,117 +6,11 @@
 //! truncated, and booleans count as 0 or 1. Reproducing exactly which strings parse is what
 //! makes `add "3" 4` render like the Go original.
 
-use kalypso_gotmpl::Value;
-
-/// Go's `strconv.ParseUint(s, base, 64)` digits loop; `base` 0 detects prefixes and allows
-/// underscores. Returns `None` for any error (syntax or range).
-fn parse_uint(s: &[u8], base: u32) -> Option<u64> {
-    if s.is_empty() {
-        return None;
-    }
-    let base0 = base == 0;
-    let original = s;
-    let mut s = s;
-    let mut base = base;
-    if base0 {
-        base = 10;
-        if s[0] == b'0' {
-            if s.len() >= 3 && s[1].eq_ignore_ascii_case(&b'b') {
-                base = 2;
-                s = &s[2..];
-            } else if s.len() >= 3 && s[1].eq_ignore_ascii_case(&b'o') {
-                base = 8;
-                s = &s[2..];
-            } else if s.len() >= 3 && s[1].eq_ignore_ascii_case(&b'x') {
-                base = 16;
-                s = &s[2..];
-            } else {
-                base = 8;
-                s = &s[1..];
-            }
-        }
-    }
-    let mut n: u64 = 0;
-    let mut underscores = false;
-    for &c in s {
-        let d = match c {
-            b'_' if base0 => {
-                underscores = true;
-                continue;
-            }
-            b'0'..=b'9' => u32::from(c - b'0'),
-            b'a'..=b'z' => u32::from(c - b'a') + 10,
-            b'A'..=b'Z' => u32::from(c - b'A') + 10,
-            _ => return None,
-        };
-        if d >= base {
-            return None;
-        }
-        n = n.checked_mul(u64::from(base))?.checked_add(u64::from(d))?;
-    }
-    if underscores && !underscore_ok(original) {
-        return None;
-    }
-    Some(n)
-}
-
-/// Go's `strconv.underscoreOK`: underscores only between digits (or after a base prefix).
-fn underscore_ok(s: &[u8]) -> bool {
-    let mut s = s;
-    if let Some(b'+' | b'-') = s.first() {
-        s = &s[1..];
-    }
-    let mut saw = b'^';
-    let mut i = 0;
-    let mut hex = false;
-    if s.len() >= 2 && s[0] == b'0' && matches!(s[1].to_ascii_lowercase(), b'b' | b'o' | b'x') {
-        i = 2;
-        saw = b'0';
-        hex = s[1].eq_ignore_ascii_case(&b'x');
-    }
-    while i < s.len() {
-        let c = s[i];
-        if c.is_ascii_digit() || (hex && c.is_ascii_hexdigit()) {
-            saw = b'0';
-        } else if c == b'_' {
-            if saw != b'0' {
-                return false;
-            }
-            saw = b'_';
-        } else {
-            if saw == b'_' {
-                return false;
-            }
-            saw = b'!';
-        }
-        i += 1;
-    }
-    saw != b'_'
-}
+use kalypso_gotmpl::{Value, strconv};
 
 /// Go's `strconv.ParseInt(s, base, bits)`; `None` on any error.
 pub(crate) fn parse_int(s: &[u8], base: u32, bits: u32) -> Option<i64> {
-    if s.is_empty() {
-        return None;
-    }
-    let (neg, digits) = match s[0] {
-        b'+' => (false, &s[1..]),
-        b'-' => (true, &s[1..]),
-        _ => (false, s),
-    };
-    let un = parse_uint(digits, base)?;
-    let cutoff = 1u64 << (bits - 1);
-    if !neg && un >= cutoff {
-        return None;
-    }
-    if neg && un > cutoff {
-        return None;
-    }
-    Some(if neg {
-        (un as i64).wrapping_neg()
-    } else {
-        un as i64
-    })
+    strconv::parse_int(s, base, bits).ok()
 }
 
 /// Go's `strconv.Atoi`.
