@@ -16,50 +16,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
-use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+use kalypso_git::testing::{copy_files, files_under};
 
 const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
 const OWN_FIXTURES: &str = "tests/fixtures";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every file under `dir` (relative path → bytes), skipping nothing.
-fn read_all(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    if !dir.exists() {
-        return out;
-    }
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in fs::read_dir(&d).unwrap() {
-            let entry = entry.unwrap();
-            let path = entry.path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                out.insert(rel, fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    for (rel, bytes) in read_all(from) {
-        let target = to.join(&rel);
-        fs::create_dir_all(target.parent().unwrap()).unwrap();
-        fs::write(target, bytes).unwrap();
-    }
 }
 
 fn case_field(case_yaml: &str, key: &str) -> Option<String> {
@@ -109,7 +76,7 @@ fn cases() -> Vec<Case> {
 
 fn run_case(case: &Case) -> Result<(), String> {
     let out = tempfile::tempdir().unwrap();
-    copy_dir(&case.dir.join("input/gitops-base"), out.path());
+    copy_files(&case.dir.join("input/gitops-base"), out.path());
     let output = Command::new(env!("CARGO_BIN_EXE_kalypso"))
         .arg("render")
         .arg(case.dir.join("input"))
@@ -123,8 +90,8 @@ fn run_case(case: &Case) -> Result<(), String> {
             String::from_utf8_lossy(&output.stderr)
         ));
     }
-    let got = read_all(out.path());
-    let want = read_all(&case.dir.join("expected"));
+    let got = files_under(out.path());
+    let want = files_under(&case.dir.join("expected"));
     let mut problems = Vec::new();
     for (path, bytes) in &want {
         match got.get(path) {

@@ -13,6 +13,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kalypso_git::testing::{files_under, write_files_under};
+
 const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
 
 fn root() -> PathBuf {
@@ -23,41 +25,15 @@ fn example() -> PathBuf {
     root().join("examples/control-plane")
 }
 
-/// Every file under `dir` (relative path → bytes).
+/// Every file under `dir` (relative path → bytes), outside `.git` folders.
 fn read_all(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    if !dir.exists() {
-        return out;
-    }
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                if path.file_name().is_some_and(|n| n == ".git") {
-                    continue;
-                }
-                stack.push(path);
-            } else {
-                let rel = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                out.insert(rel, fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
+    let mut files = files_under(dir);
+    files.retain(|path, _| !path.split('/').any(|segment| segment == ".git"));
+    files
 }
 
 fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for (rel, bytes) in read_all(from) {
-        let target = to.join(&rel);
-        fs::create_dir_all(target.parent().unwrap()).unwrap();
-        fs::write(target, bytes).unwrap();
-    }
+    write_files_under(to, &read_all(from));
 }
 
 /// What one run of the binary did.

@@ -10,39 +10,18 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kalypso_git::testing::{init_bare, write_files};
+use kalypso_git::testing::{files_under, init_bare, write_files, write_files_under};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Every file under `dir` as text.
 fn read_all(dir: &Path) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                out.insert(rel, fs::read_to_string(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn write_all(dir: &Path, files: &BTreeMap<String, String>) {
-    for (rel, text) in files {
-        let target = dir.join(rel);
-        fs::create_dir_all(target.parent().unwrap()).unwrap();
-        fs::write(target, text).unwrap();
-    }
+    files_under(dir)
+        .into_iter()
+        .map(|(path, bytes)| (path, String::from_utf8(bytes).unwrap()))
+        .collect()
 }
 
 fn commit(repo: &Path, branch: &str, prefix: &str, files: &BTreeMap<String, String>) -> String {
@@ -116,9 +95,9 @@ fn setup() -> Setup {
     );
     let main_commit = commit(&control_plane, "main", "", &main);
     let folder = dir.path().join("folder");
-    write_all(&folder.join("main"), &main);
-    write_all(&folder.join("workloads/hello-world-app"), &app_files);
-    write_all(&folder.join("workloads/platform-svc"), &svc_files);
+    write_files_under(&folder.join("main"), &main);
+    write_files_under(&folder.join("workloads/hello-world-app"), &app_files);
+    write_files_under(&folder.join("workloads/platform-svc"), &svc_files);
     for env in ["dev", "stage"] {
         let mut files = read_all(&example.join(env));
         pin(&mut files, &main_commit);
@@ -129,7 +108,7 @@ fn setup() -> Setup {
             &format!("file://{}", gitops.display()),
         );
         commit(&control_plane, env, "", &files);
-        write_all(&folder.join(env), &files);
+        write_files_under(&folder.join(env), &files);
     }
     Setup {
         dir,

@@ -5,46 +5,17 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
 use kalypso_cli::{Cli, run};
-use kalypso_git::testing::{branch_files, commit_count, git, init_bare, rev_parse, write_files};
+use kalypso_git::testing::{
+    branch_files, commit_count, files_under, git, init_bare, rev_parse, write_files, write_files_under,
+};
 
 fn example() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/control-plane")
-}
-
-/// Every file under `dir` (relative path → bytes).
-fn read_all(dir: &Path) -> BTreeMap<String, Vec<u8>> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                let rel = path
-                    .strip_prefix(dir)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/");
-                out.insert(rel, fs::read(&path).unwrap());
-            }
-        }
-    }
-    out
-}
-
-fn write_all(dir: &Path, files: &BTreeMap<String, Vec<u8>>) {
-    for (rel, bytes) in files {
-        let target = dir.join(rel);
-        fs::create_dir_all(target.parent().unwrap()).unwrap();
-        fs::write(target, bytes).unwrap();
-    }
 }
 
 /// Commits `files` (under `prefix`) on `branch`.
@@ -112,16 +83,16 @@ fn setup() -> Setup {
         &app,
         "main",
         "workload/",
-        &read_all(&example.join("workloads/hello-world-app")),
+        &files_under(&example.join("workloads/hello-world-app")),
     );
     commit(
         &svc,
         "main",
         "workloads/",
-        &read_all(&example.join("workloads/platform-svc")),
+        &files_under(&example.join("workloads/platform-svc")),
     );
 
-    let mut main = read_all(&example.join("main"));
+    let mut main = files_under(&example.join("main"));
     replace_in(
         &mut main,
         "workloads/hello-world-app.yaml",
@@ -137,17 +108,17 @@ fn setup() -> Setup {
     let main_commit = commit(&control_plane, "main", "", &main);
 
     let folder = dir.path().join("folder");
-    write_all(&folder.join("main"), &main);
-    write_all(
+    write_files_under(&folder.join("main"), &main);
+    write_files_under(
         &folder.join("workloads/hello-world-app"),
-        &read_all(&example.join("workloads/hello-world-app")),
+        &files_under(&example.join("workloads/hello-world-app")),
     );
-    write_all(
+    write_files_under(
         &folder.join("workloads/platform-svc"),
-        &read_all(&example.join("workloads/platform-svc")),
+        &files_under(&example.join("workloads/platform-svc")),
     );
     for env in ["dev", "stage"] {
-        let mut files = read_all(&example.join(env));
+        let mut files = files_under(&example.join(env));
         pin(&mut files, &main_commit);
         replace_in(
             &mut files,
@@ -156,7 +127,7 @@ fn setup() -> Setup {
             &format!("file://{}", gitops.display()),
         );
         commit(&control_plane, env, "", &files);
-        write_all(&folder.join(env), &files);
+        write_files_under(&folder.join(env), &files);
     }
     Setup {
         cache: dir.path().join("cache"),
@@ -205,7 +176,7 @@ fn sync_commits_what_render_writes_and_only_once() {
         ]),
         ExitCode::SUCCESS
     );
-    let rendered = read_all(&out);
+    let rendered = files_under(&out);
     assert!(rendered.len() > 5, "the example renders several files");
     assert_eq!(branch_files(&s.gitops, "dev"), rendered);
 

@@ -1,15 +1,18 @@
 //! Loopback stand-ins for tests (feature `test-support`): repositories built with the real
 //! `git` command, a smart-HTTP git server over `git http-backend` with token checks and
-//! fault injection, and a GitHub REST stand-in that records every request.
+//! fault injection, a GitHub REST stand-in that records every request, and folders read and
+//! written as maps of files.
 //!
 //! Nothing here reaches beyond 127.0.0.1. Helpers panic on failure: they are for tests.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
 mod fake_github;
+mod folders;
 mod git_cli;
 mod http_git;
 
 pub use fake_github::{FakeGitHub, FakeIssue, FakePull, Recorded};
+pub use folders::{copy_files, files_under, write_files_under};
 pub use git_cli::{branch_files, commit_count, git, init_bare, rev_parse, write_files};
 pub use http_git::GitHttpServer;
 
