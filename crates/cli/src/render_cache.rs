@@ -7,8 +7,10 @@
 //! *clean* — its files need neither rendering nor writing — only if its fingerprint is
 //! unchanged and every one of its files still has the recorded signature; anything edited,
 //! replaced or deleted behind kalypso's back makes it dirty again. The cache lives outside the
-//! output folder (which is usually a git checkout), in the user's cache directory, one file
-//! per output folder and environment. A missing, unreadable or outdated cache only costs time.
+//! output folder (which is usually a git checkout), in the user's cache directory: a folder
+//! per output folder and environment, holding one file per cluster type so that a render
+//! rewrites only the files of the cluster types it changed. A missing, unreadable or outdated
+//! cache only costs time.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -70,7 +72,6 @@ pub struct CachedAssignment {
 pub struct RenderCache {
     /// Cluster type → deployment target → entry (nested, so lookups by `&str` allocate nothing).
     entries: HashMap<String, HashMap<String, CachedAssignment>>,
-    len: usize,
 }
 
 /// The cache folder for `out` and `env` in `cache_dir`.
@@ -136,29 +137,11 @@ impl RenderCache {
         cache
     }
 
-    fn insert(
-        &mut self,
-        cluster_type: String,
-        target: String,
-        entry: CachedAssignment,
-    ) -> Option<CachedAssignment> {
-        let old = self
-            .entries
+    fn insert(&mut self, cluster_type: String, target: String, entry: CachedAssignment) {
+        self.entries
             .entry(cluster_type)
             .or_default()
             .insert(target, entry);
-        if old.is_none() {
-            self.len += 1;
-        }
-        old
-    }
-
-    /// Whether the assignment's files in `out` are exactly what a render with this
-    /// `fingerprint` writes.
-    pub fn is_clean(&self, out: &Path, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> bool {
-        !self
-            .clean_targets(out, cluster_type, std::iter::once((target, fingerprint)))
-            .is_empty()
     }
 
     /// The clean ones among `targets` (name and fingerprint) of one cluster type: their
@@ -214,7 +197,6 @@ impl RenderCache {
             let before = targets.len();
             targets.retain(|target, _| keep(cluster_type, target));
             if targets.len() != before {
-                self.len -= before - targets.len();
                 changed.insert(cluster_type.clone());
             }
         }
@@ -230,12 +212,12 @@ impl RenderCache {
 
     /// Number of assignments known.
     pub fn len(&self) -> usize {
-        self.len
+        self.entries.values().map(HashMap::len).sum()
     }
 
     /// Whether the cache knows nothing.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.entries.values().all(HashMap::is_empty)
     }
 
     /// Writes the files of the `changed` cluster types into the cache folder `dir` (each
@@ -325,6 +307,19 @@ fn parse_line(line: &str) -> Option<((String, String), CachedAssignment)> {
 mod tests {
     use super::*;
 
+    /// Whether `target` on `cluster_type` is clean for `fingerprint`.
+    fn is_clean(
+        cache: &RenderCache,
+        out: &Path,
+        cluster_type: &str,
+        target: &str,
+        fingerprint: Fingerprint,
+    ) -> bool {
+        !cache
+            .clean_targets(out, cluster_type, [(target, fingerprint)])
+            .is_empty()
+    }
+
     fn entry(fingerprint: Fingerprint, stamp: Stamp) -> CachedAssignment {
         CachedAssignment {
             fingerprint,
@@ -357,19 +352,19 @@ mod tests {
         let loaded = RenderCache::load(&path);
         assert_eq!(loaded.len(), 2);
         assert_eq!(loaded.get("large", "app-t"), cache.get("large", "app-t"));
-        assert!(loaded.is_clean(out.path(), "large", "app-t", 42));
+        assert!(is_clean(&loaded, out.path(), "large", "app-t", 42));
         assert!(
-            !loaded.is_clean(out.path(), "large", "app-t", 43),
+            !is_clean(&loaded, out.path(), "large", "app-t", 43),
             "another fingerprint"
         );
         assert!(
-            !loaded.is_clean(out.path(), "large", "other", 42),
+            !is_clean(&loaded, out.path(), "large", "other", 42),
             "unknown assignment"
         );
         fs::remove_file(folder.join("reconciler.yaml")).unwrap();
         fs::write(folder.join("reconciler.yaml"), "b").unwrap();
         assert!(
-            !loaded.is_clean(out.path(), "large", "app-t", 42),
+            !is_clean(&loaded, out.path(), "large", "app-t", 42),
             "file replaced"
         );
 
