@@ -121,20 +121,11 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let mut stats = write_update(&args.out, &rules, &files)
         .with_context(|| format!("writing the new tree into {}", args.out.display()))?;
 
-    // Remember what is on disk now: the assignments of this render, with new entries for the
-    // re-rendered ones; only the cluster types whose entries changed are saved.
+    // Remember what is on disk now: the assignments of this render (the scheduled ones of the
+    // layout rules), with new entries for the re-rendered ones; only the cluster types whose
+    // entries changed are saved.
     progress.stage("saving the render cache");
     if let Some(path) = &cache_path {
-        let current: HashSet<(&str, &str)> = rendered
-            .records
-            .iter()
-            .map(|r| {
-                (
-                    r.assignment.cluster_type.as_str(),
-                    r.assignment.deployment_target.as_str(),
-                )
-            })
-            .collect();
         let entries: Vec<(String, String, CachedAssignment)> = content
             .packages
             .par_iter()
@@ -170,7 +161,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                 ))
             })
             .collect();
-        let changed = cache.update(|ct, dt| current.contains(&(ct, dt)), entries);
+        let changed = cache.update(|ct, dt| rules.is_scheduled(ct, dt), entries);
         if let Err(e) = cache.save(path, &changed)
             && !global.quiet
         {
