@@ -7,14 +7,17 @@
 //! temporaries are removed and the folder is exactly as it was. No write ever follows a
 //! symbolic link out of the output folder, and `.git` is never read or touched.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
 use std::io::{self, Write};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 
 use kalypso_core::source::{SourceFile, SourceTree};
 use kalypso_core::tree::{Blob, Change, Rules, Tree, diff};
 use rayon::prelude::*;
+use rustix::fs::{self as rfs, Mode, OFlags};
+use rustix::io::Errno;
 
 /// Errors of reading and writing folders; each names the path.
 #[derive(Debug, thiserror::Error)]
@@ -234,46 +237,221 @@ fn is_missing_or_empty_dir(dir: &Path) -> Result<bool, FsError> {
     }
 }
 
-/// Writes `tree` into a new folder beside `dir`, then renames it to `dir`.
+/// Writes `files` into a new folder beside `dir`, then renames it to `dir`.
 fn write_fresh(dir: &Path, files: &[(&str, &[u8])]) -> Result<(), FsError> {
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
-        _ => PathBuf::from("."),
-    };
-    fs::create_dir_all(&parent).map_err(write_err(&parent))?;
-    let name = dir
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "out".to_owned());
-    let staging = parent.join(format!(".{name}.kalypso-new-{}", std::process::id()));
-    if staging.exists() {
-        fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
+    let tree = FreshTree::create(dir, [])?;
+    let mut by_folder: BTreeMap<&str, Vec<(&str, &[u8])>> = BTreeMap::new();
+    for (rel, bytes) in files {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        by_folder.entry(folder).or_default().push((name, bytes));
     }
-    let result = (|| {
-        fs::create_dir(&staging).map_err(write_err(&staging))?;
-        // Folders level by level (parents first), each level in parallel: a fleet has
-        // thousands of deployment target folders.
-        let mut levels: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
-        for sub in parent_dirs(files.iter().map(|(p, _)| *p)) {
-            levels.entry(sub.matches('/').count()).or_default().push(sub);
-        }
-        for level in levels.values() {
-            level.par_iter().try_for_each(|sub| {
-                let path = staging.join(sub);
-                fs::create_dir(&path).map_err(write_err(&path))
-            })?;
-        }
-        files.par_iter().try_for_each(|(rel, bytes)| {
-            let path = staging.join(rel);
-            fs::write(&path, bytes).map_err(write_err(&path))
-        })?;
-        // If `dir` is an empty folder, rename(2) replaces it.
-        fs::rename(&staging, dir).map_err(write_err(dir))
-    })();
-    if result.is_err() {
-        let _ = fs::remove_dir_all(&staging);
+    // Folders are made as needed (missing parents too), so they can all be written at once.
+    let by_folder: Vec<_> = by_folder.into_iter().collect();
+    by_folder
+        .par_iter()
+        .try_for_each(|(folder, files)| tree.write_folder(folder, files.iter().copied(), false).map(drop))?;
+    tree.commit()
+}
+
+/// A new output folder, built beside its destination while its files are produced and then
+/// renamed into place in one step ([`FreshTree::commit`]). Dropped without a commit (because
+/// a render or a write failed), the half-built folder is removed and the destination is as it
+/// was.
+///
+/// Files are created relative to open folder handles (`openat`), so that the kernel does not
+/// walk the whole path again for each of a fleet's tens of thousands of files; every name is
+/// checked to be a plain relative path, and nothing is ever opened through a symbolic link.
+#[derive(Debug)]
+pub struct FreshTree {
+    dir: PathBuf,
+    staging: PathBuf,
+    made_parents: Vec<PathBuf>,
+    root: OwnedFd,
+    /// Handles of the top-level folders made by [`FreshTree::create`].
+    folders: HashMap<String, OwnedFd>,
+    committed: bool,
+}
+
+/// Removes each of `dirs` (in order) that is an empty folder.
+fn remove_empty(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let _ = fs::remove_dir(dir);
     }
-    result
+}
+
+/// Handle flags for a folder that files are created in.
+fn folder_flags() -> OFlags {
+    OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
+}
+
+impl FreshTree {
+    /// Starts a fresh tree for `dir` with the top-level `folders` made up front; `dir` must
+    /// be missing or an empty folder.
+    pub fn create<'a>(dir: &Path, folders: impl IntoIterator<Item = &'a str>) -> Result<FreshTree, FsError> {
+        let parent = match dir.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+            _ => PathBuf::from("."),
+        };
+        // The parent folders made here, deepest first: a failed render leaves none behind.
+        let mut made_parents = Vec::new();
+        let mut missing = parent.as_path();
+        while !missing.exists() {
+            made_parents.push(missing.to_owned());
+            match missing.parent() {
+                Some(p) if !p.as_os_str().is_empty() => missing = p,
+                _ => break,
+            }
+        }
+        fs::create_dir_all(&parent).map_err(write_err(&parent))?;
+        let name = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "out".to_owned());
+        let staging = parent.join(format!(".{name}.kalypso-new-{}", std::process::id()));
+        if staging.exists() {
+            fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
+        }
+        let made = fs::create_dir(&staging)
+            .map_err(write_err(&staging))
+            .and_then(|()| {
+                rfs::openat(rfs::CWD, &staging, folder_flags(), Mode::empty()).map_err(|e| FsError::Write {
+                    path: staging.clone(),
+                    cause: e.into(),
+                })
+            });
+        let root = match made {
+            Ok(fd) => fd,
+            Err(e) => {
+                let _ = fs::remove_dir_all(&staging);
+                remove_empty(&made_parents);
+                return Err(e);
+            }
+        };
+        let mut tree = FreshTree {
+            dir: dir.to_owned(),
+            staging,
+            made_parents,
+            root,
+            folders: HashMap::new(),
+            committed: false,
+        };
+        for folder in folders {
+            if folder.contains('/') {
+                return Err(FsError::UnsafePath(folder.to_owned()));
+            }
+            check_relative(folder)?;
+            let fd = tree.make_folder(&tree.root, folder)?;
+            tree.folders.insert(folder.to_owned(), fd);
+        }
+        Ok(tree)
+    }
+
+    /// Whether `dir` can be written fresh: it is missing or an empty folder.
+    pub fn fits(dir: &Path) -> Result<bool, FsError> {
+        is_missing_or_empty_dir(dir)
+    }
+
+    /// Makes folder `rel` (relative to `base`) and opens it.
+    fn make_folder(&self, base: &OwnedFd, rel: &str) -> Result<OwnedFd, FsError> {
+        match rfs::mkdirat(base, rel, Mode::from_raw_mode(0o777)) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(Errno::NOENT) => {
+                // A parent is missing: make the folders one by one.
+                let mut end = 0;
+                for segment in rel.split('/') {
+                    end += segment.len();
+                    match rfs::mkdirat(base, &rel[..end], Mode::from_raw_mode(0o777)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(self.error(&rel[..end], e)),
+                    }
+                    end += 1;
+                }
+            }
+            Err(e) => return Err(self.error(rel, e)),
+        }
+        rfs::openat(base, rel, folder_flags(), Mode::empty()).map_err(|e| self.error(rel, e))
+    }
+
+    fn error(&self, rel: &str, cause: Errno) -> FsError {
+        FsError::Write {
+            path: self.staging.join(rel),
+            cause: cause.into(),
+        }
+    }
+
+    /// Writes `files` (plain names) into folder `folder` of the tree (`""` for its root),
+    /// making the folder and its parents first if needed. With `stat`, returns each file's
+    /// metadata as it was right after writing (else nothing).
+    pub fn write_folder<'f>(
+        &self,
+        folder: &str,
+        files: impl IntoIterator<Item = (&'f str, &'f [u8])>,
+        stat: bool,
+    ) -> Result<Vec<fs::Metadata>, FsError> {
+        if !folder.is_empty() {
+            check_relative(folder)?;
+        }
+        // Relative to the top-level folder's handle when there is one.
+        let (base, rel) = match folder.split_once('/') {
+            Some((top, rest)) => match self.folders.get(top) {
+                Some(fd) => (fd, rest),
+                None => (&self.root, folder),
+            },
+            None => match self.folders.get(folder) {
+                Some(fd) => (fd, ""),
+                None => (&self.root, folder),
+            },
+        };
+        let opened;
+        let base = if rel.is_empty() {
+            base
+        } else {
+            opened = self.make_folder(base, rel)?;
+            &opened
+        };
+        let mut metadata = Vec::new();
+        for (name, bytes) in files {
+            check_relative(name)?;
+            if name.contains('/') {
+                return Err(FsError::UnsafePath(format!("{folder}/{name}")));
+            }
+            let failed = |cause: io::Error| FsError::Write {
+                path: self.staging.join(folder).join(name),
+                cause,
+            };
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+            let fd =
+                rfs::openat(base, name, flags, Mode::from_raw_mode(0o666)).map_err(|e| failed(e.into()))?;
+            let mut file = fs::File::from(fd);
+            file.write_all(bytes).map_err(failed)?;
+            if stat {
+                metadata.push(file.metadata().map_err(failed)?);
+            }
+        }
+        Ok(metadata)
+    }
+
+    /// Writes one file at the relative path `rel`.
+    pub fn write(&self, rel: &str, bytes: &[u8]) -> Result<(), FsError> {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        self.write_folder(folder, [(name, bytes)], false).map(drop)
+    }
+
+    /// Renames the finished tree into place (replacing `dir` if it is an empty folder).
+    pub fn commit(mut self) -> Result<(), FsError> {
+        fs::rename(&self.staging, &self.dir).map_err(write_err(&self.dir))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for FreshTree {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = fs::remove_dir_all(&self.staging);
+            remove_empty(&self.made_parents);
+        }
+    }
 }
 
 /// Applies `changes` to an existing tree: stage, then rename, then delete.
@@ -554,6 +732,86 @@ mod tests {
             .filter(|n| n.contains("kalypso"))
             .collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+
+    #[test]
+    fn fresh_trees_are_written_relative_to_their_folders() {
+        let parent = tempfile::tempdir().unwrap();
+        let out = parent.path().join("out");
+        let fresh = FreshTree::create(&out, ["large", "small"]).unwrap();
+        let written = fresh
+            .write_folder("large/t", [("a.yaml", &b"1"[..]), ("b.yaml", &b"22"[..])], true)
+            .unwrap();
+        assert_eq!(written.iter().map(fs::Metadata::len).collect::<Vec<_>>(), [1, 2]);
+        fresh.write("small/README.md", b"r").unwrap();
+        fresh.write("other/deep/x.txt", b"x").unwrap();
+        fresh.write(".github/tracking/id", b"c").unwrap();
+        fresh.write("root.txt", b"root").unwrap();
+        assert!(!out.exists(), "nothing is in place before the commit");
+        fresh.commit().unwrap();
+        assert_eq!(
+            read_tree(&out).unwrap(),
+            tree(&[
+                (".github/tracking/id", "c"),
+                ("large/t/a.yaml", "1"),
+                ("large/t/b.yaml", "22"),
+                ("other/deep/x.txt", "x"),
+                ("root.txt", "root"),
+                ("small/README.md", "r"),
+            ])
+        );
+        assert_eq!(
+            fs::read_dir(parent.path()).unwrap().count(),
+            1,
+            "no staging folder is left"
+        );
+    }
+
+    #[test]
+    fn fresh_trees_dropped_before_commit_leave_nothing() {
+        let parent = tempfile::tempdir().unwrap();
+        let out = parent.path().join("new/parents/out");
+        let tree = FreshTree::create(&out, ["large"]).unwrap();
+        tree.write_folder("large/t", [("a.yaml", &b"1"[..])], false)
+            .unwrap();
+        drop(tree);
+        assert!(
+            fs::read_dir(parent.path()).unwrap().next().is_none(),
+            "the staging folder and the parents made for it are removed"
+        );
+    }
+
+    #[test]
+    fn fresh_trees_reject_unsafe_names_and_existing_files() {
+        let parent = tempfile::tempdir().unwrap();
+        let out = parent.path().join("out");
+        assert!(matches!(
+            FreshTree::create(&out, ["a/b"]).unwrap_err(),
+            FsError::UnsafePath(_)
+        ));
+        assert!(matches!(
+            FreshTree::create(&out, [".."]).unwrap_err(),
+            FsError::UnsafePath(_)
+        ));
+        let tree = FreshTree::create(&out, ["large"]).unwrap();
+        for bad in ["large/../x", "/etc/x", "large//x", "large/t/.."] {
+            assert!(
+                matches!(tree.write(bad, b"x").unwrap_err(), FsError::UnsafePath(_)),
+                "{bad}"
+            );
+        }
+        let err = tree
+            .write_folder("large", [("t/x", &b"x"[..])], false)
+            .unwrap_err();
+        assert!(matches!(err, FsError::UnsafePath(_)), "{err}");
+        tree.write("large/x", b"1").unwrap();
+        let err = tree.write("large/x", b"2").unwrap_err();
+        assert!(err.to_string().contains("large/x"), "{err}");
+        let err = tree.write("large/x/y", b"2").unwrap_err();
+        assert!(
+            matches!(err, FsError::Write { .. }),
+            "a file where a folder is needed: {err}"
+        );
     }
 
     #[test]

@@ -36,7 +36,11 @@ pub struct Stamp {
 impl Stamp {
     /// The signature of the file at `path`, if it is a regular file.
     pub fn of(path: &Path) -> Option<Stamp> {
-        let meta = fs::symlink_metadata(path).ok()?;
+        Stamp::from_metadata(&fs::symlink_metadata(path).ok()?)
+    }
+
+    /// The signature of a file from its metadata, if it is a regular file.
+    pub fn from_metadata(meta: &fs::Metadata) -> Option<Stamp> {
         if !meta.file_type().is_file() {
             return None;
         }

@@ -360,6 +360,23 @@ impl ControlPlane {
             )),
             "render must count {errors} problem(s): {render:#?}"
         );
+        // The same into an output folder that does not exist yet, which is built while
+        // rendering: neither it nor its parent may be left behind.
+        let (dir, fresh_out) = (self.dir(), self.root.path().join("new/out"));
+        let fresh = self.kalypso(&[
+            "render",
+            dir.to_str().unwrap(),
+            "--env",
+            "dev",
+            "--out",
+            fresh_out.to_str().unwrap(),
+        ]);
+        assert_eq!(fresh.code, 1, "render into a new folder must fail: {fresh:#?}");
+        assert_eq!(
+            snapshot(self.root.path()),
+            before,
+            "a failed render into a new folder leaves nothing behind: {fresh:#?}"
+        );
         let validate = self.validate(&[]);
         assert_eq!(validate.code, 1, "validate must fail: {validate:#?}");
         assert!(

@@ -311,6 +311,20 @@ impl<'e> Prepared<'e> {
         diagnostics: &mut Diagnostics,
         select: impl Fn(&Job<'_>) -> bool + Sync,
     ) -> Rendered {
+        self.render_with(engine, diagnostics, select, |_, package| Some(package))
+    }
+
+    /// [`Prepared::render`], handing each package to `deliver` on the rendering thread as soon
+    /// as it is rendered (to write it while other assignments are still rendering, rather
+    /// than holding a whole fleet's files in memory). The packages `deliver` hands back are
+    /// kept in `Rendered::content`.
+    pub fn render_with(
+        &self,
+        engine: &Engine,
+        diagnostics: &mut Diagnostics,
+        select: impl Fn(&Job<'_>) -> bool + Sync,
+        deliver: impl Fn(&Job<'_>, Package) -> Option<Package> + Sync,
+    ) -> Rendered {
         let schemas = SchemaCache::new();
         let results: Vec<Result<Option<Package>, String>> = self
             .jobs
@@ -325,7 +339,7 @@ impl<'e> Prepared<'e> {
                 schemas.validate(&job.config, &job.schemas)?;
                 let data = template_data(&job.target, &job.cluster_type, &job.config);
                 render_package(engine, templates, &data)
-                    .map(Some)
+                    .map(|package| deliver(job, package))
                     .map_err(|f: RenderFailure| {
                         format!(
                             "{}: Template {:?}: spec.manifests[{}]: {}",
