@@ -136,6 +136,7 @@ fn error_outcome(err: &Error) -> Outcome {
         Error::Parse(_) => "parse",
         Error::Exec(_) | Error::Limit(_) => "exec",
         Error::TooManyPasses => "depth",
+        Error::ChangesSharedData => "shared",
     };
     Outcome::Error {
         kind: kind.to_owned(),
@@ -166,10 +167,26 @@ fn run(engine: &Engine, case: &Case) -> Outcome {
     } else {
         engine.render_once(&compiled, &data)
     };
-    match rendered {
+    let outcome = match rendered {
         Ok(bytes) => Outcome::Output(bytes),
         Err(err) => error_outcome(&err),
+    };
+    // The scheduler renders data whose maps are frozen and shared by many assignments when
+    // the template cannot change them: that must give exactly the same result.
+    if case.nested {
+        let shared = match engine.render_shared(&compiled, &data.frozen_copy()) {
+            Err(Error::ChangesSharedData) => return outcome,
+            Ok(bytes) => Outcome::Output(bytes),
+            Err(err) => error_outcome(&err),
+        };
+        if show(&shared) != show(&outcome) {
+            return Outcome::Error {
+                kind: "shared".to_owned(),
+                message: format!("{} with shared data, {} with a copy", show(&shared), show(&outcome)),
+            };
+        }
     }
+    outcome
 }
 
 fn expected(case: &Case) -> Outcome {

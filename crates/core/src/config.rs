@@ -77,6 +77,12 @@ impl ConfigData {
     pub fn to_map(&self) -> Map {
         Map::string_interface(self.values.iter().map(|(k, v)| (k.as_str(), v.deep_copy())))
     }
+
+    /// The values as a frozen `map[string]interface {}` (see `Map::is_frozen`): one map that
+    /// every assignment with this config can share, for templates that cannot change maps.
+    pub fn frozen_map(&self) -> Map {
+        Map::string_interface(self.values.iter().map(|(k, v)| (k.as_str(), v.clone()))).frozen_copy()
+    }
 }
 
 /// One source of config entries (a ConfigMap, or one labelled key of an Azure export) with

@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use kalypso_api::Kind;
-use kalypso_gotmpl::Str;
+use kalypso_gotmpl::{Map, Str};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
@@ -19,7 +19,6 @@ use crate::load::load_tree;
 use crate::model::{AnyObject, Delivery, Namespace};
 use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
-    template_data,
 };
 use crate::schedule::{Assignment, Schedule, schedule};
 use crate::schema::SchemaCache;
@@ -146,6 +145,8 @@ pub struct Job<'e> {
     target: Arc<TargetValues>,
     templates: Option<ClusterTypeTemplates>,
     config: Arc<ConfigData>,
+    /// The config as a frozen map, shared by the renders whose templates cannot change it.
+    shared_config: Map,
     schemas: Vec<&'e str>,
 }
 
@@ -243,7 +244,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
         representatives.entry(key).or_insert(a);
     }
     let distinct: Vec<(&ConfigKey, &Assignment)> = representatives.into_iter().collect();
-    let configs: HashMap<&ConfigKey, (Arc<ConfigData>, Fingerprint)> = distinct
+    let configs: HashMap<&ConfigKey, (Arc<ConfigData>, Map, Fingerprint)> = distinct
         .par_iter()
         .map(|(key, a)| {
             let ct = &ns.cluster_types[&a.cluster_type];
@@ -253,7 +254,8 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
             for (k, v) in &config.values {
                 id.str(k).value(v);
             }
-            (*key, (Arc::new(config), id.finish()))
+            let frozen = config.frozen_map();
+            (*key, (Arc::new(config), frozen, id.finish()))
         })
         .collect();
 
@@ -265,7 +267,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
             let target = &env.targets[&a.deployment_target];
             let (templates, templates_id, ct_name) = &per_cluster_type[a.cluster_type.as_str()];
             let (target_values, target_id) = &targets[a.deployment_target.as_str()];
-            let (config, config_id) = &configs[key];
+            let (config, shared_config, config_id) = &configs[key];
             let schemas: Vec<&str> = ns
                 .config_schemas
                 .values()
@@ -289,6 +291,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
                 target: target_values.clone(),
                 templates: templates.clone(),
                 config: config.clone(),
+                shared_config: shared_config.clone(),
                 schemas,
             }
         })
@@ -337,15 +340,21 @@ impl<'e> Prepared<'e> {
                     return Ok(None);
                 }
                 schemas.validate(&job.config, &job.schemas)?;
-                let data = template_data(&job.target, &job.cluster_type, &job.config);
-                render_package(engine, templates, &data)
-                    .map(|package| deliver(job, package))
-                    .map_err(|f: RenderFailure| {
-                        format!(
-                            "{}: Template {:?}: spec.manifests[{}]: {}",
-                            f.origin, f.template, f.manifest, f.message
-                        )
-                    })
+                render_package(
+                    engine,
+                    templates,
+                    &job.target,
+                    &job.cluster_type,
+                    &job.config,
+                    &job.shared_config,
+                )
+                .map(|package| deliver(job, package))
+                .map_err(|f: RenderFailure| {
+                    format!(
+                        "{}: Template {:?}: spec.manifests[{}]: {}",
+                        f.origin, f.template, f.manifest, f.message
+                    )
+                })
             })
             .collect();
 

@@ -1,8 +1,10 @@
 //! Rendering: each assignment's reconciler, namespace and config manifests.
 //!
-//! Every Template is compiled once per run; assignments are rendered in parallel, each with
-//! its own copy of the template data (templates may mutate maps with Sprig's `set`), so the
-//! output does not depend on the number of threads. An assignment whose template is missing,
+//! Every Template is compiled once per run; assignments are rendered in parallel. Templates
+//! that cannot change a map (they call none of Sprig's `set`, `unset` or merges) share one
+//! frozen config map per distinct config, so its `toYaml` is encoded once; any other
+//! template gets its own copy of the config, so the output does not depend on the number of
+//! threads or on the order of renders. An assignment whose template is missing,
 //! whose config violates a schema, or whose template fails to execute is an error of that
 //! assignment; as in the original, any such error blocks the environment.
 
@@ -147,9 +149,10 @@ impl TargetValues {
 }
 
 /// The original's template data for one assignment. The namespace is
-/// `<target environment>-<cluster type>-<target>`; the config is a fresh copy, so a template
-/// that mutates it cannot affect any other render.
-pub fn template_data(target: &TargetValues, cluster_type: &Str, config: &ConfigData) -> TemplateData {
+/// `<target environment>-<cluster type>-<target>`; `config` is the assignment's own copy of
+/// its config ([`ConfigData::to_map`]) or the frozen one it shares
+/// ([`ConfigData::frozen_map`]).
+pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map) -> TemplateData {
     let namespace = format!("{}-{cluster_type}-{}", target.environment, target.name);
     TemplateData {
         deployment_target_name: target.name.clone(),
@@ -160,19 +163,26 @@ pub fn template_data(target: &TargetValues, cluster_type: &Str, config: &ConfigD
         labels: Some(target.labels.clone()),
         manifests: Some(target.manifests.clone()),
         cluster_type: cluster_type.clone(),
-        config_data: Some(config.to_map()),
+        config_data: Some(config),
     }
 }
 
-/// Renders every manifest of `template`; outputs that are exactly empty are dropped.
+/// Renders every manifest of `template`; outputs that are exactly empty are dropped. With
+/// `shared`, the data's maps are frozen and shared with other renders.
 fn render_manifests(
     engine: &Engine,
     template: &CompiledTemplate,
     data: &Value,
+    shared: bool,
 ) -> Result<Vec<Vec<u8>>, (usize, kalypso_template::Error)> {
     let mut out = Vec::with_capacity(template.manifests.len());
     for (i, manifest) in template.manifests.iter().enumerate() {
-        let bytes = engine.render(manifest, data).map_err(|e| (i, e))?;
+        let rendered = if shared {
+            engine.render_shared(manifest, data)
+        } else {
+            engine.render(manifest, data)
+        };
+        let bytes = rendered.map_err(|e| (i, e))?;
         if !bytes.is_empty() {
             out.push(bytes);
         }
@@ -186,6 +196,8 @@ pub struct ClusterTypeTemplates {
     reconciler: Arc<CompiledTemplate>,
     namespace: Arc<CompiledTemplate>,
     config: Arc<CompiledTemplate>,
+    /// Whether any of their manifests may change a map of the data.
+    changes_maps: bool,
 }
 
 /// Resolves the reconciler, namespace and config templates of a cluster type, reporting
@@ -218,10 +230,15 @@ pub fn cluster_type_templates(
     let reconciler = resolve(&cluster_type.spec.reconciler, "spec.reconciler");
     let namespace = resolve(&cluster_type.spec.namespace_service, "spec.namespaceService");
     let config = resolve(&cluster_type.spec.config_type, "spec.configType");
+    let (reconciler, namespace, config) = (reconciler?, namespace?, config?);
+    let changes_maps = [&reconciler, &namespace, &config]
+        .iter()
+        .any(|t| t.manifests.iter().any(Compiled::changes_maps));
     Some(ClusterTypeTemplates {
-        reconciler: reconciler?,
-        namespace: namespace?,
-        config: config?,
+        reconciler,
+        namespace,
+        config,
+        changes_maps,
     })
 }
 
@@ -238,21 +255,55 @@ pub struct RenderFailure {
     pub message: String,
 }
 
-/// Renders one assignment's package.
+/// Renders one assignment's package. Unless one of its templates may change a map, the data
+/// holds `shared_config`, the frozen config shared by every assignment with the same config;
+/// otherwise (also when nested rendering turns out such a template) the package is rendered
+/// from the assignment's own copy of `config`.
 pub fn render_package(
     engine: &Engine,
     templates: &ClusterTypeTemplates,
-    data: &TemplateData,
+    target: &TargetValues,
+    cluster_type: &Str,
+    config: &ConfigData,
+    shared_config: &Map,
 ) -> Result<crate::tree::Package, RenderFailure> {
-    let value = data.to_value();
-    let render = |t: &CompiledTemplate| {
-        render_manifests(engine, t, &value).map_err(|(manifest, e)| RenderFailure {
-            template: t.name.clone(),
-            origin: t.origin.clone(),
-            manifest,
-            message: e.to_string(),
-        })
+    let render = |config: Map, shared: bool| {
+        render_with(
+            engine,
+            templates,
+            &template_data(target, cluster_type, config),
+            shared,
+        )
     };
+    if !templates.changes_maps {
+        match render(shared_config.clone(), true) {
+            Err((_, _, kalypso_template::Error::ChangesSharedData)) => {}
+            result => return result.map_err(failure),
+        }
+    }
+    render(config.to_map(), false).map_err(failure)
+}
+
+/// A template's error, as the failure of its assignment.
+fn failure((template, manifest, e): (&CompiledTemplate, usize, kalypso_template::Error)) -> RenderFailure {
+    RenderFailure {
+        template: template.name.clone(),
+        origin: template.origin.clone(),
+        manifest,
+        message: e.to_string(),
+    }
+}
+
+/// Renders the three templates with `data`.
+fn render_with<'t>(
+    engine: &Engine,
+    templates: &'t ClusterTypeTemplates,
+    data: &TemplateData,
+    shared: bool,
+) -> Result<crate::tree::Package, (&'t CompiledTemplate, usize, kalypso_template::Error)> {
+    let value = data.to_value();
+    let render =
+        |t: &'t CompiledTemplate| render_manifests(engine, t, &value, shared).map_err(|(i, e)| (t, i, e));
     let reconciler = render(&templates.reconciler)?;
     let namespace = render(&templates.namespace)?;
     let config = render(&templates.config)?;

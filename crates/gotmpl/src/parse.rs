@@ -6,7 +6,7 @@
 //! even in branches that never run) and the line it reports in each error. Nested
 //! `{{define}}` and `{{block}}` bodies are parsed as separate trees, as in Go.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::ast::{
     ActionNode, BranchNode, CommandNode, FuncRef, Ident, ListNode, Node, NumberNode, Operand, PipeNode, Pos,
@@ -38,6 +38,8 @@ pub(crate) struct Tree {
 pub(crate) struct Parsed {
     pub trees: Vec<Tree>,
     pub main: usize,
+    /// The names of the functions referred to anywhere in the text, sorted.
+    pub functions: Vec<Box<str>>,
 }
 
 /// What `textOrAction` returns: a node, or the `{{end}}`/`{{else}}` that ends a list.
@@ -77,6 +79,7 @@ struct Parser<'a> {
     var_names: Vec<&'a str>,
     trees: Vec<Tree>,
     has_template_calls: bool,
+    functions: BTreeSet<&'a str>,
 }
 
 type PResult<T> = Result<T, Error>;
@@ -97,6 +100,7 @@ pub(crate) fn parse(name: &str, text: &str, funcs: &FuncMap) -> Result<Parsed, E
         var_names: vec!["$"],
         trees: Vec::new(),
         has_template_calls: false,
+        functions: BTreeSet::new(),
     };
     let root = p.parse_top()?;
     p.add(name, root)?;
@@ -105,7 +109,12 @@ pub(crate) fn parse(name: &str, text: &str, funcs: &FuncMap) -> Result<Parsed, E
     if p.has_template_calls {
         resolve_template_calls(&mut trees);
     }
-    Ok(Parsed { trees, main })
+    let functions = p.functions.iter().map(|&f| Box::from(f)).collect();
+    Ok(Parsed {
+        trees,
+        main,
+        functions,
+    })
 }
 
 /// Points every `{{template}}` node at the tree it calls.
@@ -749,6 +758,7 @@ impl<'a> Parser<'a> {
                         self.errorf(format!("function {} not defined", strconv::quote(val.as_bytes())))
                     );
                 };
+                self.functions.insert(val);
                 Operand::Identifier {
                     pos: token.pos,
                     name: val.into(),

@@ -41,6 +41,7 @@ pub struct Template {
     text: Arc<str>,
     trees: Vec<Tree>,
     main: usize,
+    functions: Vec<Box<str>>,
 }
 
 impl Template {
@@ -55,6 +56,7 @@ impl Template {
             text: Arc::from(text),
             trees: parsed.trees,
             main: parsed.main,
+            functions: parsed.functions,
         })
     }
 
@@ -66,6 +68,12 @@ impl Template {
     /// The functions the template was parsed with.
     pub fn funcs(&self) -> &Arc<FuncMap> {
         &self.funcs
+    }
+
+    /// The names of the functions (builtin or from `funcs`) the text refers to anywhere, even
+    /// in branches that never run, sorted.
+    pub fn functions(&self) -> impl Iterator<Item = &str> {
+        self.functions.iter().map(|f| &**f)
     }
 
     /// The names of all templates in the set (the main one and every `{{define}}` and

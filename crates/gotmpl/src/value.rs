@@ -357,17 +357,27 @@ impl Value {
     /// A deep copy: maps get new cells, so mutating the copy never affects the original.
     /// Strings, which are immutable, are shared.
     pub fn deep_copy(&self) -> Value {
-        crate::stack::grow(|| self.deep_copy_inner())
+        self.copy(false)
     }
 
-    fn deep_copy_inner(&self) -> Value {
+    /// A deep copy in which every map is frozen (see [`Map::is_frozen`]): no template can
+    /// change it, so one copy can be shared by any number of renders.
+    pub fn frozen_copy(&self) -> Value {
+        self.copy(true)
+    }
+
+    fn copy(&self, frozen: bool) -> Value {
+        crate::stack::grow(|| self.copy_here(frozen))
+    }
+
+    fn copy_here(&self, frozen: bool) -> Value {
         match self {
             Value::List(l) => Value::List(List::with_nil(
                 l.elem_type().clone(),
-                l.items().iter().map(Value::deep_copy).collect(),
+                l.items().iter().map(|v| v.copy(frozen)).collect(),
                 l.is_nil(),
             )),
-            Value::Map(m) => Value::Map(m.deep_copy()),
+            Value::Map(m) => Value::Map(m.copy(frozen)),
             other => other.clone(),
         }
     }
@@ -628,6 +638,9 @@ pub type Entries = BTreeMap<MapKey, Value>;
 
 /// A Go map: a reference value. Clones share the same entries, and mutation through one
 /// clone ([`Map::insert`], [`Map::remove`]) is visible through all of them, as in Go.
+///
+/// A *frozen* map ([`Value::frozen_copy`]) never changes: it can be shared by any number of
+/// renders at once, and values derived from it ([`Map::derived`]) are computed once.
 #[derive(Clone)]
 pub struct Map(Arc<MapCell>);
 
@@ -635,6 +648,9 @@ struct MapCell {
     key: Type,
     elem: Type,
     nil: bool,
+    frozen: bool,
+    /// For a frozen map: values derived from it, by name.
+    derived: Mutex<Vec<(&'static str, Value)>>,
     entries: Mutex<Arc<Entries>>,
 }
 
@@ -703,20 +719,21 @@ impl Map {
 
     /// A nil map of type `map[key]elem` (no entries; printed `map[]`).
     pub fn nil(key: Type, elem: Type) -> Map {
-        Map(Arc::new(MapCell {
-            key,
-            elem,
-            nil: true,
-            entries: Mutex::new(Arc::new(Entries::new())),
-        }))
+        Map::cell(key, elem, true, false, Entries::new())
     }
 
     /// A map of the given type and entries.
     pub fn from_entries(key: Type, elem: Type, entries: Entries) -> Map {
+        Map::cell(key, elem, false, false, entries)
+    }
+
+    fn cell(key: Type, elem: Type, nil: bool, frozen: bool, entries: Entries) -> Map {
         Map(Arc::new(MapCell {
             key,
             elem,
-            nil: false,
+            nil,
+            frozen,
+            derived: Mutex::new(Vec::new()),
             entries: Mutex::new(Arc::new(entries)),
         }))
     }
@@ -774,6 +791,38 @@ impl Map {
         self.0.nil
     }
 
+    /// Whether this map is frozen: it never changes, and functions that would change it
+    /// must fail instead.
+    pub fn is_frozen(&self) -> bool {
+        self.0.frozen
+    }
+
+    /// The value named `name` that `derive` computes from this map. A frozen map keeps it,
+    /// so it is computed once however often it is asked for (`derive` must depend on nothing
+    /// but the map); for any other map, `derive` runs every time.
+    pub fn derived<E>(
+        &self,
+        name: &'static str,
+        derive: impl FnOnce() -> Result<Value, E>,
+    ) -> Result<Value, E> {
+        if !self.0.frozen {
+            return derive();
+        }
+        let known = |cell: &MapCell| {
+            let derived = cell.derived.lock().unwrap_or_else(PoisonError::into_inner);
+            derived.iter().find(|(n, _)| *n == name).map(|(_, v)| v.clone())
+        };
+        if let Some(value) = known(&self.0) {
+            return Ok(value);
+        }
+        let value = derive()?;
+        let mut derived = self.0.derived.lock().unwrap_or_else(PoisonError::into_inner);
+        if !derived.iter().any(|(n, _)| *n == name) {
+            derived.push((name, value.clone()));
+        }
+        Ok(value)
+    }
+
     /// The current entries, in Go's key order. The snapshot does not change when the map is
     /// mutated later.
     pub fn snapshot(&self) -> Arc<Entries> {
@@ -808,13 +857,18 @@ impl Map {
     ///
     /// Go panics when assigning to a nil map; callers that emulate Go code must check
     /// [`Map::is_nil`] first.
+    ///
+    /// A frozen map must not be changed: callers check [`Map::is_frozen`] first.
     pub fn insert(&self, key: MapKey, value: Value) {
+        debug_assert!(!self.0.frozen, "insert into a frozen map");
         let mut guard = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::make_mut(&mut guard).insert(key, value);
     }
 
-    /// Removes `key`, visibly to every clone of this map.
+    /// Removes `key`, visibly to every clone of this map. A frozen map must not be changed:
+    /// callers check [`Map::is_frozen`] first.
     pub fn remove(&self, key: &MapKey) -> Option<Value> {
+        debug_assert!(!self.0.frozen, "remove from a frozen map");
         let mut guard = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
         Arc::make_mut(&mut guard).remove(key)
     }
@@ -826,16 +880,32 @@ impl Map {
 
     /// A new map with deep copies of the entries.
     pub fn deep_copy(&self) -> Map {
-        let entries = self
-            .snapshot()
-            .iter()
-            .map(|(k, v)| (k.clone(), v.deep_copy()))
-            .collect();
-        if self.is_nil() {
-            Map::nil(self.0.key.clone(), self.0.elem.clone())
+        self.copy(false)
+    }
+
+    /// A frozen deep copy (see [`Value::frozen_copy`]).
+    pub fn frozen_copy(&self) -> Map {
+        self.copy(true)
+    }
+
+    /// A new map with deep copies of the entries; with `frozen`, it and every map in it are
+    /// frozen.
+    fn copy(&self, frozen: bool) -> Map {
+        let entries = if self.is_nil() {
+            Entries::new()
         } else {
-            Map::from_entries(self.0.key.clone(), self.0.elem.clone(), entries)
-        }
+            self.snapshot()
+                .iter()
+                .map(|(k, v)| (k.clone(), v.copy(frozen)))
+                .collect()
+        };
+        Map::cell(
+            self.0.key.clone(),
+            self.0.elem.clone(),
+            self.0.nil,
+            frozen,
+            entries,
+        )
     }
 }
 
@@ -947,6 +1017,58 @@ mod tests {
         );
         assert_eq!(Type::slice(Type::slice(Type::INT)).to_string(), "[][]int");
         assert_eq!(Value::Nil.type_name(), "<nil>");
+    }
+
+    #[test]
+    fn frozen_copies_freeze_every_map_and_keep_what_is_derived() {
+        let inner = Map::from_entries(
+            Type::Interface,
+            Type::Interface,
+            [(MapKey::String(Str::from("k")), Value::int(1))].into(),
+        );
+        let list = Value::List(List::interfaces(vec![Value::Map(inner.clone())]));
+        let outer = Map::string_interface([("inner", Value::Map(inner.clone())), ("list", list)]);
+        let Value::Map(frozen) = Value::Map(outer.clone()).frozen_copy() else {
+            panic!("not a map")
+        };
+        assert!(frozen.is_frozen() && !outer.is_frozen() && !inner.is_frozen());
+        assert!(!frozen.ptr_eq(&outer), "a copy");
+        let Some(Value::Map(frozen_inner)) = frozen.get_str("inner") else {
+            panic!("no inner map")
+        };
+        assert!(frozen_inner.is_frozen() && !frozen_inner.ptr_eq(&inner));
+        let Some(Value::List(items)) = frozen.get_str("list") else {
+            panic!("no list")
+        };
+        assert!(matches!(&items.items()[0], Value::Map(m) if m.is_frozen()));
+        assert_eq!(format!("{frozen:?}"), format!("{outer:?}"), "same content");
+
+        let mut runs = 0;
+        for _ in 0..3 {
+            let v = frozen.derived("len", || {
+                runs += 1;
+                Ok::<_, ()>(Value::int(2))
+            });
+            assert_eq!(format!("{v:?}"), "Ok(int(2))");
+        }
+        assert_eq!(runs, 1, "computed once for a frozen map");
+        for _ in 0..3 {
+            let _ = outer.derived("len", || {
+                runs += 1;
+                Ok::<_, ()>(Value::int(2))
+            });
+        }
+        assert_eq!(runs, 4, "computed every time for a map that can change");
+        assert!(frozen.derived("failing", || Err::<Value, _>("no")).is_err());
+        assert!(
+            frozen.derived("failing", || Ok::<_, ()>(Value::int(0))).is_ok(),
+            "errors are not kept"
+        );
+        let nil = Map::nil(Type::String, Type::String);
+        let Value::Map(frozen_nil) = Value::Map(nil).frozen_copy() else {
+            panic!("not a map")
+        };
+        assert!(frozen_nil.is_nil() && frozen_nil.is_frozen());
     }
 
     #[test]

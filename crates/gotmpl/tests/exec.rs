@@ -240,6 +240,17 @@ fn parse_errors() {
 }
 
 #[test]
+fn templates_list_the_functions_they_refer_to() {
+    let t = Template::parse(
+        "t",
+        "{{ if false }}{{ len . | printf \"%d\" }}{{ end }}{{ define \"x\" }}{{ index . 0 }}{{ end }}{{ len . }}",
+        Default::default(),
+    )
+    .unwrap();
+    assert_eq!(t.functions().collect::<Vec<_>>(), ["index", "len", "printf"]);
+}
+
+#[test]
 fn define_and_block() {
     let d = data();
     assert_eq!(

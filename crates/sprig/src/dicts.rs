@@ -42,7 +42,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["set"],
         func(vec![dict_type(), s(), any()], |a| {
-            let d = arg_map(a, 0);
+            let d = unfrozen(arg_map(a, 0))?;
             if d.is_nil() {
                 return Err(FuncError::new("assignment to entry in nil map"));
             }
@@ -54,7 +54,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["unset"],
         func(vec![dict_type(), s()], |a| {
-            let d = arg_map(a, 0);
+            let d = unfrozen(arg_map(a, 0))?;
             d.remove(&skey(arg_str(a, 1)));
             Ok(Value::Map(d))
         }),
@@ -180,8 +180,20 @@ fn mergo_empty(v: &Value) -> bool {
     }
 }
 
+/// `map`, unless it is frozen (shared by several renders, so no template may change it).
+fn unfrozen(map: Map) -> Result<Map, FuncError> {
+    if map.is_frozen() { Err(frozen()) } else { Ok(map) }
+}
+
+fn frozen() -> FuncError {
+    FuncError::new("cannot change a map shared by several renders")
+}
+
 /// Sets `dst[key] = value`, with reflection's assignability check for typed maps.
 fn set_map_index(dst: &Map, key: MapKey, value: Value, src_elem: &Type) -> Result<(), FuncError> {
+    if dst.is_frozen() {
+        return Err(frozen());
+    }
     let elem = dst.elem_type();
     let ok = match elem {
         Type::Interface => true,
@@ -324,6 +336,47 @@ mod tests {
         let key = call("dict", &[Value::int(1), Value::string("x")]).unwrap();
         assert!(key.as_map().unwrap().get_str("1").is_some());
     }
+
+    #[test]
+    fn frozen_maps_are_never_changed() {
+        let nested = d(&[("x", Value::int(1))]);
+        let Value::Map(frozen) = Value::Map(d(&[("n", Value::Map(nested))])).frozen_copy() else {
+            panic!("not a map")
+        };
+        let before = format!("{frozen:?}");
+        let src = Value::Map(d(&[
+            ("n", Value::Map(d(&[("y", Value::int(2))]))),
+            ("z", Value::int(3)),
+        ]));
+        for (name, args) in [
+            (
+                "set",
+                vec![Value::Map(frozen.clone()), Value::string("a"), Value::int(1)],
+            ),
+            ("unset", vec![Value::Map(frozen.clone()), Value::string("n")]),
+            ("merge", vec![Value::Map(frozen.clone()), src.clone()]),
+            ("mergeOverwrite", vec![Value::Map(frozen.clone()), src.clone()]),
+            // Only the map nested in the first argument would change.
+            (
+                "merge",
+                vec![Value::Map(d(&[("n", frozen.get_str("n").unwrap())])), src.clone()],
+            ),
+        ] {
+            let err = call(name, &args).unwrap_err();
+            assert!(
+                err.to_string().contains("shared by several renders"),
+                "{name}: {err}"
+            );
+        }
+        assert_eq!(format!("{frozen:?}"), before);
+        assert!(
+            CHANGE_MAPS_ARE_REGISTERED
+                .iter()
+                .all(|f| funcs().get(f).is_some())
+        );
+    }
+
+    const CHANGE_MAPS_ARE_REGISTERED: &[&str] = crate::CHANGE_MAPS;
 
     #[test]
     fn merge_follows_mergo() {

@@ -27,6 +27,19 @@ mod util;
 
 use kalypso_gotmpl::FuncMap;
 
+/// The Sprig functions that change a map they are given (`set`, `unset`, and the merges,
+/// which also change maps nested in their first argument). A template that calls none of
+/// them cannot change any map, so its data can be shared by many renders; on a frozen map
+/// (see `kalypso_gotmpl::Map::is_frozen`) they fail instead.
+pub const CHANGE_MAPS: &[&str] = &[
+    "set",
+    "unset",
+    "merge",
+    "mustMerge",
+    "mergeOverwrite",
+    "mustMergeOverwrite",
+];
+
 /// The Sprig functions deliberately left out: they read the environment, the clock, the
 /// network or a random source, so the same template could render differently.
 pub const EXCLUDED: &[&str] = &[

@@ -44,6 +44,14 @@ fn marshal(v: &Value) -> Result<Option<Vec<u8>>, FuncError> {
 }
 
 fn to_yaml(v: &Value) -> FuncResult {
+    match v {
+        // A frozen map (config shared by many assignments) is encoded once.
+        Value::Map(map) => map.derived("toYaml", || encode_yaml(v)),
+        _ => encode_yaml(v),
+    }
+}
+
+fn encode_yaml(v: &Value) -> FuncResult {
     Ok(Value::String(match marshal(v)? {
         Some(mut bytes) => {
             if bytes.last() == Some(&b'\n') {

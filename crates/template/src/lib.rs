@@ -35,6 +35,11 @@ pub enum Error {
     /// Nested rendering still produced `{{` after [`MAX_PASSES`] executions.
     #[error("output still contains \"{{{{\" after {MAX_PASSES} passes")]
     TooManyPasses,
+    /// [`Engine::render_shared`] met a template that may change a map of its data (it calls
+    /// `set`, `unset` or a merge); such data must be rendered with [`Engine::render`] from a
+    /// copy of its own.
+    #[error("the template may change maps of data shared with other renders")]
+    ChangesSharedData,
 }
 
 /// The functions and limits templates run with. Build once and share: it is `Send + Sync`.
@@ -48,6 +53,15 @@ pub struct Engine {
 #[derive(Debug)]
 pub struct Compiled {
     template: kalypso_gotmpl::Template,
+    changes_maps: bool,
+}
+
+impl Compiled {
+    /// Whether the template may change a map of its data: it refers to one of
+    /// [`kalypso_sprig::CHANGE_MAPS`] (even in a branch that never runs).
+    pub fn changes_maps(&self) -> bool {
+        self.changes_maps
+    }
 }
 
 impl Engine {
@@ -77,9 +91,15 @@ impl Engine {
 
     /// Parses a template text.
     pub fn compile(&self, name: &str, text: &str) -> Result<Compiled, Error> {
-        kalypso_gotmpl::Template::parse(name, text, self.funcs.clone())
-            .map(|template| Compiled { template })
-            .map_err(Error::Parse)
+        let template =
+            kalypso_gotmpl::Template::parse(name, text, self.funcs.clone()).map_err(Error::Parse)?;
+        let changes_maps = template
+            .functions()
+            .any(|f| kalypso_sprig::CHANGE_MAPS.contains(&f));
+        Ok(Compiled {
+            template,
+            changes_maps,
+        })
     }
 
     /// Renders `template` with `data` as dot; while the output contains `{{` it is parsed and
@@ -89,6 +109,21 @@ impl Engine {
     /// original does. Output that is not valid UTF-8 is re-parsed with each invalid byte read
     /// as U+FFFD.
     pub fn render(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
+        self.render_passes(template, data, false)
+    }
+
+    /// [`Engine::render`] for data shared with other renders, whose maps are frozen (see
+    /// [`Value::frozen_copy`]): fails with [`Error::ChangesSharedData`] before any pass
+    /// (nested ones included) whose template may change a map. Values derived from the
+    /// frozen maps, such as their `toYaml`, are computed once for all renders.
+    pub fn render_shared(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
+        self.render_passes(template, data, true)
+    }
+
+    fn render_passes(&self, template: &Compiled, data: &Value, shared: bool) -> Result<Vec<u8>, Error> {
+        if shared && template.changes_maps {
+            return Err(Error::ChangesSharedData);
+        }
         let mut out = self.render_once(template, data)?;
         let mut passes = 1;
         while contains_action(&out) {
@@ -96,6 +131,9 @@ impl Engine {
                 return Err(Error::TooManyPasses);
             }
             let next = self.compile("template", &String::from_utf8_lossy(&out))?;
+            if shared && next.changes_maps {
+                return Err(Error::ChangesSharedData);
+            }
             out = self.render_once(&next, data)?;
             passes += 1;
         }
@@ -187,4 +225,61 @@ impl TemplateData {
 /// (`yes` is `true`, `0123` is 83).
 pub fn config_value(raw: &str) -> Value {
     data::config_value(raw)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(config: Map) -> Value {
+        TemplateData {
+            deployment_target_name: Str::from("t"),
+            config_data: Some(config),
+            ..TemplateData::default()
+        }
+        .to_value()
+    }
+
+    #[test]
+    fn shared_data_is_never_changed() {
+        let engine = Engine::new();
+        let config = Map::string_interface([("A", Value::string("1"))]).frozen_copy();
+        let shared = data(config.clone());
+        let compile = |text: &str| engine.compile("template", text).unwrap();
+
+        let reads = compile("{{ toYaml .ConfigData }} {{ .DeploymentTargetName }}");
+        assert!(!reads.changes_maps());
+        let out = engine.render_shared(&reads, &shared).unwrap();
+        assert_eq!(out, b"A: \"1\" t");
+        assert_eq!(engine.render_shared(&reads, &shared).unwrap(), out, "toYaml kept");
+
+        // Calling a function that changes maps, even in a branch that never runs.
+        let changes = compile("{{ if false }}{{ $_ := set .ConfigData \"B\" 2 }}{{ end }}x");
+        assert!(changes.changes_maps());
+        assert!(matches!(
+            engine.render_shared(&changes, &shared),
+            Err(Error::ChangesSharedData)
+        ));
+        assert_eq!(
+            engine.render(&changes, &shared).unwrap(),
+            b"x",
+            "fine for private data"
+        );
+
+        // A nested pass that would call `set`.
+        let nested = compile("{{ \"{{\" }} $_ := set .ConfigData \"B\" 2 {{ \"}}\" }}y");
+        assert!(!nested.changes_maps());
+        assert!(matches!(
+            engine.render_shared(&nested, &shared),
+            Err(Error::ChangesSharedData)
+        ));
+        // Were the check bypassed, the frozen map itself refuses the change.
+        let err = engine.render(&nested, &shared).unwrap_err();
+        assert!(err.to_string().contains("shared by several renders"), "{err}");
+        assert_eq!(format!("{config:?}"), "map[string]interface {}{\"A\": \"1\"}");
+
+        let private = Map::string_interface([("A", Value::string("1"))]);
+        assert_eq!(engine.render(&nested, &data(private.clone())).unwrap(), b"y");
+        assert_eq!(private.len(), 2, "private data is changed as in Go");
+    }
 }
