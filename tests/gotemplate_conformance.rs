@@ -182,7 +182,11 @@ fn run(engine: &Engine, case: &Case) -> Outcome {
         if show(&shared) != show(&outcome) {
             return Outcome::Error {
                 kind: "shared".to_owned(),
-                message: format!("{} with shared data, {} with a copy", show(&shared), show(&outcome)),
+                message: format!(
+                    "{} with shared data, {} with a copy",
+                    show(&shared),
+                    show(&outcome)
+                ),
             };
         }
     }

@@ -233,7 +233,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
     // Distinct configurations, merged once each.
     let assignments: Vec<&Assignment> = env.schedule.iter().collect();
     let keys: Vec<ConfigKey> = assignments
-        .iter()
+        .par_iter()
         .map(|a| {
             env.config
                 .key_for(&a.cluster_type, &env.targets[&a.deployment_target])
@@ -260,7 +260,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
         .collect();
 
     let jobs = assignments
-        .iter()
+        .par_iter()
         .zip(&keys)
         .map(|(a, key)| {
             let ct = &ns.cluster_types[&a.cluster_type];

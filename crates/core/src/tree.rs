@@ -122,7 +122,11 @@ impl Package {
 }
 
 fn join(manifests: &[Vec<u8>]) -> Blob {
-    Blob::from(manifests.join(&b"---\n"[..]))
+    match manifests {
+        // Most templates have one manifest: copied once, not joined first.
+        [only] => Blob::from(&only[..]),
+        _ => Blob::from(manifests.join(&b"---\n"[..])),
+    }
 }
 
 /// What the scheduler delivers for an environment.
