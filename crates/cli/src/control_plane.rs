@@ -9,6 +9,7 @@ use anyhow::{Context, Result, bail};
 use kalypso_api::{EnvironmentSpec, Kind};
 use kalypso_core::Inputs;
 use kalypso_core::names::dns_subdomain_error;
+use rayon::prelude::*;
 
 use crate::fsio::read_source_tree;
 
@@ -74,16 +75,21 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
     if workloads_dir.is_dir() {
         let entries = fs::read_dir(&workloads_dir)
             .with_context(|| format!("cannot read {}", workloads_dir.display()))?;
+        let mut folders = Vec::new();
         for entry in entries {
             let entry = entry.with_context(|| format!("cannot read {}", workloads_dir.display()))?;
             if entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                let name = entry.file_name().to_string_lossy().into_owned();
-                let label = format!("{WORKLOADS}/{name}");
-                inputs
-                    .workloads
-                    .insert(name, read_source_tree(&entry.path(), &label)?);
+                folders.push((entry.file_name().to_string_lossy().into_owned(), entry.path()));
             }
         }
+        // A fleet has hundreds of small workload folders: read them in parallel.
+        inputs.workloads = folders
+            .into_par_iter()
+            .map(|(name, path)| {
+                let label = format!("{WORKLOADS}/{name}");
+                read_source_tree(&path, &label).map(|tree| (name, tree))
+            })
+            .collect::<Result<_, _>>()?;
     }
     Ok(inputs)
 }

@@ -95,7 +95,7 @@ fn walk(dir: &Path) -> Result<Vec<(String, PathBuf)>, FsError> {
 /// Reads a folder into a source tree labelled `label`.
 pub fn read_source_tree(dir: &Path, label: &str) -> Result<SourceTree, FsError> {
     let files = walk(dir)?
-        .into_iter()
+        .into_par_iter()
         .map(|(rel, path)| {
             fs::read(&path)
                 .map(|bytes| SourceFile::new(rel, bytes))
