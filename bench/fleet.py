@@ -42,6 +42,7 @@ FLEETS = {
 
 def run(cmd, env=None, cwd=None):
     """Runs a command under GNU time; returns (seconds, peak RSS in MiB, stdout)."""
+    os.sync()
     timed = ["/usr/bin/time", "-f", "%e %M"] + cmd
     started = time.monotonic()
     p = subprocess.run(timed, capture_output=True, text=True, env=env, cwd=cwd)
@@ -128,21 +129,23 @@ def main():
         out = fresh_out(f"out-{fleet}")
         shutil.rmtree(cache, ignore_errors=True)
         if fleet == "b":
+            # kalypso first: the kernel frees the Go model's 46,000 deleted files in the
+            # background for a while, which would be billed to whatever runs next.
+            times = []
+            for _ in range(5):
+                k_out = fresh_out("out-b")
+                t, rss, stdout = run([kalypso, "render", src, "--env", "dev", "--out", k_out, "--no-cache", "-q"])
+                times.append(t)
+                files = file_count(k_out)
+            shutil.rmtree(k_out, ignore_errors=True)
+            t = sorted(times)[2]
             go_t = None
             if go_model:
                 go_out = fresh_out("out-b-go")
                 go_t, go_rss, go_stdout = run([go_model, src, "dev", go_out])
                 rows.append(("B", "Go model, full render", go_t, go_rss, go_stdout.strip()))
                 shutil.rmtree(go_out, ignore_errors=True)
-            times = []
-            for _ in range(3):
-                k_out = fresh_out("out-b")
-                t, rss, stdout = run([kalypso, "render", src, "--env", "dev", "--out", k_out, "--no-cache", "-q"])
-                times.append(t)
-                files = file_count(k_out)
-            shutil.rmtree(k_out, ignore_errors=True)
-            t = sorted(times)[1]
-            rows.append(("B", "kalypso, full render (median of 3)", t, rss, f"{files} files"))
+            rows.append(("B", "kalypso, full render (median of 5)", t, rss, f"{files} files"))
             if go_t:
                 rows.append(("B", "speed-up", None, None, f"{go_t / t:.0f}x faster than the Go model"))
             times = [run([kalypso, "validate", src, "--env", "dev", "-q"])[0] for _ in range(3)]
