@@ -157,14 +157,7 @@ impl Engine {
 
 /// Whether rendered output still contains an action opener, `{{`.
 fn contains_action(out: &[u8]) -> bool {
-    let mut rest = out;
-    while let Some(i) = rest.iter().position(|&b| b == b'{') {
-        if rest.get(i + 1) == Some(&b'{') {
-            return true;
-        }
-        rest = &rest[i + 1..];
-    }
-    false
+    memchr::memmem::find(out, b"{{").is_some()
 }
 
 impl Default for Engine {
