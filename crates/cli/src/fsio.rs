@@ -146,6 +146,14 @@ fn check_relative(rel: &str) -> Result<(), FsError> {
     }
 }
 
+/// A plain name: one safe path segment (see [`check_relative`]).
+fn check_name(name: &str) -> Result<(), FsError> {
+    if name.contains('/') {
+        return Err(FsError::UnsafePath(name.to_owned()));
+    }
+    check_relative(name)
+}
+
 /// Fails if any existing component of `rel` below `root` (including `rel` itself) is a
 /// symbolic link. Folders already known to be real folders are skipped.
 fn check_no_symlinks(root: &Path, rel: &str, known_dirs: &mut HashSet<String>) -> Result<(), FsError> {
@@ -336,10 +344,7 @@ impl FreshTree {
             committed: false,
         };
         for folder in folders {
-            if folder.contains('/') {
-                return Err(FsError::UnsafePath(folder.to_owned()));
-            }
-            check_relative(folder)?;
+            check_name(folder)?;
             let fd = tree.make_folder(&tree.root, folder)?;
             tree.folders.insert(folder.to_owned(), fd);
         }
@@ -411,10 +416,7 @@ impl FreshTree {
         };
         let mut metadata = Vec::new();
         for (name, bytes) in files {
-            check_relative(name)?;
-            if name.contains('/') {
-                return Err(FsError::UnsafePath(format!("{folder}/{name}")));
-            }
+            check_name(name).map_err(|_| FsError::UnsafePath(format!("{folder}/{name}")))?;
             let failed = |cause: io::Error| FsError::Write {
                 path: self.staging.join(folder).join(name),
                 cause,
