@@ -268,7 +268,7 @@ pub fn render_package(
     shared_config: &Map,
 ) -> Result<crate::tree::Package, RenderFailure> {
     let render = |config: Map, shared: bool| {
-        render_with(
+        render_templates(
             engine,
             templates,
             &template_data(target, cluster_type, config),
@@ -295,7 +295,7 @@ fn failure((template, manifest, e): (&CompiledTemplate, usize, kalypso_template:
 }
 
 /// Renders the three templates with `data`.
-fn render_with<'t>(
+fn render_templates<'t>(
     engine: &Engine,
     templates: &'t ClusterTypeTemplates,
     data: &TemplateData,
