@@ -8,6 +8,7 @@
 mod commands;
 pub mod control_plane;
 pub mod fsio;
+mod hub_client;
 mod progress;
 pub mod render_cache;
 
@@ -97,7 +98,20 @@ enum Command {
     Serve(commands::ServeArgs),
     /// Promote a main-branch commit to an environment: pin it in the environment branch's
     /// BaseRepo `main` (base-repo.yaml), as the promotion workflow's CD step does.
+    ///
+    /// With `--from ENV` the commit is the control-plane commit that ENV's GitOps branch was
+    /// rendered from (its `Promoted_Commit_Id`); with `--hub URL` as well, the promotion is
+    /// refused unless every cluster of ENV runs that GitOps commit. See docs/promotion.md.
     Promote(commands::PromoteArgs),
+    /// Wait until every cluster of an environment runs a GitOps commit, as reported to the
+    /// hub (`kalypso hub`): the gate of the promotion flow.
+    ///
+    /// Asks the hub until every registered, non-stale cluster whose cluster type is in the
+    /// commit reports it compliant (exit 0), a cluster reports a failure (exit 1, naming the
+    /// cluster and its reconciler's message) or the timeout passes (exit 3). Prints progress
+    /// (`7/9 clusters compliant, waiting for drone-2, large-1`); `--commit-status` mirrors
+    /// the result as a GitHub commit status on the control-plane commit.
+    CheckPromote(commands::CheckPromoteArgs),
     /// Print the CustomResourceDefinitions of every scheduler.kalypso.io kind (YAML).
     ///
     /// Generated from the same Rust types the operator uses, and field-compatible with the
@@ -263,6 +277,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sync(args) => commands::sync(args, &cli.global),
         Command::Serve(args) => commands::serve(args, &cli.global),
         Command::Promote(args) => commands::promote(args, &cli.global),
+        Command::CheckPromote(args) => commands::check_promote(args, &cli.global),
         #[cfg(feature = "operator")]
         Command::Crds(args) => commands::crds::crds(args, &cli.global),
         #[cfg(feature = "operator")]

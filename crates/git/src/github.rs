@@ -387,6 +387,64 @@ impl GitHub {
         )?;
         Ok(())
     }
+
+    /// Sets a commit status on `sha` (`state`: pending, success, failure or error), as the
+    /// seeds' promotion workflow does for the environment it checked. Statuses of the same
+    /// `context` replace each other, so repeating the call is harmless.
+    pub fn set_commit_status(&self, sha: &str, status: &CommitStatus) -> Result<(), Error> {
+        let mut body = json!({
+            "state": status.state.as_str(),
+            "context": status.context,
+            "description": status.description.chars().take(140).collect::<String>(),
+        });
+        if let Some(url) = &status.target_url {
+            body["target_url"] = json!(url);
+        }
+        let _: Value = self.idempotent(
+            Method::Post,
+            &self.path(&format!("statuses/{}", encode(sha))),
+            Some(&body),
+        )?;
+        Ok(())
+    }
+}
+
+/// The state of a commit status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StatusState {
+    /// The check is running.
+    Pending,
+    /// The check passed.
+    Success,
+    /// The check failed.
+    Failure,
+    /// The check could not decide (e.g. it timed out).
+    Error,
+}
+
+impl StatusState {
+    /// GitHub's name of the state.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StatusState::Pending => "pending",
+            StatusState::Success => "success",
+            StatusState::Failure => "failure",
+            StatusState::Error => "error",
+        }
+    }
+}
+
+/// A commit status to set.
+#[derive(Clone, Debug)]
+pub struct CommitStatus {
+    /// Its state.
+    pub state: StatusState,
+    /// What it is about (`kalypso/deployed/dev`); one status per context is shown.
+    pub context: String,
+    /// A line for people (GitHub keeps 140 characters).
+    pub description: String,
+    /// A link to details.
+    pub target_url: Option<String>,
 }
 
 /// The HTTP methods used.
@@ -409,8 +467,9 @@ impl std::fmt::Display for Method {
     }
 }
 
-/// Percent-encodes a path or query component.
-fn encode(text: &str) -> String {
+/// Percent-encodes a path or query component (everything but RFC 3986's unreserved
+/// characters).
+pub fn encode(text: &str) -> String {
     let mut out = String::new();
     for b in text.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -55,6 +55,16 @@ pub enum Error {
         /// The repository, redacted.
         repo: String,
     },
+    /// The environment has no GitOpsRepo to read from.
+    #[error(
+        "environment {environment} has no GitOpsRepo on branch {branch:?}: nothing tells where its GitOps tree is"
+    )]
+    NoGitOpsRepo {
+        /// The environment.
+        environment: String,
+        /// Its control-plane branch.
+        branch: String,
+    },
     /// The branch kept moving.
     #[error("gave up promoting to branch {branch:?} of {repo}: rejected {attempts} times")]
     Contended {
@@ -127,6 +137,80 @@ pub fn promote(
         branch: env,
         repo: control_plane.redacted(),
         attempts: MAX_REJECTIONS,
+    })
+}
+
+/// What an environment's GitOps branch holds now: the commit its clusters pull and the
+/// control-plane `main` commit that tree was rendered from (`Promoted_Commit_Id`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps repository, redacted.
+    pub gitops_repo: String,
+    /// Its branch.
+    pub branch: String,
+    /// The branch head.
+    pub gitops_commit: Oid,
+    /// The control-plane commit the tree carries, if any.
+    pub promoted: Option<String>,
+}
+
+/// Reads what `environment` delivered: the head of the branch of its first GitOpsRepo (or
+/// of `gitops_override`) and the control-plane commit in its `Promoted_Commit_Id`. This is
+/// what `kalypso promote --from` promotes to the next environment.
+pub fn delivered(
+    control_plane: &RepoUrl,
+    main_branch: &str,
+    cache: &Cache,
+    transport: &Transport<'_>,
+    environment: &str,
+    gitops_override: Option<&RepoUrl>,
+) -> Result<Delivered, Error> {
+    let cp = ControlPlane::open(control_plane, cache, transport, main_branch)?;
+    let env = cp
+        .select(&[environment.to_owned()])?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::NoBranch {
+            environment: environment.to_owned(),
+            branch: environment.to_owned(),
+            repo: control_plane.redacted(),
+        })?;
+    let target = cp
+        .gitops_targets(&env)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Error::NoGitOpsRepo {
+            environment: env.name.clone(),
+            branch: env.branch.clone(),
+        })?;
+    let url = match gitops_override {
+        Some(url) => url.clone(),
+        None => RepoUrl::parse(&target.repo).map_err(|error| control_plane::Error::Url {
+            what: format!("GitOpsRepo {:?} of environment {}", target.name, env.name),
+            error,
+        })?,
+    };
+    let repo = repo::Repo::open_source(&url, cache)?;
+    repo.fetch_branches(transport, &[target.branch.as_str()], &[])?;
+    let head = repo
+        .branch(&target.branch)?
+        .ok_or_else(|| control_plane::Error::NoBranch {
+            repo: url.redacted(),
+            branch: target.branch.clone(),
+            what: format!("the GitOps branch of environment {}", env.name),
+        })?;
+    let promoted = repo
+        .read_file(head, kalypso_core::tree::PROMOTED_COMMIT_PATH)?
+        .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
+        .filter(|c| !c.is_empty());
+    Ok(Delivered {
+        environment: env.name,
+        gitops_repo: url.redacted(),
+        branch: target.branch,
+        gitops_commit: head,
+        promoted,
     })
 }
 

@@ -465,6 +465,28 @@ impl Repo {
         Ok(SourceTree::new(label, files))
     }
 
+    /// The content of the file at `path` in `commit`, or `None` when there is no such file.
+    pub fn read_file(&self, commit: Oid, path: &str) -> Result<Option<Vec<u8>>, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        let root = c
+            .tree()
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        let Ok(entry) = root.get_path(Path::new(path)) else {
+            return Ok(None);
+        };
+        if entry.kind() != Some(ObjectType::Blob) {
+            return Ok(None);
+        }
+        let blob = self
+            .git
+            .find_blob(entry.id())
+            .map_err(git_error(format!("cannot read {path} at {commit} of"), &self.url))?;
+        Ok(Some(blob.content().to_vec()))
+    }
+
     /// Every file of `commit` (`None`: an empty tree).
     pub fn snapshot(&self, commit: Option<Oid>) -> Result<Snapshot, Error> {
         let Some(commit) = commit else {

@@ -1,5 +1,6 @@
 //! The commands.
 
+mod check_promote;
 #[cfg(feature = "operator")]
 pub(crate) mod crds;
 mod explain;
@@ -12,6 +13,7 @@ mod serve;
 mod sync;
 mod validate;
 
+pub(crate) use check_promote::{CheckPromoteArgs, check_promote};
 pub(crate) use explain::explain;
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::{PromoteArgs, promote};

@@ -67,6 +67,7 @@ struct Data {
     next: u64,
     fail: Vec<(String, String, u32)>,
     hide_pulls: u32,
+    statuses: Vec<Value>,
 }
 
 /// The running stand-in; stops with its runtime.
@@ -127,6 +128,11 @@ impl FakeGitHub {
     /// Every issue.
     pub fn issues(&self) -> Vec<FakeIssue> {
         self.data.lock().unwrap().issues.clone()
+    }
+
+    /// Every commit status set, oldest first (`state`, `context`, `description`, `sha`).
+    pub fn statuses(&self) -> Vec<Value> {
+        self.data.lock().unwrap().statuses.clone()
     }
 
     /// Adds a pull request (someone else's, or an old one of the scheduler).
@@ -423,6 +429,16 @@ async fn handle(
             }
             let answer = issue_json(&base_url, &owner_repo, i);
             json_response(StatusCode::OK, &answer)
+        }
+        ("POST", ["statuses", sha]) => {
+            let status = json!({
+                "state": body["state"],
+                "context": body["context"],
+                "description": body["description"],
+                "sha": sha,
+            });
+            d.statuses.push(status.clone());
+            json_response(StatusCode::CREATED, &status)
         }
         _ => not_found(),
     }

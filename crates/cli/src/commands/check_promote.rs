@@ -1,0 +1,352 @@
+//! `kalypso check-promote`: wait until every cluster that looks at an environment's GitOps
+//! branch runs a commit, as the seeds' `checkpromote` workflow does before it promotes the
+//! same control-plane commit to the next environment.
+//!
+//! The clusters report to the Deployment Observability Hub (`kalypso hub`); this command asks
+//! the hub's gate until it says compliant (exit 0), a cluster failed (exit 1, naming the
+//! cluster and its reconciler's message, without waiting for the others) or the timeout
+//! passes (exit 3). With `--commit-status` the control-plane commit gets a GitHub commit
+//! status that follows the check: pending, then success, failure or error.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow};
+use clap::Args;
+use kalypso_git::control_plane::short;
+use kalypso_git::github::{CommitStatus, GitHub, StatusState};
+use kalypso_git::{RepoUrl, redact};
+
+use super::sync::{GitArgs, init_logs, runtime};
+use crate::GlobalArgs;
+use crate::hub_client::{Gate, HubClient, HubError, Verdict};
+
+/// Exit code when the clusters did not all become compliant in time.
+pub(crate) const EXIT_TIMEOUT: u8 = 3;
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckPromoteArgs {
+    /// The hub's URL (`http://hub:8090`).
+    #[arg(long, value_name = "URL", env = "KALYPSO_HUB_URL")]
+    hub: String,
+    /// File holding the hub's API token (its `--api-token-file`).
+    #[arg(long, value_name = "FILE")]
+    hub_token_file: Option<PathBuf>,
+    /// The environment whose clusters must run the commit.
+    #[arg(long, value_name = "ENV")]
+    env: String,
+    /// The GitOps commit (e.g. the merge of the scheduler's pull request), or the
+    /// control-plane commit it carries in `Promoted_Commit_Id`.
+    #[arg(long, value_name = "SHA")]
+    commit: String,
+    /// How long to wait for the clusters: `90s`, `30m`, `1h`.
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_git::duration::parse)]
+    timeout: Duration,
+    /// How often to ask the hub.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = kalypso_git::duration::parse)]
+    interval: Duration,
+    /// Set a GitHub commit status on the control-plane commit (pending while waiting, then
+    /// success, failure or error), in the repository given with --control-plane.
+    #[arg(long, requires = "control_plane")]
+    commit_status: bool,
+    /// The control-plane repository on GitHub (`https://github.com/org/control-plane`), for
+    /// --commit-status.
+    #[arg(long, value_name = "URL")]
+    control_plane: Option<String>,
+    /// The commit status's context.
+    #[arg(long, value_name = "TEXT", default_value = "kalypso/deployed/{environment}")]
+    status_context: String,
+    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
+    github_api_url: String,
+    #[command(flatten, next_help_heading = "Git options")]
+    git: GitArgs,
+}
+
+/// Where commit statuses go, once the control-plane commit is known.
+struct StatusReporter {
+    github: GitHub,
+    context: String,
+    commit: Option<String>,
+    last: Option<StatusState>,
+    _runtime: tokio::runtime::Runtime,
+}
+
+impl StatusReporter {
+    fn new(args: &CheckPromoteArgs) -> Result<Option<StatusReporter>> {
+        if !args.commit_status {
+            return Ok(None);
+        }
+        let repo = args
+            .control_plane
+            .as_deref()
+            .ok_or_else(|| anyhow!("--commit-status needs --control-plane"))?;
+        let url = RepoUrl::parse(repo).map_err(|e| anyhow!("--control-plane: {e}"))?;
+        let (owner, name) = url
+            .forge_repo()
+            .ok_or_else(|| anyhow!("--control-plane {}: not a GitHub repository URL", url.redacted()))?;
+        let credentials =
+            kalypso_git::auth::Credentials::load(&args.git.auth()).map_err(|e| anyhow!("{e}"))?;
+        let runtime = runtime()?;
+        let github = GitHub::new(
+            runtime.handle().clone(),
+            &args.github_api_url,
+            credentials.token(),
+            &owner,
+            &name,
+            args.git.retry(),
+        )
+        .map_err(|e| anyhow!("{e}"))?;
+        Ok(Some(StatusReporter {
+            github,
+            context: args.status_context.replace("{environment}", &args.env),
+            commit: None,
+            last: None,
+            _runtime: runtime,
+        }))
+    }
+
+    /// Sets `state` on the control-plane commit, once it is known; a failure to set it is a
+    /// warning, never the check's result.
+    fn set(&mut self, gate: Option<&Gate>, state: StatusState, description: &str) {
+        if let Some(commit) = gate.and_then(|g| g.control_plane_commit.clone()) {
+            self.commit = Some(commit);
+        }
+        let Some(commit) = &self.commit else {
+            return;
+        };
+        if self.last == Some(state) && state == StatusState::Pending {
+            return;
+        }
+        let status = CommitStatus {
+            state,
+            context: self.context.clone(),
+            description: description.to_owned(),
+            target_url: None,
+        };
+        match self.github.set_commit_status(commit, &status) {
+            Ok(()) => self.last = Some(state),
+            Err(e) => eprintln!(
+                "warning: cannot set the commit status of {}: {}",
+                short(commit),
+                redact(&e.to_string())
+            ),
+        }
+    }
+}
+
+pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Result<ExitCode> {
+    init_logs(global);
+    let client = HubClient::new(&args.hub, args.hub_token_file.as_deref())?;
+    let mut status = StatusReporter::new(args)?;
+    let started = Instant::now();
+    let deadline = started + args.timeout;
+    let mut last_line = String::new();
+    let mut warned_types = false;
+    let mut last: Option<Gate> = None;
+    loop {
+        match client.gate(&args.env, &args.commit) {
+            Ok(gate) => {
+                if !warned_types
+                    && !gate.cluster_types_without_clusters.is_empty()
+                    && gate.verdict != Verdict::UnknownCommit
+                {
+                    eprintln!(
+                        "warning: no registered cluster reports for cluster type(s) {} of {}: nothing checks them",
+                        gate.cluster_types_without_clusters.join(", "),
+                        args.env
+                    );
+                    warned_types = true;
+                }
+                match gate.verdict {
+                    Verdict::Compliant => {
+                        let line = format!(
+                            "{}: {}/{} clusters compliant with GitOps commit {}{} after {}",
+                            args.env,
+                            gate.compliant,
+                            gate.total,
+                            short(gate.gitops_commit.as_deref().unwrap_or(&args.commit)),
+                            control_plane_note(&gate),
+                            kalypso_git::duration::format(round_seconds(started.elapsed())),
+                        );
+                        if let Some(s) = &mut status {
+                            s.set(
+                                Some(&gate),
+                                StatusState::Success,
+                                &format!(
+                                    "Deployed to {}: {}/{} clusters",
+                                    args.env, gate.compliant, gate.total
+                                ),
+                            );
+                        }
+                        if !global.quiet {
+                            println!("{line}");
+                        }
+                        return Ok(ExitCode::SUCCESS);
+                    }
+                    Verdict::Failed => {
+                        let failed: Vec<_> = gate.clusters.iter().filter(|c| c.is_failed()).collect();
+                        for c in &failed {
+                            eprintln!(
+                                "error: cluster {} ({}) in {} failed to apply GitOps commit {}: {}",
+                                c.name,
+                                c.cluster_type,
+                                args.env,
+                                short(
+                                    c.revision
+                                        .as_deref()
+                                        .or(gate.gitops_commit.as_deref())
+                                        .unwrap_or(&args.commit)
+                                ),
+                                c.message.as_deref().unwrap_or("(no message)")
+                            );
+                        }
+                        if let Some(s) = &mut status {
+                            let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
+                            s.set(
+                                Some(&gate),
+                                StatusState::Failure,
+                                &format!("Failed in {}: {}", args.env, names.join(", ")),
+                            );
+                        }
+                        return Ok(ExitCode::FAILURE);
+                    }
+                    Verdict::Pending | Verdict::UnknownCommit => {
+                        let line = progress_line(&args.env, &args.commit, &gate);
+                        if line != last_line && !global.quiet {
+                            eprintln!("{line}");
+                        }
+                        last_line = line;
+                        if let Some(s) = &mut status {
+                            s.set(
+                                Some(&gate),
+                                StatusState::Pending,
+                                &format!("Waiting for the clusters of {}", args.env),
+                            );
+                        }
+                        last = Some(gate);
+                    }
+                }
+            }
+            Err(HubError::Transient(message)) => {
+                if message != last_line {
+                    eprintln!(
+                        "warning: {message}; asking again in {}",
+                        kalypso_git::duration::format(args.interval)
+                    );
+                }
+                last_line = message;
+            }
+            Err(HubError::Fatal(message)) => {
+                if let Some(s) = &mut status {
+                    s.set(
+                        last.as_ref(),
+                        StatusState::Error,
+                        &format!("Cannot check {}", args.env),
+                    );
+                }
+                return Err(anyhow!("{message}"));
+            }
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            let waiting = last
+                .as_ref()
+                .map(|g| progress_line(&args.env, &args.commit, g))
+                .unwrap_or_else(|| format!("{}: the hub at {} never answered", args.env, client.base()));
+            eprintln!(
+                "error: timed out after {}: {waiting}",
+                kalypso_git::duration::format(args.timeout)
+            );
+            if let Some(s) = &mut status {
+                s.set(
+                    last.as_ref(),
+                    StatusState::Error,
+                    &format!("Timed out waiting for {}", args.env),
+                );
+            }
+            return Ok(ExitCode::from(EXIT_TIMEOUT));
+        }
+        std::thread::sleep(args.interval.min(deadline - now));
+    }
+}
+
+/// `7/9 clusters compliant, waiting for drone-2, large-1`.
+fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
+    if gate.verdict == Verdict::UnknownCommit {
+        return format!(
+            "{env}: the hub does not know commit {} yet, waiting",
+            short(commit)
+        );
+    }
+    let waiting: Vec<String> = gate
+        .clusters
+        .iter()
+        .filter(|c| !c.is_compliant())
+        .map(|c| match c.state.as_str() {
+            "reconciling" => c.name.clone(),
+            other => format!("{} ({other})", c.name),
+        })
+        .collect();
+    format!(
+        "{env}: {}/{} clusters compliant with {}, waiting for {}",
+        gate.compliant,
+        gate.total,
+        short(gate.gitops_commit.as_deref().unwrap_or(commit)),
+        if waiting.is_empty() {
+            "the first reports".to_owned()
+        } else {
+            waiting.join(", ")
+        }
+    )
+}
+
+fn control_plane_note(gate: &Gate) -> String {
+    gate.control_plane_commit
+        .as_deref()
+        .map(|c| format!(" (control plane {})", short(c)))
+        .unwrap_or_default()
+}
+
+fn round_seconds(d: Duration) -> Duration {
+    Duration::from_secs(d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hub_client::GateCluster;
+
+    fn cluster(name: &str, state: &str) -> GateCluster {
+        GateCluster {
+            name: name.into(),
+            cluster_type: "drone".into(),
+            state: state.into(),
+            revision: None,
+            message: None,
+        }
+    }
+
+    #[test]
+    fn progress_names_the_clusters_still_waited_for() {
+        let gate = Gate {
+            environment: "dev".into(),
+            gitops_commit: Some("0123456789abcdef".into()),
+            control_plane_commit: None,
+            verdict: Verdict::Pending,
+            compliant: 1,
+            total: 3,
+            clusters: vec![
+                cluster("drone-1", "compliant"),
+                cluster("drone-2", "reconciling"),
+                cluster("large-1", "behind"),
+            ],
+            cluster_types_without_clusters: vec![],
+        };
+        assert_eq!(
+            progress_line("dev", "x", &gate),
+            "dev: 1/3 clusters compliant with 0123456789ab, waiting for drone-2, large-1 (behind)"
+        );
+    }
+}

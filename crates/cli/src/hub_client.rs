@@ -1,0 +1,217 @@
+//! A client of the Deployment Observability Hub's query API, for the commands that gate a
+//! promotion on the clusters' compliance (`check-promote`, `promote --hub`).
+//!
+//! It asks one question, the gate (`GET /api/v1/environments/{env}/gate?commit=SHA`): are
+//! the clusters that look at the environment's GitOps branch running that commit? Failures
+//! are split into those worth asking again (the hub is unreachable or busy) and those that
+//! are not (a wrong token, an unknown environment), so that a waiting command neither gives
+//! up on a restarting hub nor waits out its timeout on a typo.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kalypso_git::github::encode;
+use kalypso_git::redact::Secret;
+use serde::Deserialize;
+
+/// How long one request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The hub's answer to the gate question.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Gate {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps commit the question is about, once the hub knows it.
+    pub gitops_commit: Option<String>,
+    /// The control-plane commit that GitOps commit carries (`Promoted_Commit_Id`).
+    pub control_plane_commit: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Clusters compliant with the commit.
+    pub compliant: u64,
+    /// Clusters that must be.
+    pub total: u64,
+    /// Each required cluster.
+    #[serde(default)]
+    pub clusters: Vec<GateCluster>,
+    /// Cluster types of the commit that no registered cluster reports for.
+    #[serde(default)]
+    pub cluster_types_without_clusters: Vec<String>,
+}
+
+/// Whether an environment runs a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub(crate) enum Verdict {
+    /// Every required cluster is compliant with it (or with a later commit containing it).
+    Compliant,
+    /// A required cluster failed to apply it.
+    Failed,
+    /// Some required clusters have not reported it yet.
+    Pending,
+    /// The hub does not know the commit (yet).
+    UnknownCommit,
+}
+
+/// One required cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct GateCluster {
+    /// The cluster's name.
+    pub name: String,
+    /// Its cluster type.
+    pub cluster_type: String,
+    /// `compliant`, `reconciling`, `failed`, `behind` or `stale`.
+    pub state: String,
+    /// The GitOps commit it last reported.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// Its reconciler's last message.
+    #[serde(default)]
+    pub message: Option<String>,
+}
+
+impl GateCluster {
+    /// Whether the cluster failed to apply the commit.
+    pub fn is_failed(&self) -> bool {
+        self.state == "failed"
+    }
+
+    /// Whether the cluster runs the commit.
+    pub fn is_compliant(&self) -> bool {
+        self.state == "compliant"
+    }
+}
+
+/// Why the hub did not answer.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HubError {
+    /// Asking again may help: the hub is unreachable, busy or failing.
+    #[error("{0}")]
+    Transient(String),
+    /// Asking again will not help.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A client for one hub.
+#[derive(Debug)]
+pub(crate) struct HubClient {
+    base: String,
+    token: Option<Secret>,
+    agent: ureq::Agent,
+}
+
+impl HubClient {
+    /// A client of the hub at `base` (`http://host:port`), sending the bearer token read from
+    /// `token_file` when given.
+    pub fn new(base: &str, token_file: Option<&Path>) -> anyhow::Result<HubClient> {
+        let base = base.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            anyhow::bail!("--hub {base:?}: expected an http:// or https:// URL");
+        }
+        let token = match token_file {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| anyhow::anyhow!("cannot read the hub token file {}: {e}", path.display()))?;
+                Some(Secret::new(text.trim()))
+            }
+            None => None,
+        };
+        let agent = ureq::Agent::config_builder()
+            .timeout_global(Some(REQUEST_TIMEOUT))
+            .http_status_as_error(false)
+            .build()
+            .new_agent();
+        Ok(HubClient { base, token, agent })
+    }
+
+    /// The hub's base URL.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Asks whether `environment` runs `commit` (a GitOps or control-plane commit).
+    pub fn gate(&self, environment: &str, commit: &str) -> Result<Gate, HubError> {
+        let url = format!(
+            "{}/api/v1/environments/{}/gate?commit={}",
+            self.base,
+            encode(environment),
+            encode(commit)
+        );
+        let mut request = self.agent.get(&url).header("accept", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {}", token.expose()));
+        }
+        let what = format!("the hub at {}", self.base);
+        let mut response = request.call().map_err(|e| {
+            HubError::Transient(format!(
+                "cannot reach {what}: {}",
+                kalypso_git::redact(&e.to_string())
+            ))
+        })?;
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        match status {
+            200 => serde_json::from_str(&body).map_err(|e| {
+                HubError::Fatal(format!(
+                    "{what} answered the gate of {environment} with unexpected JSON: {e}"
+                ))
+            }),
+            401 | 403 => Err(HubError::Fatal(format!(
+                "{what} refused the request ({status}): give its API token with --hub-token-file"
+            ))),
+            404 => Err(HubError::Fatal(format!(
+                "{what} does not know environment {environment:?}{}",
+                error_message(&body).map(|m| format!(": {m}")).unwrap_or_default()
+            ))),
+            408 | 429 | 500..=599 => Err(HubError::Transient(format!(
+                "{what} answered {status}{}",
+                error_message(&body).map(|m| format!(": {m}")).unwrap_or_default()
+            ))),
+            _ => Err(HubError::Fatal(format!(
+                "{what} answered {status}{}",
+                error_message(&body).map(|m| format!(": {m}")).unwrap_or_default()
+            ))),
+        }
+    }
+}
+
+/// The `error` (or `message`) field of a JSON error body.
+fn error_message(body: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(body).ok()?;
+    value
+        .get("error")
+        .or_else(|| value.get("message"))
+        .and_then(serde_json::Value::as_str)
+        .map(kalypso_git::redact)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_gate_contract() {
+        let gate: Gate = serde_json::from_str(
+            r#"{"environment":"dev","gitopsCommit":"aa","controlPlaneCommit":"bb","verdict":"unknown-commit",
+               "compliant":1,"total":2,"clusters":[{"name":"drone-1","clusterType":"drone","state":"failed",
+               "revision":"aa","message":"kustomize build failed"}],"clusterTypesWithoutClusters":["large"]}"#,
+        )
+        .unwrap();
+        assert_eq!(gate.verdict, Verdict::UnknownCommit);
+        assert!(gate.clusters[0].is_failed());
+        assert_eq!(gate.cluster_types_without_clusters, ["large"]);
+    }
+
+    #[test]
+    fn refuses_other_schemes() {
+        assert!(HubClient::new("ftp://hub", None).is_err());
+        assert_eq!(
+            HubClient::new("http://hub:1/", None).unwrap().base(),
+            "http://hub:1"
+        );
+    }
+}
