@@ -37,7 +37,7 @@ pub(crate) struct PromoteArgs {
     from: Option<String>,
     /// With --from: refuse to promote unless the hub reports every cluster of SRC compliant
     /// with SRC's GitOps commit.
-    #[arg(long, value_name = "URL", requires = "from", env = "KALYPSO_HUB_URL")]
+    #[arg(long, value_name = "URL", requires = "from")]
     hub: Option<String>,
     /// File holding the hub's API token.
     #[arg(long, value_name = "FILE", requires = "hub")]
