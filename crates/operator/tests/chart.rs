@@ -199,12 +199,13 @@ fn documents(text: &str) -> Vec<serde_json::Value> {
         .collect()
 }
 
-const TEMPLATES: [&str; 5] = [
+const TEMPLATES: [&str; 6] = [
     "serviceaccount.yaml",
     "deployment.yaml",
     "metrics-service.yaml",
     "rbac.yaml",
     "controlplanerepo.yaml",
+    "hub.yaml",
 ];
 
 fn render_all(helm: &Helm, values: &str) -> Vec<serde_json::Value> {
@@ -339,6 +340,71 @@ fn a_missing_control_plane_url_is_an_error_and_external_mode_needs_no_flux() {
     assert!(!args.contains("--leader-elect"));
     assert!(args.contains("--assignments"));
     assert!(args.contains("--source=external"));
+}
+
+/// The hub's values with `database`, `replicas` and the secrets given.
+fn hub_values(replicas: u32, database_secret: &str) -> String {
+    format!(
+        "controlPlaneURL: https://github.com/org/cp\nhub:\n  enabled: true\n  replicas: {replicas}\n  database: {{existingSecret: '{database_secret}', key: url, persistentVolumeClaim: ''}}\n  webhookSecret: {{existingSecret: hub-webhook, key: secret}}\n  apiToken: {{existingSecret: hub-api, key: token}}\n  staleAfter: 10m\n  refresh: 1m\n  service: {{type: ClusterIP, port: 8090}}\n  resources: {{}}\n"
+    )
+}
+
+#[test]
+fn the_hub_is_off_by_default_and_takes_its_database_url_from_a_secret() {
+    let helm = Helm::new();
+    let docs = render_all(&helm, "controlPlaneURL: https://github.com/org/cp\n");
+    assert!(
+        !docs
+            .iter()
+            .any(|d| d["metadata"]["name"] == "kalypso-kalypso-scheduler-hub")
+    );
+
+    let docs = render_all(&helm, &hub_values(2, "hub-db"));
+    let deployment = find(&docs, "Deployment", "kalypso-kalypso-scheduler-hub");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    assert_eq!(args[0], "hub");
+    assert!(args.contains(&"--database=$(KALYPSO_HUB_DATABASE)"), "{args:?}");
+    assert!(
+        args.contains(&"--control-plane=https://github.com/org/cp"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--webhook-secret-file=/etc/kalypso-hub/webhook/secret"),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--api-token-file=/etc/kalypso-hub/api/token"),
+        "{args:?}"
+    );
+    let env = container["env"].as_array().expect("env");
+    let database = env
+        .iter()
+        .find(|e| e["name"] == "KALYPSO_HUB_DATABASE")
+        .expect("database env");
+    assert_eq!(database["valueFrom"]["secretKeyRef"]["name"], "hub-db");
+    assert_eq!(database["valueFrom"]["secretKeyRef"]["key"], "url");
+    let service = find(&docs, "Service", "kalypso-kalypso-scheduler-hub");
+    assert_eq!(service["spec"]["ports"][0]["port"], 8090);
+
+    // Without a database Secret: SQLite on a volume, and one replica only.
+    let docs = render_all(&helm, &hub_values(1, ""));
+    let deployment = find(&docs, "Deployment", "kalypso-kalypso-scheduler-hub");
+    let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--database=sqlite:///var/lib/kalypso-hub/hub.db"),
+        "{args}"
+    );
+    let err = helm
+        .render("hub.yaml", &hub_values(3, ""))
+        .expect_err("replicas need PostgreSQL");
+    assert!(err.contains("PostgreSQL"), "{err}");
 }
 
 #[test]
