@@ -1,4 +1,4 @@
-//! Go template conformance: every vector of `../shared/conformance/gotemplate/cases.jsonl`
+//! Go template conformance: every vector of `tests/data/gotemplate/cases.jsonl`
 //! (rendered by Go 1.25 `text/template` + Sprig v3 + the original scheduler's functions) must
 //! render to identical bytes, or fail with an error of the same kind.
 //!
@@ -16,7 +16,7 @@ use kalypso_gotmpl::{List, Map, Str, Value};
 use kalypso_template::{Engine, Error, TemplateData, config_value};
 use serde::Deserialize;
 
-const DEFAULT_CASES: &str = "../shared/conformance/gotemplate/cases.jsonl";
+const DEFAULT_CASES: &str = "tests/data/gotemplate/cases.jsonl";
 
 #[derive(Deserialize)]
 struct Case {

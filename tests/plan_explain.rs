@@ -15,7 +15,7 @@ use std::process::Command;
 
 use kalypso_git::testing::{files_under, write_files_under};
 
-const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
+const REAL_FIXTURES: &str = "tests/data/kalypso-real";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -537,7 +537,7 @@ fn explain_on_the_example() {
 fn real_cases() -> Vec<(String, PathBuf, String)> {
     let base = root().join(REAL_FIXTURES);
     let mut cases = Vec::new();
-    for entry in fs::read_dir(&base).expect("the real fixtures are in ../shared/fixtures") {
+    for entry in fs::read_dir(&base).expect("the real fixtures are in tests/data/kalypso-real") {
         let dir = entry.unwrap().path();
         let Ok(case) = fs::read_to_string(dir.join("case.yaml")) else {
             continue;

@@ -10,9 +10,9 @@ use kalypso_gotmpl::{List, Map, MapKey, Value};
 use kalypso_template::{Engine, TemplateData, config_value};
 
 fn cases() -> Vec<serde_json::Value> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/gotemplate/cases.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/gotemplate/cases.jsonl");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("case JSON"))
