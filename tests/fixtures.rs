@@ -20,7 +20,7 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use kalypso_git::testing::{copy_files, files_under};
+use kalypso_testkit::{copy_files, files_under};
 
 const REAL_FIXTURES: &str = "tests/data/kalypso-real";
 const OWN_FIXTURES: &str = "tests/fixtures";
