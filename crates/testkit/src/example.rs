@@ -9,7 +9,12 @@ use crate::{init_bare, text_files_under, write_files, write_files_under};
 
 /// The workspace's root folder (where `examples/` and `tests/` are).
 pub fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    // This crate is `<root>/crates/testkit`.
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/testkit is two folders below the workspace root")
+        .to_owned()
 }
 
 /// The test data copied into the repository (`tests/data`: real scheduler runs, the Go
