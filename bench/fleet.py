@@ -33,7 +33,11 @@ import sys
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_BENCH = os.path.normpath(os.path.join(ROOT, "..", "shared", "bench"))
+# The benchmark inputs live in the project's shared data folder next to the repository, not in
+# it (benchmarks are not tests; the tests use the copy in tests/data). KALYPSO_SHARED_BENCH
+# points elsewhere.
+SHARED_BENCH = os.environ.get(
+    "KALYPSO_SHARED_BENCH", os.path.normpath(os.path.join(ROOT, "..", "shared", "bench")))
 FLEETS = {
     "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
     "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
@@ -84,6 +88,10 @@ def main():
     ap.add_argument("--write", action="store_true", help="write docs/performance.md")
     a = ap.parse_args()
     fleets = a.fleets.split(",")
+    if not os.path.isfile(os.path.join(SHARED_BENCH, "fleetgen.py")):
+        sys.exit(f"the benchmark needs the shared bench folder (fleetgen.py, go-baseline/), "
+                 f"not found at {SHARED_BENCH}: check out the shared data next to the repository "
+                 f"or set KALYPSO_SHARED_BENCH to its bench folder")
     os.makedirs(a.work, exist_ok=True)
 
     subprocess.run(["cargo", "build", "--release", "--quiet"], cwd=ROOT, check=True)

@@ -1,5 +1,5 @@
-//! Golden trees: real runs of the Go scheduler (`../shared/fixtures/kalypso-real`, era
-//! `v1.1`) and the project's own cases (`tests/fixtures/<case>`), all in the same layout:
+//! Golden trees: real runs of the Go scheduler (`tests/data/kalypso-real`, era `v1.1`, a copy
+//! of the shared fixtures) and the project's own cases (`tests/fixtures/<case>`), all in the same layout:
 //!
 //! ```text
 //! <case>/case.yaml            environment: <env> (and, for real runs, semantics.era)
@@ -20,9 +20,9 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Command;
 
-use kalypso_git::testing::{copy_files, files_under};
+use kalypso_testkit::{copy_files, files_under};
 
-const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
+const REAL_FIXTURES: &str = "tests/data/kalypso-real";
 const OWN_FIXTURES: &str = "tests/fixtures";
 
 fn root() -> PathBuf {

@@ -2,8 +2,9 @@
 //! incremental render (with the render cache) produces exactly the tree a full render does,
 //! touching only the files whose content changed.
 //!
-//! The fleet comes from the benchmark generator (`../shared/bench/fleetgen.py`, deterministic),
-//! at a size that keeps the test quick but gives every thread plenty of assignments.
+//! The fleet comes from the benchmark generator (`tests/data/fleetgen/fleetgen.py`, a copy of
+//! `../shared/bench/fleetgen.py`; deterministic), at a size that keeps the test quick but
+//! gives every thread plenty of assignments.
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
@@ -79,7 +80,7 @@ fn counts(stdout: &str) -> [usize; 5] {
 
 fn generate_fleet(dir: &Path) -> PathBuf {
     let fleet = dir.join("fleet");
-    let generator = root().join("../shared/bench/fleetgen.py");
+    let generator = root().join("tests/data/fleetgen/fleetgen.py");
     let status = Command::new("python3")
         .arg(&generator)
         .arg(&fleet)

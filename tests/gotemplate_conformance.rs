@@ -1,4 +1,4 @@
-//! Go template conformance: every vector of `../shared/conformance/gotemplate/cases.jsonl`
+//! Go template conformance: every vector of `tests/data/gotemplate/cases.jsonl`
 //! (rendered by Go 1.25 `text/template` + Sprig v3 + the original scheduler's functions) must
 //! render to identical bytes, or fail with an error of the same kind.
 //!
@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use base64::Engine as _;
-use kalypso_gotmpl::{List, Map, Str, Value};
+use kalypso_gotmpl::{Map, Str, Value};
 use kalypso_template::{Engine, Error, TemplateData, config_value};
+use kalypso_testkit::go_json;
 use serde::Deserialize;
 
-const DEFAULT_CASES: &str = "../shared/conformance/gotemplate/cases.jsonl";
+const DEFAULT_CASES: &str = "tests/data/gotemplate/cases.jsonl";
 
 #[derive(Deserialize)]
 struct Case {
@@ -47,26 +48,6 @@ fn cases_path() -> PathBuf {
     match std::env::var_os("GOTMPL_CASES") {
         Some(path) => PathBuf::from(path),
         None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(DEFAULT_CASES),
-    }
-}
-
-/// JSON data as the vectors' Go program decodes it: objects are `map[string]interface {}`,
-/// arrays `[]interface {}`, integers that fit are `int`, other numbers `float64`.
-fn json_value(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Nil,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) if !n.to_string().contains(['.', 'e', 'E']) => Value::int(i),
-            _ => Value::float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        serde_json::Value::String(s) => Value::string(s.as_str()),
-        serde_json::Value::Array(items) => {
-            Value::List(List::interfaces(items.iter().map(json_value).collect()))
-        }
-        serde_json::Value::Object(fields) => Value::Map(Map::string_interface(
-            fields.iter().map(|(k, v)| (k.as_str(), json_value(v))),
-        )),
     }
 }
 
@@ -146,7 +127,7 @@ fn error_outcome(err: &Error) -> Outcome {
 
 fn run(engine: &Engine, case: &Case) -> Outcome {
     let data = match case.data_kind.as_str() {
-        "json" => json_value(&case.data),
+        "json" => go_json(&case.data),
         "kalypso" => match kalypso_value(&case.data) {
             Ok(v) => v,
             Err(message) => {

@@ -13,9 +13,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kalypso_git::testing::{files_under, write_files_under};
+use kalypso_testkit::{Run, files_under, write_files_under};
 
-const REAL_FIXTURES: &str = "../shared/fixtures/kalypso-real";
+const REAL_FIXTURES: &str = "tests/data/kalypso-real";
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -36,34 +36,15 @@ fn copy_dir(from: &Path, to: &Path) {
     write_files_under(to, &read_all(from));
 }
 
-/// What one run of the binary did.
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 /// Runs `kalypso` with `args`, without color, with `tmp` replaced by `<tmp>` in the output.
 fn kalypso(args: &[&str], tmp: &Path) -> Run {
-    let out = Command::new(env!("CARGO_BIN_EXE_kalypso"))
-        .args(args)
-        .current_dir(root())
-        .env("NO_COLOR", "1")
-        .env("KALYPSO_CACHE_DIR", tmp.join(".cache"))
-        .env_remove("GITHUB_AUTH_TOKEN")
-        .output()
-        .unwrap();
-    let clean = |bytes: &[u8]| {
-        String::from_utf8(bytes.to_vec())
-            .unwrap()
-            .replace(&tmp.display().to_string(), "<tmp>")
-    };
-    Run {
-        code: out.status.code().unwrap(),
-        stdout: clean(&out.stdout),
-        stderr: clean(&out.stderr),
-    }
+    Run::of(&mut kalypso_testkit::kalypso(
+        env!("CARGO_BIN_EXE_kalypso").as_ref(),
+        args,
+        &root(),
+        &tmp.join(".cache"),
+    ))
+    .replace(&tmp.display().to_string(), "<tmp>")
 }
 
 fn s(path: &Path) -> String {
@@ -196,6 +177,28 @@ fn example_fleet_change_plan_in_every_format() {
     assert_diff_applies(&gitops, &diff.stdout, &cp, "dev", tmp);
 }
 
+/// Applies `patch` to the folder `work` with `git apply` (no git configuration, no
+/// repository above `tmp`).
+fn git_apply(patch: &Path, work: &Path, tmp: &Path) -> Result<(), String> {
+    let out = Command::new("git")
+        .args(["apply", "--whitespace=nowarn", "-p1"])
+        .arg(patch)
+        .current_dir(work)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CEILING_DIRECTORIES", tmp)
+        .output()
+        .unwrap();
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "git apply failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
 /// Applies `patch` with `git apply` to a copy of `current` and requires the result to be
 /// exactly what `kalypso render` writes over `current`.
 fn assert_diff_applies(current: &Path, patch: &str, control_plane: &Path, env: &str, tmp: &Path) {
@@ -204,20 +207,7 @@ fn assert_diff_applies(current: &Path, patch: &str, control_plane: &Path, env: &
     copy_dir(current, &work);
     let patch_file = tmp.join(format!("{env}.patch"));
     fs::write(&patch_file, patch).unwrap();
-    let out = Command::new("git")
-        .args(["apply", "--whitespace=nowarn", "-p1"])
-        .arg(&patch_file)
-        .current_dir(&work)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CEILING_DIRECTORIES", tmp)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    git_apply(&patch_file, &work, tmp).unwrap_or_else(|e| panic!("{e}"));
     let rendered = tmp.join(format!("rendered-{env}"));
     let _ = fs::remove_dir_all(&rendered);
     copy_dir(current, &rendered);
@@ -537,7 +527,7 @@ fn explain_on_the_example() {
 fn real_cases() -> Vec<(String, PathBuf, String)> {
     let base = root().join(REAL_FIXTURES);
     let mut cases = Vec::new();
-    for entry in fs::read_dir(&base).expect("the real fixtures are in ../shared/fixtures") {
+    for entry in fs::read_dir(&base).expect("the real fixtures are in tests/data/kalypso-real") {
         let dir = entry.unwrap().path();
         let Ok(case) = fs::read_to_string(dir.join("case.yaml")) else {
             continue;
@@ -600,20 +590,7 @@ fn real_fixture_pairs() {
         if !diff.stdout.is_empty() {
             let patch = tmp.join(format!("{name}.patch"));
             fs::write(&patch, &diff.stdout).unwrap();
-            let out = Command::new("git")
-                .args(["apply", "--whitespace=nowarn", "-p1"])
-                .arg(&patch)
-                .current_dir(&work)
-                .env("GIT_CONFIG_NOSYSTEM", "1")
-                .env("GIT_CONFIG_GLOBAL", "/dev/null")
-                .env("GIT_CEILING_DIRECTORIES", tmp)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{name}: git apply failed: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
+            git_apply(&patch, &work, tmp).unwrap_or_else(|e| panic!("{name}: {e}"));
         }
         assert_eq!(
             read_all(&work),

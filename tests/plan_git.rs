@@ -7,53 +7,9 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
-use kalypso_git::testing::{files_under, init_bare, write_files, write_files_under};
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every file under `dir` as text.
-fn read_all(dir: &Path) -> BTreeMap<String, String> {
-    files_under(dir)
-        .into_iter()
-        .map(|(path, bytes)| (path, String::from_utf8(bytes).unwrap()))
-        .collect()
-}
-
-fn commit(repo: &Path, branch: &str, prefix: &str, files: &BTreeMap<String, String>) -> String {
-    let paths: Vec<(String, &str)> = files
-        .iter()
-        .map(|(p, t)| (format!("{prefix}{p}"), t.as_str()))
-        .collect();
-    let refs: Vec<(&str, Option<&str>)> = paths.iter().map(|(p, t)| (p.as_str(), Some(*t))).collect();
-    write_files(repo, branch, &refs, &format!("{branch} content"))
-}
-
-fn replace(files: &mut BTreeMap<String, String>, path: &str, from: &str, to: &str) {
-    let text = &files[path];
-    assert!(text.contains(from), "{path} does not contain {from}");
-    let new = text.replacen(from, to, 1);
-    files.insert(path.to_owned(), new);
-}
-
-/// Points `base-repo.yaml`'s pin at `commit`.
-fn pin(files: &mut BTreeMap<String, String>, commit: &str) {
-    let pinned: String = files["base-repo.yaml"]
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("commit:") {
-                format!("  commit: {commit}\n")
-            } else {
-                format!("{l}\n")
-            }
-        })
-        .collect();
-    files.insert("base-repo.yaml".to_owned(), pinned);
-}
+use kalypso_testkit::{ExampleRepos, Run, commit_files as commit, replace_in as replace, workspace_root};
 
 struct Setup {
     dir: tempfile::TempDir,
@@ -68,48 +24,13 @@ struct Setup {
 
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let control_plane = dir.path().join("control-plane.git");
-    let app = dir.path().join("app-src.git");
-    let svc = dir.path().join("svc-src.git");
-    let gitops = dir.path().join("gitops.git");
-    for r in [&control_plane, &app, &svc, &gitops] {
-        init_bare(r);
-    }
-    let example = root().join("examples/control-plane");
-    let app_files = read_all(&example.join("workloads/hello-world-app"));
-    let svc_files = read_all(&example.join("workloads/platform-svc"));
-    commit(&app, "main", "workload/", &app_files);
-    commit(&svc, "main", "workloads/", &svc_files);
-    let mut main = read_all(&example.join("main"));
-    replace(
-        &mut main,
-        "workloads/hello-world-app.yaml",
-        "https://github.com/contoso/kalypso-app-src",
-        &format!("file://{}", app.display()),
-    );
-    replace(
-        &mut main,
-        "workloads/platform-svc.yaml",
-        "https://github.com/contoso/kalypso-svc-src",
-        &format!("file://{}", svc.display()),
-    );
-    let main_commit = commit(&control_plane, "main", "", &main);
-    let folder = dir.path().join("folder");
-    write_files_under(&folder.join("main"), &main);
-    write_files_under(&folder.join("workloads/hello-world-app"), &app_files);
-    write_files_under(&folder.join("workloads/platform-svc"), &svc_files);
-    for env in ["dev", "stage"] {
-        let mut files = read_all(&example.join(env));
-        pin(&mut files, &main_commit);
-        replace(
-            &mut files,
-            "gitops-repo.yaml",
-            "https://github.com/contoso/kalypso-gitops",
-            &format!("file://{}", gitops.display()),
-        );
-        commit(&control_plane, env, "", &files);
-        write_files_under(&folder.join(env), &files);
-    }
+    let ExampleRepos {
+        control_plane,
+        gitops,
+        folder,
+        main,
+        main_commit,
+    } = ExampleRepos::create(dir.path());
     Setup {
         dir,
         control_plane,
@@ -120,40 +41,22 @@ fn setup() -> Setup {
     }
 }
 
-#[derive(Debug)]
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
 impl Setup {
     /// Runs `kalypso` with the scratch cache; paths and the main commits are replaced by
     /// placeholders in the output.
     fn kalypso(&self, args: &[&str], commits: &[(&str, &str)]) -> Run {
         let tmp = self.dir.path();
-        let out = Command::new(env!("CARGO_BIN_EXE_kalypso"))
-            .args(args)
-            .current_dir(root())
-            .env("NO_COLOR", "1")
-            .env("KALYPSO_CACHE_DIR", tmp.join("cache"))
-            .env_remove("GITHUB_AUTH_TOKEN")
-            .output()
-            .unwrap();
-        let clean = |bytes: &[u8]| {
-            let mut text = String::from_utf8(bytes.to_vec())
-                .unwrap()
-                .replace(&tmp.display().to_string(), "<tmp>");
-            for (commit, name) in commits {
-                text = text.replace(commit, name).replace(&commit[..12], name);
-            }
-            text
-        };
-        Run {
-            code: out.status.code().unwrap(),
-            stdout: clean(&out.stdout),
-            stderr: clean(&out.stderr),
+        let mut run = Run::of(&mut kalypso_testkit::kalypso(
+            env!("CARGO_BIN_EXE_kalypso").as_ref(),
+            args,
+            &workspace_root(),
+            &tmp.join("cache"),
+        ))
+        .replace(&tmp.display().to_string(), "<tmp>");
+        for (commit, name) in commits {
+            run = run.replace(commit, name).replace(&commit[..12], name);
         }
+        run
     }
 
     fn cp(&self) -> String {

@@ -2,7 +2,7 @@
 //!
 //! With the feature on, every `*Spec` type of this crate also derives kube's
 //! `CustomResource` and schemars' `JsonSchema`, which generates the root types
-//! ([`ClusterType`](crate::ClusterType), [`Template`](crate::Template), ...) and their
+//! ([`ClusterType`], [`Template`], ...) and their
 //! `CustomResourceDefinition`s. This module holds what those derives need besides the specs:
 //! the status types, the schema of template manifests (strings or objects, as both eras of
 //! control planes have them), and [`definitions`], the CRDs of every kind in one list.

@@ -4,60 +4,17 @@
 //! same input, and promoted with `kalypso promote`.
 #![allow(clippy::unwrap_used)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
 use kalypso_cli::{Cli, run};
-use kalypso_git::testing::{
-    branch_files, commit_count, files_under, git, init_bare, rev_parse, write_files, write_files_under,
-};
-
-fn example() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/control-plane")
-}
-
-/// Commits `files` (under `prefix`) on `branch`.
-fn commit(repo: &Path, branch: &str, prefix: &str, files: &BTreeMap<String, Vec<u8>>) -> String {
-    let texts: Vec<(String, String)> = files
-        .iter()
-        .map(|(p, b)| (format!("{prefix}{p}"), String::from_utf8(b.clone()).unwrap()))
-        .collect();
-    let refs: Vec<(&str, Option<&str>)> = texts
-        .iter()
-        .map(|(p, t)| (p.as_str(), Some(t.as_str())))
-        .collect();
-    write_files(repo, branch, &refs, &format!("{branch} content"))
-}
+use kalypso_testkit::{ExampleRepos, branch_files, commit_count, files_under, git, rev_parse, write_files};
 
 fn kalypso(args: &[&str]) -> ExitCode {
     let mut argv = vec!["kalypso"];
     argv.extend_from_slice(args);
     run(Cli::parse_from(argv))
-}
-
-fn replace_in(files: &mut BTreeMap<String, Vec<u8>>, path: &str, from: &str, to: &str) {
-    let text = String::from_utf8(files[path].clone()).unwrap();
-    assert!(text.contains(from), "{path} does not contain {from}");
-    files.insert(path.to_owned(), text.replace(from, to).into_bytes());
-}
-
-/// Points `base-repo.yaml`'s pin (an example commit id) at `commit`.
-fn pin(files: &mut BTreeMap<String, Vec<u8>>, commit: &str) {
-    let text = String::from_utf8(files["base-repo.yaml"].clone()).unwrap();
-    let pinned: String = text
-        .lines()
-        .map(|l| {
-            if l.trim_start().starts_with("commit:") {
-                format!("  commit: {commit}\n")
-            } else {
-                format!("{l}\n")
-            }
-        })
-        .collect();
-    assert!(pinned.contains(commit));
-    files.insert("base-repo.yaml".to_owned(), pinned.into_bytes());
 }
 
 struct Setup {
@@ -71,69 +28,12 @@ struct Setup {
 /// The example as git repositories, and as the folder form of the same input.
 fn setup() -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let control_plane = dir.path().join("control-plane.git");
-    let app = dir.path().join("app-src.git");
-    let svc = dir.path().join("svc-src.git");
-    let gitops = dir.path().join("gitops.git");
-    for r in [&control_plane, &app, &svc, &gitops] {
-        init_bare(r);
-    }
-    let example = example();
-    commit(
-        &app,
-        "main",
-        "workload/",
-        &files_under(&example.join("workloads/hello-world-app")),
-    );
-    commit(
-        &svc,
-        "main",
-        "workloads/",
-        &files_under(&example.join("workloads/platform-svc")),
-    );
-
-    let mut main = files_under(&example.join("main"));
-    replace_in(
-        &mut main,
-        "workloads/hello-world-app.yaml",
-        "https://github.com/contoso/kalypso-app-src",
-        &format!("file://{}", app.display()),
-    );
-    replace_in(
-        &mut main,
-        "workloads/platform-svc.yaml",
-        "https://github.com/contoso/kalypso-svc-src",
-        &format!("file://{}", svc.display()),
-    );
-    let main_commit = commit(&control_plane, "main", "", &main);
-
-    let folder = dir.path().join("folder");
-    write_files_under(&folder.join("main"), &main);
-    write_files_under(
-        &folder.join("workloads/hello-world-app"),
-        &files_under(&example.join("workloads/hello-world-app")),
-    );
-    write_files_under(
-        &folder.join("workloads/platform-svc"),
-        &files_under(&example.join("workloads/platform-svc")),
-    );
-    for env in ["dev", "stage"] {
-        let mut files = files_under(&example.join(env));
-        pin(&mut files, &main_commit);
-        replace_in(
-            &mut files,
-            "gitops-repo.yaml",
-            "https://github.com/contoso/kalypso-gitops",
-            &format!("file://{}", gitops.display()),
-        );
-        commit(&control_plane, env, "", &files);
-        write_files_under(&folder.join(env), &files);
-    }
+    let repos = ExampleRepos::create(dir.path());
     Setup {
         cache: dir.path().join("cache"),
-        folder,
-        control_plane,
-        gitops,
+        folder: repos.folder,
+        control_plane: repos.control_plane,
+        gitops: repos.gitops,
         dir,
     }
 }
@@ -309,7 +209,7 @@ impl ScriptedHub {
             };
             (StatusCode::from_u16(status).unwrap(), axum::Json(body))
         }
-        let runtime = kalypso_git::testing::runtime();
+        let runtime = kalypso_testkit::runtime();
         let script = std::sync::Arc::new(std::sync::Mutex::new(Script {
             answers,
             seen: Vec::new(),
@@ -385,8 +285,8 @@ fn check_promote_waits_for_compliance_and_sets_commit_statuses() {
             ]),
         ),
     ]);
-    let runtime = kalypso_git::testing::runtime();
-    let github = kalypso_git::testing::FakeGitHub::start(runtime.handle());
+    let runtime = kalypso_testkit::runtime();
+    let github = kalypso_testkit::FakeGitHub::start(runtime.handle());
     let code = kalypso(&[
         "check-promote",
         "--hub",

@@ -6,7 +6,7 @@
 //! config value), which the `plan` and `explain` commands show.
 //!
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`] →
-//! [`config`] + [`schema`] → [`render`] → [`tree`]; [`pipeline`] runs them in order.
+//! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
 //! [`plan`] and [`explain`] describe the results for people.
 
 pub mod config;

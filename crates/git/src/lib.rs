@@ -30,9 +30,6 @@ pub mod retry;
 pub mod sync;
 pub mod url;
 
-#[cfg(feature = "test-support")]
-pub mod testing;
-
 pub use auth::AuthSettings;
 pub use control_plane::{EnvironmentRef, Revisions};
 pub use deliver::{Delivery, DeliverySettings, Mode};

@@ -9,8 +9,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use common::{Fixture, sync};
-use kalypso_git::testing::{GitHttpServer, branch_files, commit_count, git, rev_parse, runtime, write_files};
 use kalypso_git::{AuthSettings, Delivery, Mode, Outcome, RepoUrl, RetryPolicy, Syncer};
+use kalypso_testkit::{GitHttpServer, branch_files, commit_count, git, rev_parse, runtime, write_files};
 
 const TOKEN: &str = "ghp_kalypsoTestToken0123456789";
 

@@ -6,8 +6,8 @@
 mod common;
 
 use common::{Fixture, base_repo, cluster_type, sync};
-use kalypso_git::testing::{FakeGitHub, GitHttpServer, branch_files, rev_parse, runtime, write_files};
 use kalypso_git::{Delivery, Mode, Outcome, Syncer};
+use kalypso_testkit::{FakeGitHub, GitHttpServer, branch_files, rev_parse, runtime, write_files};
 
 struct Scenario {
     rt: tokio::runtime::Runtime,
@@ -228,7 +228,7 @@ fn supersedes_only_its_own_older_pull_requests() {
         .unwrap()
         .head;
     let merged = rev_parse(&s.fx.gitops, &format!("refs/heads/{open_branch}")).unwrap();
-    kalypso_git::testing::git(&s.fx.gitops, &["update-ref", "refs/heads/dev", &merged]);
+    kalypso_testkit::git(&s.fx.gitops, &["update-ref", "refs/heads/dev", &merged]);
     let third = s.sync().unwrap();
     assert!(matches!(pull_request(&third), Delivery::UpToDate { closed, .. } if closed == &vec![number]));
     assert_eq!(state(number), "closed");

@@ -8,8 +8,8 @@ use common::{Fixture, file_url};
 use kalypso_git::auth::Credentials;
 use kalypso_git::promote::{DEFAULT_MESSAGE, Promotion, Request, promote};
 use kalypso_git::repo::Transport;
-use kalypso_git::testing::{branch_files, commit_count, git, rev_parse, write_files};
 use kalypso_git::{Author, Cache, RepoUrl, RetryPolicy};
+use kalypso_testkit::{branch_files, commit_count, git, rev_parse, write_files};
 
 fn request(env: &str, commit: Option<&str>) -> Request {
     Request {

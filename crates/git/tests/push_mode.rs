@@ -5,8 +5,8 @@
 mod common;
 
 use common::{Fixture, base_repo, file_url, sync, template};
-use kalypso_git::testing::{branch_files, commit_count, git, rev_parse, runtime, write_files};
 use kalypso_git::{Delivery, Outcome, Syncer};
+use kalypso_testkit::{branch_files, commit_count, git, rev_parse, runtime, write_files};
 
 fn delivered(report: &kalypso_git::EnvReport) -> &Delivery {
     match &report.outcome {

@@ -14,7 +14,7 @@ fn render(text: &str, data: &Value) -> Result<String, String> {
 }
 
 fn data() -> Value {
-    common::json_value(&serde_json::json!({
+    kalypso_testkit::go_json(&serde_json::json!({
         "name": "kalypso", "list": ["a", "b"], "nil": null, "m": {"a": 1}, "n": 3
     }))
 }

@@ -11,7 +11,7 @@
 //!
 //! Around the controllers: [`stores`] (one cache per kind), [`conditions`] (status
 //! conditions written only when they change), [`metrics`], [`leader`] (Lease-based leader
-//! election), [`http`] (`/healthz`, `/readyz`, `/metrics`) and [`run`], which wires it all up
+//! election), [`http`] (`/healthz`, `/readyz`, `/metrics`) and [`run()`], which wires it all up
 //! and shuts down gracefully on SIGTERM.
 
 pub mod conditions;

@@ -1,4 +1,4 @@
-//! The process around [`crate::run`]: logging, the tokio runtime, the git publisher and the
+//! The process around [`crate::run()`]: logging, the tokio runtime, the git publisher and the
 //! shutdown signal — what `kalypso operator` calls, so that the command line needs no async
 //! code of its own.
 

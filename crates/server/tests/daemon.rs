@@ -10,9 +10,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use kalypso_git::redact::Secret;
-use kalypso_git::testing::{branch_files, commit_count, init_bare, runtime, write_files};
 use kalypso_server::http::sign;
 use kalypso_server::{AppState, Config, Daemon, EnvPoll, app};
+use kalypso_testkit::{branch_files, commit_count, init_bare, runtime, write_files};
 use tower::ServiceExt;
 
 async fn call(state: &AppState, request: Request<Body>) -> (StatusCode, String, Option<String>) {

@@ -4,37 +4,19 @@
 //! engine's function map. The full-stack check is the workspace's conformance test.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use kalypso_gotmpl::{List, Map, MapKey, Value};
+use kalypso_gotmpl::{Map, MapKey, Value};
 use kalypso_template::{Engine, TemplateData, config_value};
+use kalypso_testkit::go_json;
 
 fn cases() -> Vec<serde_json::Value> {
-    let path =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/conformance/gotemplate/cases.jsonl");
-    let text = std::fs::read_to_string(&path).unwrap_or_default();
+    let path = kalypso_testkit::data_dir().join("gotemplate/cases.jsonl");
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).expect("case JSON"))
         .collect()
-}
-
-fn json_value(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Nil,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) if !n.to_string().contains(['.', 'e', 'E']) => Value::int(i),
-            _ => Value::float(n.as_f64().expect("number")),
-        },
-        serde_json::Value::String(s) => Value::string(s.as_str()),
-        serde_json::Value::Array(items) => {
-            Value::List(List::interfaces(items.iter().map(json_value).collect()))
-        }
-        serde_json::Value::Object(fields) => Value::Map(Map::string_interface(
-            fields.iter().map(|(k, v)| (k.as_str(), json_value(v))),
-        )),
-    }
 }
 
 fn kalypso_value(v: &serde_json::Value) -> Option<Value> {
@@ -154,7 +136,7 @@ fn simple_vectors_render_like_go() {
                 Some(v) => v,
                 None => continue,
             },
-            _ => json_value(&case["data"]),
+            _ => go_json(&case["data"]),
         };
         let template = case["template"].as_str().unwrap_or_default();
         let Some(got) = render(&engine, &dot, template) else {

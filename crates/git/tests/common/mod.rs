@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use kalypso_git::sync::{EnvReport, Settings};
-use kalypso_git::testing::{init_bare, write_files};
 use kalypso_git::{DeliverySettings, Mode, RepoUrl, RetryPolicy, Syncer};
+use kalypso_testkit::{init_bare, write_files};
 
 pub const ENVIRONMENT_DEV: &str = "apiVersion: scheduler.kalypso.io/v1alpha1
 kind: Environment

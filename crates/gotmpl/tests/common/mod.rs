@@ -159,22 +159,3 @@ pub fn funcs() -> Arc<FuncMap> {
     );
     Arc::new(m)
 }
-
-/// JSON as the vectors' Go program decodes it.
-pub fn json_value(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Nil,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match n.as_i64() {
-            Some(i) if !n.to_string().contains(['.', 'e', 'E']) => Value::int(i),
-            _ => Value::float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        serde_json::Value::String(s) => Value::string(s.as_str()),
-        serde_json::Value::Array(items) => {
-            Value::List(List::interfaces(items.iter().map(json_value).collect()))
-        }
-        serde_json::Value::Object(fields) => Value::Map(Map::string_interface(
-            fields.iter().map(|(k, v)| (k.as_str(), json_value(v))),
-        )),
-    }
-}

@@ -1,0 +1,49 @@
+//! Test support for the whole workspace, in one crate so that no test copies a helper and no
+//! shipped crate carries test code behind a feature. Every crate takes it as a
+//! dev-dependency only; it is never part of the `kalypso` binary.
+//!
+//! - repositories built with the real `git` command ([`git`], [`write_files`],
+//!   [`branch_files`]...);
+//! - a smart-HTTP git server over `git http-backend` with token checks and fault injection
+//!   ([`GitHttpServer`]), and a GitHub REST stand-in that records every request
+//!   ([`FakeGitHub`]);
+//! - folders read and written as maps of files ([`files_under`], [`write_files_under`]), and
+//!   snapshots that see folders and links too ([`snapshot`]);
+//! - the `kalypso` command run in a child process ([`Run`], [`kalypso`]) and the bundled
+//!   example as git repositories ([`ExampleRepos`]);
+//! - JSON data as Go decodes it ([`go_json`]), and the in-repository test data
+//!   ([`data_dir`]);
+//! - the pieces of a data-driven test harness ([`cases`]: case folders, expected files,
+//!   blessing).
+//!
+//! Nothing here reaches beyond 127.0.0.1. Helpers panic on failure: they are for tests.
+#![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
+
+pub mod cases;
+mod example;
+mod fake_github;
+mod folders;
+mod git_cli;
+mod go_json;
+mod http_git;
+mod run;
+
+pub use example::{
+    ExampleRepos, commit_files, data_dir, example_control_plane, pin, replace_in, workspace_root,
+};
+pub use fake_github::{FakeGitHub, FakeIssue, FakePull, Recorded};
+pub use folders::{Entry, copy_files, files_under, snapshot, text_files_under, write_files_under};
+pub use git_cli::{branch_files, commit_count, git, init_bare, rev_parse, write_files};
+pub use go_json::go_json;
+pub use http_git::GitHttpServer;
+pub use run::{Run, kalypso};
+
+/// A multi-threaded runtime for the servers; sync code runs on the test's own thread and
+/// blocks on this runtime for GitHub calls.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
