@@ -98,6 +98,13 @@ enum Command {
     /// Promote a main-branch commit to an environment: pin it in the environment branch's
     /// BaseRepo `main` (base-repo.yaml), as the promotion workflow's CD step does.
     Promote(commands::PromoteArgs),
+    /// Run the Deployment Observability Hub: clusters report their GitOps compliance (Flux
+    /// events, generic JSON), the hub correlates it with the platform GitOps history and
+    /// answers queries and promotion gates.
+    ///
+    /// Stores everything in SQLite (default) or PostgreSQL; serves /api/v1, /healthz and
+    /// /readyz; stops gracefully on SIGTERM or ctrl-c. See docs/hub.md.
+    Hub(Box<commands::HubArgs>),
     /// Print the CustomResourceDefinitions of every scheduler.kalypso.io kind (YAML).
     ///
     /// Generated from the same Rust types the operator uses, and field-compatible with the
@@ -263,6 +270,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Sync(args) => commands::sync(args, &cli.global),
         Command::Serve(args) => commands::serve(args, &cli.global),
         Command::Promote(args) => commands::promote(args, &cli.global),
+        Command::Hub(args) => commands::hub(args, &cli.global),
         #[cfg(feature = "operator")]
         Command::Crds(args) => commands::crds::crds(args, &cli.global),
         #[cfg(feature = "operator")]

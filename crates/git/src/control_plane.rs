@@ -311,6 +311,28 @@ impl ControlPlane {
             .collect()
     }
 
+    /// The GitOpsRepos of `env` (where its tree is delivered), read from its branch alone:
+    /// no main commit and no workload repository is needed, as an observer of the GitOps
+    /// repositories (the observability hub) only wants to know where they are. Sorted by name.
+    pub fn gitops_targets(&self, env: &EnvironmentRef) -> Result<Vec<GitOpsTarget>, Error> {
+        let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
+        let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
+        let mut scratch = Diagnostics::new();
+        let mut targets: Vec<GitOpsTarget> = kalypso_core::load::load_tree(&environment, &mut scratch)
+            .into_iter()
+            .filter_map(|o| match o {
+                AnyObject::GitOpsRepo(g) => Some(GitOpsTarget {
+                    name: g.meta.name,
+                    repo: g.spec.repo,
+                    branch: g.spec.branch,
+                }),
+                _ => None,
+            })
+            .collect();
+        targets.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(targets)
+    }
+
     /// Reads everything `env` is built from.
     pub fn resolve(
         &self,

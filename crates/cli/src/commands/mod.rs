@@ -3,6 +3,7 @@
 #[cfg(feature = "operator")]
 pub(crate) mod crds;
 mod explain;
+mod hub;
 #[cfg(feature = "operator")]
 pub(crate) mod operator;
 mod plan;
@@ -13,6 +14,7 @@ mod sync;
 mod validate;
 
 pub(crate) use explain::explain;
+pub(crate) use hub::{HubArgs, hub};
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::{PromoteArgs, promote};
 pub(crate) use render::render;
