@@ -112,6 +112,13 @@ enum Command {
     /// (`7/9 clusters compliant, waiting for drone-2, large-1`); `--commit-status` mirrors
     /// the result as a GitHub commit status on the control-plane commit.
     CheckPromote(commands::CheckPromoteArgs),
+    /// Run the Deployment Observability Hub: clusters report their GitOps compliance (Flux
+    /// events, generic JSON), the hub correlates it with the platform GitOps history and
+    /// answers queries and promotion gates.
+    ///
+    /// Stores everything in SQLite (default) or PostgreSQL; serves /api/v1, /healthz and
+    /// /readyz; stops gracefully on SIGTERM or ctrl-c. See docs/hub.md.
+    Hub(Box<commands::HubArgs>),
     /// Print the CustomResourceDefinitions of every scheduler.kalypso.io kind (YAML).
     ///
     /// Generated from the same Rust types the operator uses, and field-compatible with the
@@ -278,6 +285,7 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Serve(args) => commands::serve(args, &cli.global),
         Command::Promote(args) => commands::promote(args, &cli.global),
         Command::CheckPromote(args) => commands::check_promote(args, &cli.global),
+        Command::Hub(args) => commands::hub(args, &cli.global),
         #[cfg(feature = "operator")]
         Command::Crds(args) => commands::crds::crds(args, &cli.global),
         #[cfg(feature = "operator")]

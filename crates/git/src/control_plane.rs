@@ -311,8 +311,9 @@ impl ControlPlane {
             .collect()
     }
 
-    /// The GitOpsRepos of `env` (where its tree is delivered), sorted by name, read from the
-    /// environment branch alone: nothing else is fetched.
+    /// The GitOpsRepos of `env` (where its tree is delivered), read from its branch alone:
+    /// no main commit and no workload repository is needed, as an observer of the GitOps
+    /// repositories (the observability hub) only wants to know where they are. Sorted by name.
     pub fn gitops_targets(&self, env: &EnvironmentRef) -> Result<Vec<GitOpsTarget>, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
         let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;

@@ -4,6 +4,7 @@ mod check_promote;
 #[cfg(feature = "operator")]
 pub(crate) mod crds;
 mod explain;
+mod hub;
 #[cfg(feature = "operator")]
 pub(crate) mod operator;
 mod plan;
@@ -15,6 +16,7 @@ mod validate;
 
 pub(crate) use check_promote::{CheckPromoteArgs, check_promote};
 pub(crate) use explain::explain;
+pub(crate) use hub::{HubArgs, hub};
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::{PromoteArgs, promote};
 pub(crate) use render::render;

@@ -1,0 +1,788 @@
+//! The GitOps side: what each environment's platform GitOps branch held, commit by commit.
+//!
+//! Clusters report commits only; the hub learns what a commit means from the GitOps tree
+//! kalypso (or the original scheduler) wrote: `.github/tracking/Promoted_Commit_Id` (the
+//! control-plane `main` commit promoted), a folder per cluster type, and in it a folder per
+//! deployment target with `namespace.yaml` (labels `workload`, `deploymentTarget`) and
+//! `reconciler.yaml` (a Flux GitRepository + Kustomization, or an Argo CD Application).
+//! Everything is extracted tolerantly: a missing or odd file gives nulls, never an error.
+//!
+//! A refresh discovers the environments of the control plane and their GitOpsRepo (with
+//! kalypso-git), fetches each GitOps branch into the cache, walks its first-parent history
+//! from the head down to the newest commit already stored, and stores the new commits and
+//! what changed as intervals ([`diff`]). Every write is keyed, so replicas refreshing at the
+//! same time store the same rows once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use git2::{ObjectType, Oid, Repository};
+use kalypso_git::auth::Credentials;
+use kalypso_git::control_plane::ControlPlane;
+use kalypso_git::repo::{Repo, Transport};
+use kalypso_git::{AuthSettings, Cache, RepoUrl, RetryPolicy};
+use serde::Serialize;
+use sqlx::Row;
+use tokio::sync::{Notify, watch};
+
+use crate::db::{Db, DbError};
+use crate::ingest::set_platform_state;
+use crate::model::{Report, State};
+
+/// Where the platform tree records the promoted control-plane commit.
+pub const PROMOTED_COMMIT_FILE: &str = ".github/tracking/Promoted_Commit_Id";
+
+/// Where a deployment target's workload comes from, as its reconciler says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Source {
+    /// `flux` (GitRepository + Kustomization) or `argocd` (Application).
+    pub kind: String,
+    /// The repository.
+    pub url: Option<String>,
+    /// The branch (Flux `spec.ref.branch`).
+    pub branch: Option<String>,
+    /// A tag, commit, semver range or Argo CD `targetRevision`.
+    pub revision: Option<String>,
+    /// The path in the repository.
+    pub path: Option<String>,
+}
+
+/// A deployment target folder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Target {
+    /// The `workload` label of its Namespace.
+    pub workload: Option<String>,
+    /// Its reconciler's source.
+    pub source: Option<Source>,
+}
+
+/// One commit of a GitOps branch and its tree's meaning.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitInfo {
+    /// The commit.
+    pub sha: String,
+    /// Its first parent.
+    pub parent: Option<String>,
+    /// Committer time, Unix ms.
+    pub committed_at: i64,
+    /// The content of `.github/tracking/Promoted_Commit_Id`.
+    pub promoted: Option<String>,
+    /// Cluster type → deployment target → what it runs.
+    pub cluster_types: BTreeMap<String, BTreeMap<String, Target>>,
+}
+
+fn yaml_docs(text: &str) -> Vec<serde_yaml_ng::Value> {
+    use serde::Deserialize as _;
+    // The first broken document ends the stream (the parser cannot resynchronise).
+    serde_yaml_ng::Deserializer::from_str(text)
+        .map_while(|doc| serde_yaml_ng::Value::deserialize(doc).ok())
+        .take(1000)
+        .collect()
+}
+
+fn get<'a>(v: &'a serde_yaml_ng::Value, path: &[&str]) -> Option<&'a serde_yaml_ng::Value> {
+    path.iter().try_fold(v, |v, k| v.get(*k))
+}
+
+fn get_str(v: &serde_yaml_ng::Value, path: &[&str]) -> Option<String> {
+    get(v, path).and_then(|v| v.as_str()).map(str::to_owned)
+}
+
+/// The `workload` label of the Namespace in a `namespace.yaml`.
+pub fn parse_namespace(text: &str) -> Option<String> {
+    yaml_docs(text)
+        .iter()
+        .find(|d| get_str(d, &["kind"]).as_deref() == Some("Namespace"))
+        .and_then(|d| get_str(d, &["metadata", "labels", "workload"]))
+}
+
+/// The source of a `reconciler.yaml`: Flux GitRepository (+ Kustomization path) or Argo CD
+/// Application. `None` when it holds neither.
+pub fn parse_reconciler(text: &str) -> Option<Source> {
+    let docs = yaml_docs(text);
+    let kind_of = |d: &serde_yaml_ng::Value| get_str(d, &["kind"]).unwrap_or_default();
+    if let Some(app) = docs.iter().find(|d| kind_of(d) == "Application") {
+        let source = get(app, &["spec", "source"])
+            .or_else(|| get(app, &["spec", "sources"]).and_then(|s| s.get(0)))
+            .cloned()
+            .unwrap_or_default();
+        return Some(Source {
+            kind: "argocd".to_owned(),
+            url: get_str(&source, &["repoURL"]),
+            branch: None,
+            revision: get_str(&source, &["targetRevision"]),
+            path: get_str(&source, &["path"]),
+        });
+    }
+    let repo = docs.iter().find(|d| kind_of(d) == "GitRepository");
+    let kustomization = docs.iter().find(|d| kind_of(d) == "Kustomization");
+    if repo.is_none() && kustomization.is_none() {
+        return None;
+    }
+    let reference = |key: &str| repo.and_then(|r| get_str(r, &["spec", "ref", key]));
+    Some(Source {
+        kind: "flux".to_owned(),
+        url: repo.and_then(|r| get_str(r, &["spec", "url"])),
+        branch: reference("branch"),
+        revision: reference("tag")
+            .or_else(|| reference("commit"))
+            .or_else(|| reference("semver"))
+            .or_else(|| reference("name")),
+        path: kustomization.and_then(|k| get_str(k, &["spec", "path"])),
+    })
+}
+
+/// Reads the meaning of commits of one repository, remembering deployment target folders
+/// by tree id (most are unchanged from one commit to the next).
+struct TreeReader<'r> {
+    git: &'r Repository,
+    targets: HashMap<Oid, Target>,
+}
+
+impl<'r> TreeReader<'r> {
+    fn blob_text(&self, tree: &git2::Tree<'_>, name: &str) -> Option<String> {
+        let entry = tree.get_name(name)?;
+        let blob = self.git.find_blob(entry.id()).ok()?;
+        Some(String::from_utf8_lossy(blob.content()).into_owned())
+    }
+
+    fn target(&mut self, id: Oid) -> Target {
+        if let Some(t) = self.targets.get(&id) {
+            return t.clone();
+        }
+        let target = match self.git.find_tree(id) {
+            Ok(tree) => Target {
+                workload: self
+                    .blob_text(&tree, "namespace.yaml")
+                    .and_then(|t| parse_namespace(&t)),
+                source: self
+                    .blob_text(&tree, "reconciler.yaml")
+                    .and_then(|t| parse_reconciler(&t)),
+            },
+            Err(_) => Target::default(),
+        };
+        self.targets.insert(id, target.clone());
+        target
+    }
+
+    fn commit(&mut self, id: Oid) -> Result<CommitInfo, git2::Error> {
+        let commit = self.git.find_commit(id)?;
+        let root = commit.tree()?;
+        let promoted = root
+            .get_path(std::path::Path::new(PROMOTED_COMMIT_FILE))
+            .ok()
+            .and_then(|e| self.git.find_blob(e.id()).ok())
+            .map(|b| String::from_utf8_lossy(b.content()).trim().to_owned())
+            .filter(|s| !s.is_empty());
+        let mut cluster_types = BTreeMap::new();
+        for entry in root.iter() {
+            let Ok(name) = entry.name() else { continue };
+            if name.starts_with('.') || entry.kind() != Some(ObjectType::Tree) {
+                continue;
+            }
+            let tree = self.git.find_tree(entry.id())?;
+            let mut targets = BTreeMap::new();
+            for dt in tree.iter() {
+                let Ok(dt_name) = dt.name() else { continue };
+                if dt.kind() == Some(ObjectType::Tree) && !dt_name.starts_with('.') {
+                    targets.insert(dt_name.to_owned(), self.target(dt.id()));
+                }
+            }
+            cluster_types.insert(name.to_owned(), targets);
+        }
+        Ok(CommitInfo {
+            sha: id.to_string(),
+            parent: commit.parent_ids().next().map(|p| p.to_string()),
+            committed_at: commit.committer().when().seconds() * 1000,
+            promoted,
+            cluster_types,
+        })
+    }
+}
+
+/// New commits of a branch, oldest first, after the stored one they descend from.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct History {
+    /// The newest stored commit the walk reached, and its position (`None`: from the root).
+    pub base: Option<(String, i64)>,
+    /// The new commits, oldest first.
+    pub commits: Vec<CommitInfo>,
+}
+
+/// Walks the first-parent history of `head` in `git` down to a commit of `known` (sha →
+/// position), reading each new commit's tree.
+pub fn read_history(
+    git: &Repository,
+    head: Oid,
+    known: &HashMap<String, i64>,
+) -> Result<History, git2::Error> {
+    let mut reader = TreeReader {
+        git,
+        targets: HashMap::new(),
+    };
+    let mut new = Vec::new();
+    let mut base = None;
+    let mut next = Some(head);
+    while let Some(id) = next {
+        let sha = id.to_string();
+        if let Some(position) = known.get(&sha) {
+            base = Some((sha, *position));
+            break;
+        }
+        let info = reader.commit(id)?;
+        next = info.parent.as_deref().and_then(|p| Oid::from_str(p).ok());
+        new.push(info);
+    }
+    new.reverse();
+    Ok(History { base, commits: new })
+}
+
+/// An open interval: (cluster type, deployment target or '') → (from position, workload,
+/// source as JSON).
+pub type Open = BTreeMap<(String, String), (i64, Option<String>, Option<String>)>;
+
+/// A change to the stored intervals.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// A placement starts at a commit.
+    Open {
+        /// Cluster type.
+        cluster_type: String,
+        /// Deployment target ('' for the cluster type itself).
+        target: String,
+        /// Workload.
+        workload: Option<String>,
+        /// Source, as JSON.
+        source: Option<String>,
+        /// The commit's position.
+        position: i64,
+        /// The commit.
+        sha: String,
+    },
+    /// The placement opened at `from` ends at a commit.
+    Close {
+        /// Cluster type.
+        cluster_type: String,
+        /// Deployment target ('' for the cluster type itself).
+        target: String,
+        /// Where it was opened.
+        from: i64,
+        /// The commit's position.
+        position: i64,
+        /// The commit.
+        sha: String,
+    },
+}
+
+/// The interval changes of `commit` (at `position`) against `open`, which is updated.
+pub fn diff(open: &mut Open, commit: &CommitInfo, position: i64) -> Vec<Op> {
+    let mut now: BTreeMap<(String, String), (Option<String>, Option<String>)> = BTreeMap::new();
+    for (ct, targets) in &commit.cluster_types {
+        now.insert((ct.clone(), String::new()), (None, None));
+        for (dt, t) in targets {
+            let source = t.source.as_ref().and_then(|s| serde_json::to_string(s).ok());
+            now.insert((ct.clone(), dt.clone()), (t.workload.clone(), source));
+        }
+    }
+    let mut ops = Vec::new();
+    let closing: Vec<(String, String)> = open
+        .iter()
+        .filter(|(k, (_, w, s))| now.get(*k).is_none_or(|(nw, ns)| nw != w || ns != s))
+        .map(|(k, _)| k.clone())
+        .collect();
+    for key in closing {
+        if let Some((from, _, _)) = open.remove(&key) {
+            ops.push(Op::Close {
+                cluster_type: key.0,
+                target: key.1,
+                from,
+                position,
+                sha: commit.sha.clone(),
+            });
+        }
+    }
+    for (key, (workload, source)) in now {
+        if let std::collections::btree_map::Entry::Vacant(slot) = open.entry(key) {
+            let (cluster_type, target) = slot.key().clone();
+            ops.push(Op::Open {
+                cluster_type,
+                target,
+                workload: workload.clone(),
+                source: source.clone(),
+                position,
+                sha: commit.sha.clone(),
+            });
+            slot.insert((position, workload, source));
+        }
+    }
+    ops
+}
+
+/// Where the control plane is and how to reach it.
+#[derive(Clone, Debug)]
+pub struct GitSettings {
+    /// The control plane (git URL or local path).
+    pub control_plane: String,
+    /// The mirrors' folder.
+    pub cache_dir: PathBuf,
+    /// Credentials.
+    pub auth: AuthSettings,
+    /// Network retries.
+    pub retry: RetryPolicy,
+    /// The control plane's main branch.
+    pub main_branch: String,
+}
+
+/// An environment's GitOps branch, fetched: its head and history.
+#[derive(Debug)]
+struct EnvHistory {
+    name: String,
+    repo: String,
+    branch: String,
+    history: Option<History>,
+}
+
+/// What a refresh pass did.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RefreshReport {
+    /// Environments read.
+    pub environments: usize,
+    /// New commits stored.
+    pub commits: usize,
+    /// Per-environment failures (redacted).
+    pub errors: Vec<String>,
+}
+
+/// The background refresher's handle: ask for a pass, wait for passes.
+#[derive(Clone, Debug)]
+pub struct Refresher {
+    trigger: Arc<Notify>,
+    started: Arc<AtomicU64>,
+    finished: watch::Sender<u64>,
+    enabled: bool,
+}
+
+impl Refresher {
+    /// A handle; no task runs until [`Refresher::spawn`].
+    pub fn new(enabled: bool) -> Refresher {
+        Refresher {
+            trigger: Arc::new(Notify::new()),
+            started: Arc::new(AtomicU64::new(0)),
+            finished: watch::channel(0).0,
+            enabled,
+        }
+    }
+
+    /// Whether a control plane is configured.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Runs a pass every `interval` and whenever asked, until the process ends.
+    pub fn spawn(&self, db: Db, settings: GitSettings, interval: Duration) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                me.started.fetch_add(1, Ordering::SeqCst);
+                match refresh(&db, &settings).await {
+                    Ok(report) => {
+                        if !report.errors.is_empty() || report.commits > 0 {
+                            tracing::info!(
+                                environments = report.environments,
+                                commits = report.commits,
+                                errors = ?report.errors,
+                                "GitOps history refreshed"
+                            );
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "GitOps refresh failed"),
+                }
+                me.finished.send_modify(|n| *n += 1);
+                tokio::select! {
+                    () = tokio::time::sleep(interval) => {}
+                    () = me.trigger.notified() => {}
+                }
+            }
+        });
+    }
+
+    /// Asks for a pass now and waits (at most `timeout`) until one that started after this
+    /// call has finished. Returns at once when no control plane is configured.
+    pub async fn refresh_now(&self, timeout: Duration) {
+        if !self.enabled {
+            return;
+        }
+        let mut finished = self.finished.subscribe();
+        // A pass running now may have read the branches before the call: wait for the next.
+        let target = self.started.load(Ordering::SeqCst) + 1;
+        self.trigger.notify_one();
+        let wait = async {
+            while *finished.borrow_and_update() < target {
+                if finished.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(timeout, wait).await;
+    }
+}
+
+/// Failure of a whole refresh pass.
+#[derive(Debug, thiserror::Error)]
+pub enum RefreshError {
+    /// The control plane cannot be read.
+    #[error("control plane: {0}")]
+    ControlPlane(String),
+    /// The database failed.
+    #[error(transparent)]
+    Db(#[from] DbError),
+}
+
+fn git_dir(url: &RepoUrl, cache: &Cache) -> PathBuf {
+    match url.plain_path() {
+        Some(path) => path.to_path_buf(),
+        None => cache.dir().join(url.cache_name()),
+    }
+}
+
+/// Reads the control plane's environments, their GitOps branches and each branch's new
+/// history (`known`: the stored commits per environment). Blocking (git).
+fn read_all(
+    settings: &GitSettings,
+    known: &HashMap<String, HashMap<String, i64>>,
+) -> Result<Vec<EnvHistory>, RefreshError> {
+    let fail = |e: &dyn std::fmt::Display| RefreshError::ControlPlane(kalypso_git::redact(&e.to_string()));
+    let credentials = Credentials::load(&settings.auth).map_err(|e| fail(&e))?;
+    let transport = Transport::new(&credentials, settings.retry);
+    let cache = Cache::new(&settings.cache_dir);
+    let url = RepoUrl::parse(&settings.control_plane).map_err(|e| fail(&e))?;
+    let cp = ControlPlane::open(&url, &cache, &transport, &settings.main_branch).map_err(|e| fail(&e))?;
+    let mut out = Vec::new();
+    for env in cp.environments().map_err(|e| fail(&e))? {
+        let targets = match cp.gitops_targets(&env) {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(environment = %env.name, error = %kalypso_git::redact(&e.to_string()), "cannot read the GitOpsRepo");
+                continue;
+            }
+        };
+        let Some(target) = targets.into_iter().next() else {
+            continue;
+        };
+        let history = (|| -> Result<Option<History>, String> {
+            let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
+            let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
+            repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
+                .map_err(|e| e.to_string())?;
+            let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
+                return Ok(None);
+            };
+            let git = Repository::open(git_dir(&url, &cache)).map_err(|e| e.to_string())?;
+            let empty = HashMap::new();
+            let known = known.get(&env.name).unwrap_or(&empty);
+            read_history(&git, head, known)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        })();
+        match history {
+            Ok(history) => out.push(EnvHistory {
+                name: env.name.clone(),
+                repo: target.repo.clone(),
+                branch: target.branch.clone(),
+                history,
+            }),
+            Err(e) => {
+                tracing::warn!(environment = %env.name, error = %kalypso_git::redact(&e), "cannot read the GitOps branch");
+                out.push(EnvHistory {
+                    name: env.name.clone(),
+                    repo: target.repo.clone(),
+                    branch: target.branch.clone(),
+                    history: None,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+/// One refresh pass: reads every environment's new GitOps commits and stores them.
+pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, RefreshError> {
+    let mut known: HashMap<String, HashMap<String, i64>> = HashMap::new();
+    for row in sqlx::query("SELECT environment, sha, position FROM gitops_commits")
+        .fetch_all(db.pool())
+        .await
+        .map_err(DbError::from)?
+    {
+        let env: String = row.try_get(0).map_err(DbError::from)?;
+        let sha: String = row.try_get(1).map_err(DbError::from)?;
+        let position: i64 = row.try_get(2).map_err(DbError::from)?;
+        known.entry(env).or_default().insert(sha, position);
+    }
+    let settings_owned = settings.clone();
+    let known_owned = known;
+    let envs = tokio::task::spawn_blocking(move || read_all(&settings_owned, &known_owned))
+        .await
+        .map_err(|e| RefreshError::ControlPlane(format!("the git reader stopped: {e}")))??;
+    let mut report = RefreshReport {
+        environments: envs.len(),
+        ..RefreshReport::default()
+    };
+    for env in envs {
+        match store_history(db, &env).await {
+            Ok(n) => report.commits += n,
+            Err(e) => report.errors.push(format!("{}: {e}", env.name)),
+        }
+    }
+    Ok(report)
+}
+
+async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
+    let pool = db.pool();
+    let mut open = Open::new();
+    for row in sqlx::query(
+        "SELECT cluster_type, deployment_target, from_position, workload, source FROM placements \
+         WHERE environment = $1 AND to_position IS NULL",
+    )
+    .bind(&env.name)
+    .fetch_all(pool)
+    .await?
+    {
+        open.insert(
+            (row.try_get(0)?, row.try_get(1)?),
+            (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
+        );
+    }
+    let mut tx = pool.begin().await?;
+    sqlx::query(
+        "INSERT INTO environments (name, gitops_repo, branch, refreshed_at) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (name) DO UPDATE SET gitops_repo = excluded.gitops_repo, branch = excluded.branch, \
+         refreshed_at = excluded.refreshed_at",
+    )
+    .bind(&env.name)
+    .bind(kalypso_git::redact(&env.repo))
+    .bind(&env.branch)
+    .bind(now_ms())
+    .execute(&mut *tx)
+    .await?;
+    let Some(history) = &env.history else {
+        tx.commit().await?;
+        return Ok(0);
+    };
+    if history.base.is_none() {
+        // From the root: whatever was open belongs to a history this branch no longer has.
+        open.clear();
+    }
+    let first = history.base.as_ref().map_or(0, |(_, p)| p + 1);
+    let mut new_shas = Vec::new();
+    for (i, commit) in history.commits.iter().enumerate() {
+        let position = first + i as i64;
+        sqlx::query(
+            "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit) \
+             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment, sha) DO NOTHING",
+        )
+        .bind(&env.name)
+        .bind(&commit.sha)
+        .bind(&commit.parent)
+        .bind(position)
+        .bind(commit.committed_at)
+        .bind(&commit.promoted)
+        .execute(&mut *tx)
+        .await?;
+        for op in diff(&mut open, commit, position) {
+            match op {
+                Op::Open {
+                    cluster_type,
+                    target,
+                    workload,
+                    source,
+                    position,
+                    sha,
+                } => {
+                    sqlx::query(
+                        "INSERT INTO placements (environment, cluster_type, deployment_target, workload, source, from_position, from_sha) \
+                         VALUES ($1, $2, $3, $4, $5, $6, $7) \
+                         ON CONFLICT (environment, cluster_type, deployment_target, from_position) DO NOTHING",
+                    )
+                    .bind(&env.name)
+                    .bind(cluster_type)
+                    .bind(target)
+                    .bind(workload)
+                    .bind(source)
+                    .bind(position)
+                    .bind(sha)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                Op::Close {
+                    cluster_type,
+                    target,
+                    from,
+                    position,
+                    sha,
+                } => {
+                    sqlx::query(
+                        "UPDATE placements SET to_position = $1, to_sha = $2 WHERE environment = $3 \
+                         AND cluster_type = $4 AND deployment_target = $5 AND from_position = $6 AND to_position IS NULL",
+                    )
+                    .bind(position)
+                    .bind(sha)
+                    .bind(&env.name)
+                    .bind(cluster_type)
+                    .bind(target)
+                    .bind(from)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+            }
+        }
+        new_shas.push(commit.sha.clone());
+    }
+    // Reports that named these commits before the hub knew them now decide their clusters'
+    // platform state.
+    if !new_shas.is_empty() {
+        let rows = sqlx::query(
+            "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
+             FROM latest l JOIN clusters c ON c.id = l.cluster_id \
+             JOIN gitops_commits g ON g.environment = c.environment AND g.sha = l.commit_sha \
+             WHERE c.environment = $1 AND g.position >= $2 AND l.drives = 1 ORDER BY l.event_time",
+        )
+        .bind(&env.name)
+        .bind(first)
+        .fetch_all(&mut *tx)
+        .await?;
+        for row in rows {
+            let state: String = row.try_get(1)?;
+            let report = Report {
+                environment: env.name.clone(),
+                cluster: String::new(),
+                cluster_type: String::new(),
+                object: String::new(),
+                drives: true,
+                state: State::parse(&state).unwrap_or(State::Reconciling),
+                revision: row.try_get(2)?,
+                commit: row.try_get(3)?,
+                message: row.try_get(4)?,
+                reason: String::new(),
+                event_time: row.try_get(5)?,
+            };
+            set_platform_state(&mut tx, row.try_get(0)?, &report, row.try_get(6)?).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok(history.commits.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconcilers_of_both_kinds() {
+        let flux = "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nspec:\n  url: https://g/app\n  ref:\n    branch: dev\n---\nkind: Kustomization\nspec:\n  path: ./functional-test\n";
+        assert_eq!(
+            parse_reconciler(flux),
+            Some(Source {
+                kind: "flux".into(),
+                url: Some("https://g/app".into()),
+                branch: Some("dev".into()),
+                revision: None,
+                path: Some("./functional-test".into()),
+            })
+        );
+        let argo = "kind: Application\nspec:\n  source:\n    repoURL: https://g/app\n    targetRevision: main\n    path: p\n";
+        let s = parse_reconciler(argo).unwrap();
+        assert_eq!((s.kind.as_str(), s.revision.as_deref()), ("argocd", Some("main")));
+        assert_eq!(parse_reconciler("kind: ConfigMap\n"), None);
+        assert_eq!(parse_reconciler(": : not yaml ["), None);
+    }
+
+    #[test]
+    fn namespaces_give_the_workload() {
+        let ns = "kind: Namespace\nmetadata:\n  labels:\n    workload: hello\n---\nkind: RoleBinding\n";
+        assert_eq!(parse_namespace(ns).as_deref(), Some("hello"));
+        assert_eq!(parse_namespace("kind: Namespace\nmetadata: {}\n"), None);
+    }
+
+    fn commit(sha: &str, cts: &[(&str, &[(&str, &str)])]) -> CommitInfo {
+        CommitInfo {
+            sha: sha.into(),
+            cluster_types: cts
+                .iter()
+                .map(|(ct, dts)| {
+                    (
+                        ct.to_string(),
+                        dts.iter()
+                            .map(|(dt, w)| {
+                                (
+                                    dt.to_string(),
+                                    Target {
+                                        workload: Some(w.to_string()),
+                                        source: None,
+                                    },
+                                )
+                            })
+                            .collect(),
+                    )
+                })
+                .collect(),
+            ..CommitInfo::default()
+        }
+    }
+
+    #[test]
+    fn intervals_open_and_close() {
+        let mut open = Open::new();
+        let ops = diff(&mut open, &commit("a", &[("drone", &[("app-dev", "app")])]), 0);
+        assert_eq!(ops.len(), 2);
+        let ops = diff(&mut open, &commit("b", &[("drone", &[("app-dev", "app")])]), 1);
+        assert!(ops.is_empty());
+        let ops = diff(
+            &mut open,
+            &commit("c", &[("drone", &[("app-dev", "app2")]), ("large", &[])]),
+            2,
+        );
+        assert_eq!(
+            ops,
+            vec![
+                Op::Close {
+                    cluster_type: "drone".into(),
+                    target: "app-dev".into(),
+                    from: 0,
+                    position: 2,
+                    sha: "c".into()
+                },
+                Op::Open {
+                    cluster_type: "drone".into(),
+                    target: "app-dev".into(),
+                    workload: Some("app2".into()),
+                    source: None,
+                    position: 2,
+                    sha: "c".into()
+                },
+                Op::Open {
+                    cluster_type: "large".into(),
+                    target: String::new(),
+                    workload: None,
+                    source: None,
+                    position: 2,
+                    sha: "c".into()
+                },
+            ]
+        );
+        let ops = diff(&mut open, &commit("d", &[]), 3);
+        assert_eq!(ops.len(), 3);
+        assert!(open.is_empty());
+    }
+}

@@ -1,0 +1,491 @@
+//! The HTTP API, as an axum [`Router`] built by [`app`] so that tests can serve it on a
+//! loopback port: report ingestion (`POST /api/v1/events/flux`, `POST /api/v1/compliance`),
+//! the queries under `/api/v1`, `/healthz` and `/readyz`.
+//!
+//! Reports must carry `X-Signature: sha256=<HMAC-SHA256 of the body>` when a webhook secret
+//! is set (Flux's `generic-hmac` Provider sends exactly that); queries need
+//! `Authorization: Bearer <token>` when an API token is set. Every error is JSON
+//! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
+//! `Retry-After`, and a report is acknowledged only after its transaction committed.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use hmac::{Hmac, Mac};
+use kalypso_git::redact::Secret;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+
+use crate::db::{Db, DbError};
+use crate::gitops::Refresher;
+use crate::ingest::Ingest;
+use crate::model::{self, BadInput};
+use crate::query;
+
+/// The largest request body accepted (413 beyond).
+pub const MAX_BODY: usize = 1024 * 1024;
+/// The default page size of lists.
+pub const DEFAULT_LIMIT: i64 = 100;
+/// The largest page size.
+pub const MAX_LIMIT: i64 = 10_000;
+/// The default number of clusters a gate answer lists.
+pub const DEFAULT_GATE_LIMIT: i64 = 1000;
+
+struct Shared {
+    db: Db,
+    ingest: Ingest,
+    refresher: Refresher,
+    webhook_secret: Option<Secret>,
+    api_token: Option<Secret>,
+    stale_after: Duration,
+}
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct HubState(Arc<Shared>);
+
+impl std::fmt::Debug for HubState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HubState")
+            .field("backend", &self.0.db.backend())
+            .field("webhook_secret", &self.0.webhook_secret)
+            .field("api_token", &self.0.api_token)
+            .field("stale_after", &self.0.stale_after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HubState {
+    /// A state over `db`, storing reports through `ingest`.
+    pub fn new(
+        db: Db,
+        ingest: Ingest,
+        refresher: Refresher,
+        webhook_secret: Option<Secret>,
+        api_token: Option<Secret>,
+        stale_after: Duration,
+    ) -> HubState {
+        HubState(Arc::new(Shared {
+            db,
+            ingest,
+            refresher,
+            webhook_secret,
+            api_token,
+            stale_after,
+        }))
+    }
+
+    /// The database.
+    pub fn db(&self) -> &Db {
+        &self.0.db
+    }
+
+    /// The GitOps refresher.
+    pub fn refresher(&self) -> &Refresher {
+        &self.0.refresher
+    }
+
+    fn stale_before(&self) -> i64 {
+        now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// The router.
+pub fn app(state: HubState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/api/v1/events/flux", post(flux_event))
+        .route("/api/v1/compliance", post(compliance))
+        .route("/api/v1/clusters", get(list_clusters))
+        .route("/api/v1/clusters/{environment}/{name}", get(get_cluster))
+        .route("/api/v1/environments", get(list_environments))
+        .route("/api/v1/environments/{environment}", get(get_environment))
+        .route("/api/v1/environments/{environment}/gate", get(get_gate))
+        .route("/api/v1/commits/{sha}", get(get_commit))
+        .route("/api/v1/workloads/{name}", get(get_workload))
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .with_state(state)
+}
+
+/// An error answer.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    field: Option<String>,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            field: field.map(str::to_owned),
+            message: message.into(),
+        }
+    }
+}
+
+impl From<BadInput> for ApiError {
+    fn from(e: BadInput) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, Some(&e.field), e.to_string())
+    }
+}
+
+impl From<DbError> for ApiError {
+    fn from(e: DbError) -> ApiError {
+        match e {
+            DbError::Unavailable(_) => {
+                tracing::warn!(error = %e, "database unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    None,
+                    "the database is unavailable: retry later",
+                )
+            }
+            other => {
+                tracing::error!(error = %other, "database error");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, None, "database error")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut response = (
+            self.status,
+            axum::Json(json!({"error": self.message, "field": self.field})),
+        )
+            .into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        }
+        response
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(value: Value) -> ApiResult {
+    Ok(axum::Json(value).into_response())
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(state): State<HubState>) -> Response {
+    match state.db().ping().await {
+        Ok(()) => (StatusCode::OK, "ready\n").into_response(),
+        Err(e) => {
+            tracing::warn!(error = %e, "not ready");
+            let mut r = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "not ready: the database is unavailable\n",
+            )
+                .into_response();
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+            r
+        }
+    }
+}
+
+/// Whether `signature` (`sha256=<hex>`) is the HMAC-SHA256 of `body` with `secret`. The
+/// comparison takes constant time.
+pub fn verify_signature(secret: &[u8], body: &[u8], signature: &str) -> bool {
+    let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
+        return false;
+    };
+    let Ok(expected) = hex::decode(hex_digest) else {
+        return false;
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// The `X-Signature` header Flux's `generic-hmac` Provider sends for `body`.
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return String::new();
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn check_signature(state: &HubState, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
+    let Some(secret) = &state.0.webhook_secret else {
+        return Ok(());
+    };
+    let signature = headers
+        .get("x-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if signature.is_empty() {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            Some("X-Signature"),
+            "missing X-Signature header (sha256=<HMAC-SHA256 of the body>)",
+        ));
+    }
+    if !verify_signature(secret.expose().as_bytes(), body, signature) {
+        tracing::warn!("report rejected: invalid signature");
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            Some("X-Signature"),
+            "invalid signature",
+        ));
+    }
+    Ok(())
+}
+
+fn digest_eq(a: &[u8], b: &[u8]) -> bool {
+    // Compare digests, so that neither the length nor the content leaks through timing.
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = &state.0.api_token else {
+        return Ok(());
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default();
+    if given.is_empty() || !digest_eq(given.trim().as_bytes(), token.expose().as_bytes()) {
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            Some("Authorization"),
+            "missing or invalid bearer token",
+        ));
+    }
+    Ok(())
+}
+
+async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
+    let outcome = state.0.ingest.submit(report, received_at).await?;
+    ok(json!({"result": outcome.as_str()}))
+}
+
+async fn flux_event(State(state): State<HubState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    check_signature(&state, &headers, &body)?;
+    let report = model::parse_flux(&body)?;
+    ingest(&state, report, now_ms()).await
+}
+
+async fn compliance(State(state): State<HubState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+    check_signature(&state, &headers, &body)?;
+    let now = now_ms();
+    let report = model::parse_generic(&body, now)?;
+    ingest(&state, report, now).await
+}
+
+type Params = Query<BTreeMap<String, String>>;
+
+fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i64) -> Result<i64, ApiError> {
+    match params.get(name) {
+        None => Ok(default),
+        Some(text) => text
+            .parse::<i64>()
+            .ok()
+            .filter(|n| (0..=max).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    Some(name),
+                    format!("{text:?} is not a number from 0 to {max}"),
+                )
+            }),
+    }
+}
+
+fn not_found(what: String) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, None, what)
+}
+
+async fn list_clusters(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Query(params): Params,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    let state_filter = params.get("state").filter(|s| !s.is_empty()).cloned();
+    if let Some(s) = &state_filter
+        && !["compliant", "reconciling", "failed", "stale", "unknown"].contains(&s.as_str())
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("state"),
+            format!("{s:?} is not one of compliant, reconciling, failed, stale, unknown"),
+        ));
+    }
+    let filter = query::ClusterFilter {
+        environment: params.get("environment").filter(|s| !s.is_empty()).cloned(),
+        cluster_type: params.get("clusterType").filter(|s| !s.is_empty()).cloned(),
+        state: state_filter,
+        limit: int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?,
+        offset: int_param(&params, "offset", 0, i64::MAX / 2)?,
+    };
+    ok(query::clusters(state.db(), &filter, state.stale_before()).await?)
+}
+
+async fn get_cluster(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path((environment, name)): Path<(String, String)>,
+    Query(params): Params,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    let limit = int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?;
+    let offset = int_param(&params, "offset", 0, i64::MAX / 2)?;
+    match query::cluster(
+        state.db(),
+        &environment,
+        &name,
+        state.stale_before(),
+        limit,
+        offset,
+    )
+    .await?
+    {
+        Some(v) => ok(v),
+        None => Err(not_found(format!(
+            "no cluster {name:?} in environment {environment:?}"
+        ))),
+    }
+}
+
+async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
+    check_token(&state, &headers)?;
+    ok(query::environments(state.db(), state.stale_before()).await?)
+}
+
+async fn get_environment(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path(environment): Path<String>,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    match query::environment(state.db(), &environment, state.stale_before()).await? {
+        Some(v) => ok(v),
+        None => Err(not_found(format!("no environment {environment:?}"))),
+    }
+}
+
+/// How long a query waits for an on-demand refresh when it names an unknown commit.
+const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
+
+async fn get_gate(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path(environment): Path<String>,
+    Query(params): Params,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    let commit = params
+        .get("commit")
+        .map(|c| c.trim().to_owned())
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                Some("commit"),
+                "the commit query parameter is missing",
+            )
+        })?;
+    if query::commit_pattern(&commit).is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("commit"),
+            format!("{commit:?} is not a commit id (4 to 40 hex digits)"),
+        ));
+    }
+    let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
+    let db = state.db();
+    if query::resolve_commit(db, &environment, &commit).await?.is_none() {
+        state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
+    }
+    ok(query::gate(db, &environment, &commit, state.stale_before(), limit).await?)
+}
+
+async fn get_commit(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path(sha): Path<String>,
+    Query(params): Params,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    if query::commit_pattern(&sha).is_none() {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("sha"),
+            format!("{sha:?} is not a commit id (4 to 40 hex digits)"),
+        ));
+    }
+    let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
+    let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+    if answer["environments"].as_array().is_none_or(Vec::is_empty) && state.refresher().enabled() {
+        state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
+        answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+    }
+    ok(answer)
+}
+
+async fn get_workload(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult {
+    check_token(&state, &headers)?;
+    ok(query::workload(state.db(), &name).await?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_verify_only_with_the_right_secret_and_body() {
+        let header = sign(b"s3cret", b"{}");
+        assert!(verify_signature(b"s3cret", b"{}", &header));
+        assert!(!verify_signature(b"other", b"{}", &header));
+        assert!(!verify_signature(b"s3cret", b"{ }", &header));
+        assert!(!verify_signature(b"s3cret", b"{}", "sha1=00"));
+        assert!(!verify_signature(b"s3cret", b"{}", "sha256=zz"));
+    }
+
+    #[test]
+    fn tokens_compare_by_digest() {
+        assert!(digest_eq(b"abc", b"abc"));
+        assert!(!digest_eq(b"abc", b"abd"));
+        assert!(!digest_eq(b"abc", b"abcd"));
+    }
+}

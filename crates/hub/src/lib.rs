@@ -1,0 +1,141 @@
+//! The Deployment Observability Hub (`kalypso hub`).
+//!
+//! Clusters report whether they applied their platform GitOps commits — Flux's
+//! notification-controller posts its events, other agents (Argo CD notifications) post a small
+//! JSON report — and the hub correlates those commits with the platform GitOps history that
+//! kalypso wrote, environment by environment. It answers "which clusters run commit X",
+//! "where does workload W run, since when", and the promotion gate `kalypso check-promote`
+//! asks before moving a control-plane commit on to the next environment.
+//!
+//! The hub keeps no state outside its database (SQLite by default, PostgreSQL for several
+//! replicas); a local git cache holds the GitOps repositories it reads. Modules:
+//!
+//! - [`model`]: the report payloads, parsed and validated;
+//! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
+//! - [`gitops`]: reading the GitOps branches' history; [`query`]: the correlation queries;
+//! - [`http`]: the API ([`app`]); [`client`]: a minimal HTTP client for tests and the bench.
+
+pub mod client;
+pub mod db;
+pub mod gitops;
+pub mod http;
+pub mod ingest;
+pub mod model;
+pub mod query;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
+pub use gitops::{GitSettings, Refresher};
+pub use http::{HubState, app};
+use kalypso_git::redact::Secret;
+
+/// The default listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8090";
+
+/// Everything the hub is started with.
+#[derive(Clone, Debug)]
+pub struct HubConfig {
+    /// The database URL (`sqlite://PATH` or `postgres://...`).
+    pub database: String,
+    /// Connection settings.
+    pub db_options: DbOptions,
+    /// The control plane to read environments and GitOps repositories from.
+    pub git: Option<GitSettings>,
+    /// Reports must be signed with this secret.
+    pub webhook_secret: Option<Secret>,
+    /// Queries must carry this bearer token.
+    pub api_token: Option<Secret>,
+    /// A cluster silent for longer is stale.
+    pub stale_after: Duration,
+    /// How often the GitOps history is refreshed.
+    pub refresh: Duration,
+    /// Writer tasks (0: one for SQLite, four for PostgreSQL).
+    pub writers: usize,
+}
+
+impl HubConfig {
+    /// A configuration with defaults for everything but the database.
+    pub fn new(database: impl Into<String>) -> HubConfig {
+        HubConfig {
+            database: database.into(),
+            db_options: DbOptions::default(),
+            git: None,
+            webhook_secret: None,
+            api_token: None,
+            stale_after: Duration::from_secs(30 * 60),
+            refresh: Duration::from_secs(30),
+            writers: 0,
+        }
+    }
+}
+
+/// Why the hub cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The database.
+    #[error(transparent)]
+    Db(#[from] DbError),
+    /// The listening socket.
+    #[error("cannot listen on {addr}: {error}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        error: std::io::Error,
+    },
+    /// Serving failed.
+    #[error("server error: {0}")]
+    Serve(std::io::Error),
+}
+
+/// Connects to the database (applying migrations), starts the writers and, with a control
+/// plane, the GitOps refresher. Must run inside a tokio runtime.
+pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
+    let db = Db::connect(&config.database, &config.db_options).await?;
+    let writers = match (config.writers, db.backend()) {
+        (0, Backend::Sqlite) => 1,
+        (0, Backend::Postgres) => 4,
+        (n, _) => n,
+    };
+    let ingest = ingest::Ingest::start(&db, writers);
+    let refresher = Refresher::new(config.git.is_some());
+    if let Some(git) = &config.git {
+        refresher.spawn(db.clone(), git.clone(), config.refresh);
+    }
+    Ok(HubState::new(
+        db,
+        ingest,
+        refresher,
+        config.webhook_secret.clone(),
+        config.api_token.clone(),
+        config.stale_after,
+    ))
+}
+
+/// Runs the hub on `listen` until `shutdown` completes, then finishes the requests in
+/// flight and closes the database.
+pub async fn serve(
+    config: &HubConfig,
+    listen: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let state = start(config).await?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .map_err(|error| Error::Listen { addr: listen, error })?;
+    tracing::info!(
+        listen = %listen,
+        database = %db::redact_url(&config.database),
+        "observability hub listening"
+    );
+    let db = state.db().clone();
+    axum::serve(listener, app(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(Error::Serve)?;
+    db.close().await;
+    tracing::info!("observability hub stopped");
+    Ok(())
+}

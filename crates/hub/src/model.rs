@@ -1,0 +1,508 @@
+//! What a cluster reports, parsed and validated before anything is stored.
+//!
+//! Two payloads come in: the event Flux's notification-controller posts with a `generic` or
+//! `generic-hmac` Provider (the `event.toolkit.fluxcd.io/v1beta1` Event, after the controller
+//! merged the Alert's `spec.eventMetadata` into `metadata` and stripped the involved object's
+//! API-group prefix from its keys), and a small generic JSON report for any other agent
+//! (Argo CD notifications, scripts). Both become one [`Report`]; every rejection names the
+//! field at fault, so that a misconfigured Alert is easy to fix.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// The most of a report's message that is stored (Flux allows 39,000 characters).
+pub const MAX_MESSAGE: usize = 8 * 1024;
+/// The longest name (cluster, environment, cluster type) accepted: a Kubernetes name's.
+pub const MAX_NAME: usize = 253;
+
+/// A cluster's (or an object's) reconciliation state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum State {
+    /// Working on a revision, or not done yet.
+    Reconciling,
+    /// The revision is applied and healthy.
+    Compliant,
+    /// The revision failed to apply or is unhealthy.
+    Failed,
+}
+
+impl State {
+    /// The name used in JSON and in the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Reconciling => "reconciling",
+            State::Compliant => "compliant",
+            State::Failed => "failed",
+        }
+    }
+
+    /// The state named `text`.
+    pub fn parse(text: &str) -> Option<State> {
+        match text {
+            "reconciling" => Some(State::Reconciling),
+            "compliant" => Some(State::Compliant),
+            "failed" => Some(State::Failed),
+            _ => None,
+        }
+    }
+}
+
+/// One report, ready to be stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The cluster's environment.
+    pub environment: String,
+    /// The cluster's name.
+    pub cluster: String,
+    /// The cluster's type.
+    pub cluster_type: String,
+    /// The reporting object: `Kind/namespace/name` for Flux, `compliance/<repo>#<branch>` for
+    /// generic reports.
+    pub object: String,
+    /// Whether the object applies a revision (a Kustomization, a HelmRelease, a generic
+    /// report) and may so decide the cluster's platform state; sources only fetch.
+    pub drives: bool,
+    /// The state.
+    pub state: State,
+    /// The revision as reported (`dev@sha1:<hex>`), or empty.
+    pub revision: String,
+    /// The commit of the revision (40 lower-case hex digits), or empty.
+    pub commit: String,
+    /// What happened.
+    pub message: String,
+    /// Flux's reason (`ReconciliationSucceeded`...), or empty.
+    pub reason: String,
+    /// When it happened, Unix milliseconds.
+    pub event_time: i64,
+}
+
+/// A rejected payload: which field, and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct BadInput {
+    /// The field's path (`metadata.cluster`, `involvedObject.kind`, `commit`).
+    pub field: String,
+    /// Why.
+    pub message: String,
+}
+
+impl BadInput {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> BadInput {
+        BadInput {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// The commit a revision names: `<branch>@sha1:<hex>` (Flux 2), `sha1:<hex>`, a bare
+/// 40-hex id, or `<branch>/<hex>` (older Flux). `None` for anything else.
+pub fn parse_revision(revision: &str) -> Option<String> {
+    let r = revision.trim();
+    let hex = if let Some((_, digest)) = r.rsplit_once("@sha1:") {
+        digest
+    } else if let Some(digest) = r.strip_prefix("sha1:") {
+        digest
+    } else if is_sha(r) {
+        r
+    } else if let Some((_, digest)) = r.rsplit_once('/') {
+        digest
+    } else {
+        return None;
+    };
+    is_sha(hex).then(|| hex.to_ascii_lowercase())
+}
+
+/// Whether `text` is a full 40-hex commit id.
+pub fn is_sha(text: &str) -> bool {
+    text.len() == 40 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// An RFC 3339 time as Unix milliseconds.
+pub fn parse_time(text: &str) -> Option<i64> {
+    chrono::DateTime::parse_from_rfc3339(text.trim())
+        .ok()
+        .map(|t| t.timestamp_millis())
+}
+
+/// Unix milliseconds as RFC 3339 (UTC, millisecond precision).
+pub fn format_time(millis: i64) -> String {
+    chrono::DateTime::from_timestamp_millis(millis)
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+        .unwrap_or_default()
+}
+
+fn check_name(field: &str, value: Option<&str>) -> Result<String, BadInput> {
+    let value = value.map(str::trim).unwrap_or_default();
+    if value.is_empty() {
+        return Err(BadInput::new(field, "is missing or empty"));
+    }
+    if value.len() > MAX_NAME {
+        return Err(BadInput::new(
+            field,
+            format!("is longer than {MAX_NAME} characters"),
+        ));
+    }
+    if value.chars().any(|c| c.is_control() || c == '/') {
+        return Err(BadInput::new(field, "holds a control character or a '/'"));
+    }
+    Ok(value.to_owned())
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() > MAX_MESSAGE {
+        let mut end = MAX_MESSAGE;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+    }
+    text
+}
+
+/// Deserializes `body`, naming the field at fault on failure.
+fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadInput> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // A missing field is reported at its parent; name the field itself.
+        let message = inner.to_string();
+        let at_root = path == "." || path == "?";
+        let field = match message.strip_prefix("missing field `") {
+            Some(rest) => {
+                let name = rest.split('`').next().unwrap_or_default();
+                if at_root {
+                    name.to_owned()
+                } else {
+                    format!("{path}.{name}")
+                }
+            }
+            None if at_root || inner.is_syntax() || inner.is_eof() => "body".to_owned(),
+            None => path,
+        };
+        BadInput::new(field, format!("invalid JSON: {message}"))
+    })
+}
+
+/// The involved object of a Flux event (a `corev1.ObjectReference`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ObjectReference {
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    api_version: Option<String>,
+}
+
+/// Flux's `event.toolkit.fluxcd.io/v1beta1` Event, as the notification-controller posts it.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FluxEvent {
+    involved_object: ObjectReference,
+    severity: String,
+    #[serde(default)]
+    timestamp: Option<String>,
+    #[serde(default)]
+    message: String,
+    #[serde(default)]
+    reason: String,
+    #[serde(default)]
+    metadata: BTreeMap<String, String>,
+}
+
+/// Kinds that only fetch an artifact: their events never decide a cluster's state.
+const SOURCE_KINDS: [&str; 6] = [
+    "GitRepository",
+    "OCIRepository",
+    "Bucket",
+    "HelmRepository",
+    "HelmChart",
+    "ExternalArtifact",
+];
+
+/// Parses a Flux event. The cluster's identity comes from the metadata keys `cluster`,
+/// `clusterType` and `environment` (the Alert's `spec.eventMetadata`); the revision from
+/// `revision` (also accepted with an API-group prefix, as older controllers sent it).
+///
+/// State: severity `error` → failed; a source's event → reconciling (it fetched, nothing is
+/// applied yet); reason `Progressing*` → reconciling; reason `ReconciliationSucceeded`, or
+/// any other `info` event with a revision → compliant; anything else → reconciling.
+pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
+    let event: FluxEvent = from_json(body)?;
+    let meta = |key: &str| event.metadata.get(key).map(String::as_str);
+    let cluster = check_name("metadata.cluster", meta("cluster"))?;
+    let cluster_type = check_name("metadata.clusterType", meta("clusterType"))?;
+    let environment = check_name("metadata.environment", meta("environment"))?;
+    let kind = check_name("involvedObject.kind", event.involved_object.kind.as_deref())?;
+    let name = check_name("involvedObject.name", event.involved_object.name.as_deref())?;
+    let namespace = event.involved_object.namespace.clone().unwrap_or_default();
+    let _ = &event.involved_object.api_version;
+    let timestamp = event
+        .timestamp
+        .as_deref()
+        .ok_or_else(|| BadInput::new("timestamp", "is missing"))?;
+    let event_time = parse_time(timestamp)
+        .ok_or_else(|| BadInput::new("timestamp", format!("{timestamp:?} is not an RFC 3339 time")))?;
+    let revision = meta("revision")
+        .map(|r| ("metadata.revision".to_owned(), r))
+        .or_else(|| {
+            event
+                .metadata
+                .iter()
+                .find(|(k, _)| k.ends_with("/revision"))
+                .map(|(k, v)| (format!("metadata.{k}"), v.as_str()))
+        });
+    let (revision, commit) = match revision {
+        Some((field, text)) => {
+            let commit = parse_revision(text).ok_or_else(|| {
+                BadInput::new(
+                    field,
+                    format!(
+                        "{text:?} is not a git revision (<branch>@sha1:<40 hex>, sha1:<40 hex> or <40 hex>)"
+                    ),
+                )
+            })?;
+            (text.trim().to_owned(), commit)
+        }
+        None => (String::new(), String::new()),
+    };
+    let source = SOURCE_KINDS.contains(&kind.as_str());
+    let state = match event.severity.as_str() {
+        "error" => State::Failed,
+        "info" | "trace" => {
+            if source || event.reason.starts_with("Progressing") {
+                State::Reconciling
+            } else if event.reason == "ReconciliationSucceeded" || !commit.is_empty() {
+                State::Compliant
+            } else {
+                State::Reconciling
+            }
+        }
+        other => {
+            return Err(BadInput::new(
+                "severity",
+                format!("{other:?} is not one of info, error, trace"),
+            ));
+        }
+    };
+    Ok(Report {
+        environment,
+        cluster,
+        cluster_type,
+        object: format!("{kind}/{namespace}/{name}"),
+        drives: !source,
+        state,
+        revision,
+        commit,
+        message: truncate(event.message),
+        reason: truncate(event.reason),
+        event_time,
+    })
+}
+
+/// The generic report (`POST /api/v1/compliance`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Generic {
+    #[serde(default)]
+    cluster: Option<String>,
+    #[serde(default)]
+    cluster_type: Option<String>,
+    #[serde(default)]
+    environment: Option<String>,
+    #[serde(default)]
+    gitops_repo: Option<String>,
+    #[serde(default)]
+    branch: Option<String>,
+    #[serde(default)]
+    commit: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+    #[serde(default)]
+    message: Option<String>,
+    #[serde(default)]
+    time: Option<String>,
+}
+
+/// Parses a generic report: `{cluster, clusterType, environment, gitopsRepo, branch, commit,
+/// state, message, time}`. `time` defaults to `now` (Unix milliseconds); `commit` takes the
+/// same forms as a Flux revision.
+pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
+    let g: Generic = from_json(body)?;
+    let cluster = check_name("cluster", g.cluster.as_deref())?;
+    let cluster_type = check_name("clusterType", g.cluster_type.as_deref())?;
+    let environment = check_name("environment", g.environment.as_deref())?;
+    let text = g
+        .commit
+        .as_deref()
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .ok_or_else(|| BadInput::new("commit", "is missing or empty"))?;
+    let commit = parse_revision(text).ok_or_else(|| {
+        BadInput::new(
+            "commit",
+            format!("{text:?} is not a 40-hex commit id or a Flux revision"),
+        )
+    })?;
+    let state_text = g.state.as_deref().unwrap_or_default();
+    let state = State::parse(state_text).ok_or_else(|| {
+        BadInput::new(
+            "state",
+            format!("{state_text:?} is not one of reconciling, compliant, failed"),
+        )
+    })?;
+    let event_time = match g.time.as_deref().filter(|t| !t.trim().is_empty()) {
+        Some(t) => {
+            parse_time(t).ok_or_else(|| BadInput::new("time", format!("{t:?} is not an RFC 3339 time")))?
+        }
+        None => now,
+    };
+    let repo = g.gitops_repo.unwrap_or_default();
+    let branch = g.branch.unwrap_or_default();
+    let object = if repo.is_empty() && branch.is_empty() {
+        "compliance".to_owned()
+    } else {
+        format!("compliance/{repo}#{branch}")
+    };
+    Ok(Report {
+        environment,
+        cluster,
+        cluster_type,
+        object,
+        drives: true,
+        state,
+        revision: text.to_owned(),
+        commit,
+        message: truncate(g.message.unwrap_or_default()),
+        reason: String::new(),
+        event_time,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SHA: &str = "0123456789abcdef0123456789abcdef01234567";
+
+    #[test]
+    fn revisions_in_every_accepted_form() {
+        assert_eq!(parse_revision(&format!("dev@sha1:{SHA}")).as_deref(), Some(SHA));
+        assert_eq!(parse_revision(&format!("sha1:{SHA}")).as_deref(), Some(SHA));
+        assert_eq!(parse_revision(SHA).as_deref(), Some(SHA));
+        assert_eq!(
+            parse_revision(&format!("feature/x@sha1:{}", SHA.to_uppercase())).as_deref(),
+            Some(SHA)
+        );
+        assert_eq!(parse_revision(&format!("main/{SHA}")).as_deref(), Some(SHA));
+        assert_eq!(parse_revision("dev@sha1:abc"), None);
+        assert_eq!(parse_revision("latest@sha256:0123"), None);
+        assert_eq!(parse_revision(""), None);
+    }
+
+    fn event(severity: &str, kind: &str, reason: &str, revision: Option<&str>) -> Vec<u8> {
+        let mut metadata = serde_json::json!({"cluster": "c1", "clusterType": "drone", "environment": "dev"});
+        if let Some(r) = revision {
+            metadata["revision"] = r.into();
+        }
+        serde_json::to_vec(&serde_json::json!({
+            "involvedObject": {"kind": kind, "namespace": "flux-system", "name": "platform"},
+            "severity": severity, "timestamp": "2026-01-02T03:04:05Z", "message": "m",
+            "reason": reason, "metadata": metadata, "reportingController": "kustomize-controller"
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn flux_states() {
+        let rev = format!("dev@sha1:{SHA}");
+        let r = parse_flux(&event(
+            "info",
+            "Kustomization",
+            "ReconciliationSucceeded",
+            Some(&rev),
+        ))
+        .unwrap();
+        assert_eq!(
+            (r.state, r.commit.as_str(), r.drives),
+            (State::Compliant, SHA, true)
+        );
+        assert_eq!(r.object, "Kustomization/flux-system/platform");
+        assert_eq!(r.event_time, 1_767_323_045_000);
+        let r = parse_flux(&event("error", "Kustomization", "HealthCheckFailed", Some(&rev))).unwrap();
+        assert_eq!(r.state, State::Failed);
+        let r = parse_flux(&event("info", "Kustomization", "Progressing", Some(&rev))).unwrap();
+        assert_eq!(r.state, State::Reconciling);
+        let r = parse_flux(&event("info", "Kustomization", "Other", None)).unwrap();
+        assert_eq!(r.state, State::Reconciling);
+        let r = parse_flux(&event("info", "GitRepository", "NewArtifact", Some(&rev))).unwrap();
+        assert_eq!((r.state, r.drives), (State::Reconciling, false));
+    }
+
+    #[test]
+    fn flux_rejections_name_the_field() {
+        let bad = parse_flux(&event("info", "Kustomization", "x", Some("main@sha1:12"))).unwrap_err();
+        assert_eq!(bad.field, "metadata.revision");
+        let bad = parse_flux(&event("warning", "Kustomization", "x", None)).unwrap_err();
+        assert_eq!(bad.field, "severity");
+        let bad = parse_flux(br#"{"involvedObject": {"kind": "K", "name": "n"}, "severity": "info", "timestamp": "2026-01-02T03:04:05Z", "metadata": {"cluster": "c", "environment": "dev"}}"#).unwrap_err();
+        assert_eq!(bad.field, "metadata.clusterType");
+        let bad =
+            parse_flux(br#"{"involvedObject": {"kind": "K", "name": "n"}, "timestamp": "x"}"#).unwrap_err();
+        assert_eq!(bad.field, "severity");
+        let bad = parse_flux(br#"{"involvedObject": 3}"#).unwrap_err();
+        assert_eq!(bad.field, "involvedObject");
+        let bad = parse_flux(b"{").unwrap_err();
+        assert_eq!(bad.field, "body");
+    }
+
+    #[test]
+    fn generic_reports() {
+        let body = format!(
+            r#"{{"cluster":"c","clusterType":"t","environment":"dev","gitopsRepo":"https://g/r","branch":"dev","commit":"{SHA}","state":"compliant","message":"ok","time":"2026-01-02T03:04:05.5Z"}}"#
+        );
+        let r = parse_generic(body.as_bytes(), 7).unwrap();
+        assert_eq!(r.object, "compliance/https://g/r#dev");
+        assert_eq!((r.state, r.event_time), (State::Compliant, 1_767_323_045_500));
+        let r = parse_generic(
+            format!(
+                r#"{{"cluster":"c","clusterType":"t","environment":"dev","commit":"{SHA}","state":"failed"}}"#
+            )
+            .as_bytes(),
+            7,
+        )
+        .unwrap();
+        assert_eq!((r.event_time, r.object.as_str()), (7, "compliance"));
+        let bad = parse_generic(
+            br#"{"cluster":"c","clusterType":"t","environment":"dev","commit":"nope","state":"failed"}"#,
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(bad.field, "commit");
+        let bad = parse_generic(
+            format!(
+                r#"{{"cluster":"c","clusterType":"t","environment":"dev","commit":"{SHA}","state":"done"}}"#
+            )
+            .as_bytes(),
+            0,
+        )
+        .unwrap_err();
+        assert_eq!(bad.field, "state");
+        let bad = parse_generic(br#"{"cluster":"","clusterType":"t"}"#, 0).unwrap_err();
+        assert_eq!(bad.field, "cluster");
+        let bad = parse_generic(br#"{"cluster": 5}"#, 0).unwrap_err();
+        assert_eq!(bad.field, "cluster");
+    }
+
+    #[test]
+    fn times_round_trip() {
+        assert_eq!(format_time(1_767_323_045_500), "2026-01-02T03:04:05.500Z");
+        assert_eq!(parse_time("2026-01-02T04:04:05+01:00"), Some(1_767_323_045_000));
+    }
+}

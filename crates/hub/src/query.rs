@@ -1,0 +1,848 @@
+//! The correlation queries: clusters, environments, commits, workloads and the promotion
+//! gate. Counting is done by the database (`GROUP BY` over indexed columns), so that an
+//! environment of 100,000 clusters answers in milliseconds; the rules (what a cluster's
+//! state is relative to a commit, what the verdict is) are pure functions, unit-tested.
+//!
+//! A cluster's *platform state* is the latest report of an applying object whose commit is on
+//! its environment's GitOps branch, with that commit's first-parent position. Relative to a
+//! commit at position `p`: stale when silent for longer than `--stale-after`; compliant,
+//! failed or reconciling when the platform commit's position is at least `p` (the commit or a
+//! later one, which contains it); behind otherwise.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::db::{Db, DbError};
+use crate::model::format_time;
+
+/// A cluster's state relative to a commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Relative {
+    /// Failed at the commit or a later one.
+    Failed,
+    /// Not at the commit yet.
+    Behind,
+    /// Working on the commit or a later one.
+    Reconciling,
+    /// Silent for too long.
+    Stale,
+    /// Applied the commit or a later one.
+    Compliant,
+}
+
+impl Relative {
+    /// The JSON name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Relative::Failed => "failed",
+            Relative::Behind => "behind",
+            Relative::Reconciling => "reconciling",
+            Relative::Stale => "stale",
+            Relative::Compliant => "compliant",
+        }
+    }
+
+    fn parse(text: &str) -> Relative {
+        match text {
+            "failed" => Relative::Failed,
+            "behind" => Relative::Behind,
+            "stale" => Relative::Stale,
+            "compliant" => Relative::Compliant,
+            _ => Relative::Reconciling,
+        }
+    }
+}
+
+/// [`Relative`] of a cluster: `last_seen` against `stale_before`, its platform `state` at
+/// `position` against the commit's `target` position. (The same rule as [`relative_sql`].)
+pub fn classify(
+    last_seen: i64,
+    stale_before: i64,
+    state: Option<&str>,
+    position: Option<i64>,
+    target: i64,
+) -> Relative {
+    if last_seen < stale_before {
+        return Relative::Stale;
+    }
+    match position {
+        Some(p) if p >= target => match state {
+            Some("compliant") => Relative::Compliant,
+            Some("failed") => Relative::Failed,
+            _ => Relative::Reconciling,
+        },
+        _ => Relative::Behind,
+    }
+}
+
+/// [`classify`] as SQL over the `clusters` table, with `$stale` and `$target` placeholders.
+fn relative_sql(stale: &str, target: &str) -> String {
+    format!(
+        "CASE WHEN last_seen < {stale} THEN 'stale' \
+         WHEN position IS NULL OR position < {target} THEN 'behind' \
+         WHEN state = 'compliant' THEN 'compliant' WHEN state = 'failed' THEN 'failed' \
+         ELSE 'reconciling' END"
+    )
+}
+
+/// Counts of clusters by [`Relative`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Counts {
+    /// All clusters, stale ones included.
+    pub total: i64,
+    /// Compliant.
+    pub compliant: i64,
+    /// Reconciling.
+    pub reconciling: i64,
+    /// Failed.
+    pub failed: i64,
+    /// Behind.
+    pub behind: i64,
+    /// Stale.
+    pub stale: i64,
+}
+
+impl Counts {
+    fn add(&mut self, r: Relative, n: i64) {
+        self.total += n;
+        match r {
+            Relative::Compliant => self.compliant += n,
+            Relative::Reconciling => self.reconciling += n,
+            Relative::Failed => self.failed += n,
+            Relative::Behind => self.behind += n,
+            Relative::Stale => self.stale += n,
+        }
+    }
+
+    /// Clusters that are not stale: the ones a gate requires.
+    pub fn required(&self) -> i64 {
+        self.total - self.stale
+    }
+}
+
+/// The gate's verdict from the required clusters' counts.
+pub fn verdict(counts: &Counts) -> &'static str {
+    if counts.failed > 0 {
+        "failed"
+    } else if counts.compliant == counts.required() {
+        "compliant"
+    } else {
+        "pending"
+    }
+}
+
+/// Per cluster type counts relative to the commit at `target`, for `environment`.
+async fn counts_by_type(
+    db: &Db,
+    environment: &str,
+    stale_before: i64,
+    target: i64,
+) -> Result<BTreeMap<String, Counts>, DbError> {
+    let sql = format!(
+        "SELECT cluster_type, {} AS relative, COUNT(*) AS n FROM clusters WHERE environment = $1 GROUP BY 1, 2",
+        relative_sql("$2", "$3")
+    );
+    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
+    for row in sqlx::query(&sql)
+        .bind(environment)
+        .bind(stale_before)
+        .bind(target)
+        .fetch_all(db.pool())
+        .await?
+    {
+        let ct: String = row.try_get(0)?;
+        let rel: String = row.try_get(1)?;
+        let n: i64 = row.try_get(2)?;
+        out.entry(ct).or_default().add(Relative::parse(&rel), n);
+    }
+    Ok(out)
+}
+
+/// A stored GitOps commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitRow {
+    /// Environment.
+    pub environment: String,
+    /// The commit.
+    pub sha: String,
+    /// First-parent position.
+    pub position: i64,
+    /// Commit time, Unix ms.
+    pub committed_at: i64,
+    /// Promoted control-plane commit.
+    pub promoted: Option<String>,
+}
+
+impl CommitRow {
+    fn from_row(row: &AnyRow) -> Result<CommitRow, DbError> {
+        Ok(CommitRow {
+            environment: row.try_get(0)?,
+            sha: row.try_get(1)?,
+            position: row.try_get(2)?,
+            committed_at: row.try_get(3)?,
+            promoted: row.try_get(4)?,
+        })
+    }
+
+    fn json(&self) -> Value {
+        json!({
+            "sha": self.sha,
+            "position": self.position,
+            "committedAt": format_time(self.committed_at),
+            "controlPlaneCommit": self.promoted,
+        })
+    }
+}
+
+const COMMIT_COLUMNS: &str = "environment, sha, position, committed_at, promoted_commit";
+
+/// A commit id or prefix as given in a URL: lower-case hex, 4 to 40 digits.
+pub fn commit_pattern(text: &str) -> Option<String> {
+    let t = text.trim().to_ascii_lowercase();
+    (t.len() >= 4 && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_hexdigit())).then_some(t)
+}
+
+/// The GitOps commit of `environment` that `sha` names: a GitOps commit (full or prefix), or
+/// a control-plane commit carried in Promoted_Commit_Id (→ its first GitOps commit).
+pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Option<CommitRow>, DbError> {
+    let Some(pattern) = commit_pattern(sha) else {
+        return Ok(None);
+    };
+    let like = format!("{pattern}%");
+    let row = sqlx::query(&format!(
+        "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 AND sha LIKE $2 ORDER BY position LIMIT 2"
+    ))
+    .bind(environment)
+    .bind(&like)
+    .fetch_all(db.pool())
+    .await?;
+    if row.len() == 1 {
+        return Ok(Some(CommitRow::from_row(&row[0])?));
+    }
+    if row.len() > 1 {
+        return Ok(None); // ambiguous
+    }
+    let row = sqlx::query(&format!(
+        "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 AND promoted_commit LIKE $2 ORDER BY position LIMIT 1"
+    ))
+    .bind(environment)
+    .bind(&like)
+    .fetch_optional(db.pool())
+    .await?;
+    row.as_ref().map(CommitRow::from_row).transpose()
+}
+
+/// The newest stored commit of `environment`.
+async fn head(db: &Db, environment: &str) -> Result<Option<CommitRow>, DbError> {
+    sqlx::query(&format!(
+        "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 ORDER BY position DESC LIMIT 1"
+    ))
+    .bind(environment)
+    .fetch_optional(db.pool())
+    .await?
+    .as_ref()
+    .map(CommitRow::from_row)
+    .transpose()
+}
+
+/// The cluster types folders of the commit at `position`.
+async fn cluster_types_at(db: &Db, environment: &str, position: i64) -> Result<BTreeSet<String>, DbError> {
+    let rows = sqlx::query(
+        "SELECT cluster_type FROM placements WHERE environment = $1 AND deployment_target = '' \
+         AND from_position <= $2 AND (to_position IS NULL OR to_position > $2)",
+    )
+    .bind(environment)
+    .bind(position)
+    .fetch_all(db.pool())
+    .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+fn placeholders(from: usize, n: usize) -> String {
+    (from..from + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One cluster in a gate answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GateCluster {
+    /// Name.
+    pub name: String,
+    /// Cluster type.
+    pub cluster_type: String,
+    /// Relative state.
+    pub state: &'static str,
+    /// The platform commit it last reported.
+    pub revision: Option<String>,
+    /// Its message.
+    pub message: String,
+}
+
+/// Clusters of `environment` of the given `types` relative to `target`: the ones that are
+/// not compliant first (by name), then compliant ones, `limit` at most.
+async fn list_relative(
+    db: &Db,
+    environment: &str,
+    types: &BTreeSet<String>,
+    stale_before: i64,
+    target: i64,
+    limit: i64,
+) -> Result<Vec<GateCluster>, DbError> {
+    if types.is_empty() || limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let rel = relative_sql("$2", "$3");
+    let mut out = Vec::new();
+    for compliant in [false, true] {
+        let remaining = limit - out.len() as i64;
+        if remaining <= 0 {
+            break;
+        }
+        let sql = format!(
+            "SELECT name, cluster_type, {rel} AS relative, commit_sha, message FROM clusters \
+             WHERE environment = $1 AND cluster_type IN ({}) AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
+            placeholders(4, types.len()),
+            if compliant { "=" } else { "<>" },
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(environment)
+            .bind(stale_before)
+            .bind(target);
+        for t in types {
+            q = q.bind(t);
+        }
+        for row in q.fetch_all(db.pool()).await? {
+            let rel: String = row.try_get(2)?;
+            out.push(GateCluster {
+                name: row.try_get(0)?,
+                cluster_type: row.try_get(1)?,
+                state: Relative::parse(&rel).as_str(),
+                revision: row.try_get(3)?,
+                message: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// The promotion gate of `environment` for `sha` (see the crate docs and `docs/hub.md`).
+/// `None` for the commit means it is unknown.
+pub async fn gate(
+    db: &Db,
+    environment: &str,
+    sha: &str,
+    stale_before: i64,
+    limit: i64,
+) -> Result<Value, DbError> {
+    let Some(commit) = resolve_commit(db, environment, sha).await? else {
+        return Ok(json!({
+            "environment": environment,
+            "gitopsCommit": null,
+            "controlPlaneCommit": null,
+            "verdict": "unknown-commit",
+            "compliant": 0,
+            "total": 0,
+            "clusters": [],
+            "clusterTypesWithoutClusters": [],
+        }));
+    };
+    let types = cluster_types_at(db, environment, commit.position).await?;
+    let by_type = counts_by_type(db, environment, stale_before, commit.position).await?;
+    let mut counts = Counts::default();
+    let mut without = Vec::new();
+    for t in &types {
+        match by_type.get(t) {
+            Some(c) if c.required() > 0 => {
+                counts.total += c.total;
+                counts.compliant += c.compliant;
+                counts.failed += c.failed;
+                counts.reconciling += c.reconciling;
+                counts.behind += c.behind;
+                counts.stale += c.stale;
+            }
+            Some(c) => {
+                counts.total += c.total;
+                counts.stale += c.stale;
+                without.push(t.clone());
+            }
+            None => without.push(t.clone()),
+        }
+    }
+    let clusters = list_relative(db, environment, &types, stale_before, commit.position, limit).await?;
+    Ok(json!({
+        "environment": environment,
+        "gitopsCommit": commit.sha,
+        "controlPlaneCommit": commit.promoted,
+        "verdict": verdict(&counts),
+        "compliant": counts.compliant,
+        "total": counts.required(),
+        "clusters": clusters,
+        "clusterTypesWithoutClusters": without,
+    }))
+}
+
+/// The filters of `GET /api/v1/clusters`.
+#[derive(Clone, Debug, Default)]
+pub struct ClusterFilter {
+    /// Environment.
+    pub environment: Option<String>,
+    /// Cluster type.
+    pub cluster_type: Option<String>,
+    /// Platform state (`compliant`, `reconciling`, `failed`, `unknown`) or `stale`.
+    pub state: Option<String>,
+    /// Page size.
+    pub limit: i64,
+    /// Page start.
+    pub offset: i64,
+}
+
+fn cluster_json(row: &AnyRow, stale_before: i64) -> Result<Value, DbError> {
+    let last_seen: i64 = row.try_get("last_seen")?;
+    Ok(json!({
+        "name": row.try_get::<String, _>("name")?,
+        "environment": row.try_get::<String, _>("environment")?,
+        "clusterType": row.try_get::<String, _>("cluster_type")?,
+        "revision": row.try_get::<Option<String>, _>("revision")?,
+        "commit": row.try_get::<Option<String>, _>("commit_sha")?,
+        "state": row.try_get::<Option<String>, _>("state")?.unwrap_or_else(|| "unknown".to_owned()),
+        "message": row.try_get::<Option<String>, _>("message")?.unwrap_or_default(),
+        "lastSeen": format_time(last_seen),
+        "firstSeen": format_time(row.try_get("first_seen")?),
+        "stale": last_seen < stale_before,
+    }))
+}
+
+const CLUSTER_COLUMNS: &str =
+    "id, environment, name, cluster_type, first_seen, last_seen, state, revision, commit_sha, message";
+
+/// `GET /api/v1/clusters`.
+pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Result<Value, DbError> {
+    let mut conditions = Vec::new();
+    let mut binds: Vec<Bind> = Vec::new();
+    if let Some(e) = &filter.environment {
+        binds.push(Bind::Text(e.clone()));
+        conditions.push(format!("environment = ${}", binds.len()));
+    }
+    if let Some(t) = &filter.cluster_type {
+        binds.push(Bind::Text(t.clone()));
+        conditions.push(format!("cluster_type = ${}", binds.len()));
+    }
+    match filter.state.as_deref() {
+        None => {}
+        Some("stale") => {
+            binds.push(Bind::Int(stale_before));
+            conditions.push(format!("last_seen < ${}", binds.len()));
+        }
+        Some("unknown") => conditions.push("state IS NULL".to_owned()),
+        Some(s) => {
+            binds.push(Bind::Text(s.to_owned()));
+            conditions.push(format!("state = ${}", binds.len()));
+        }
+    }
+    let filter_sql = if conditions.is_empty() {
+        String::new()
+    } else {
+        format!(" WHERE {}", conditions.join(" AND "))
+    };
+    let count_sql = format!("SELECT COUNT(*) FROM clusters{filter_sql}");
+    let total: i64 = bind_all(sqlx::query(&count_sql), &binds)
+        .fetch_one(db.pool())
+        .await?
+        .try_get(0)?;
+    let list_sql = format!(
+        "SELECT {CLUSTER_COLUMNS} FROM clusters{filter_sql} ORDER BY environment, name LIMIT {} OFFSET {}",
+        filter.limit, filter.offset
+    );
+    let rows = bind_all(sqlx::query(&list_sql), &binds)
+        .fetch_all(db.pool())
+        .await?;
+    let clusters = rows
+        .iter()
+        .map(|r| cluster_json(r, stale_before))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(json!({"total": total, "clusters": clusters}))
+}
+
+enum Bind {
+    Text(String),
+    Int(i64),
+}
+
+fn bind_all<'q>(
+    mut q: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+    binds: &'q [Bind],
+) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>> {
+    for b in binds {
+        q = match b {
+            Bind::Text(t) => q.bind(t.as_str()),
+            Bind::Int(i) => q.bind(*i),
+        };
+    }
+    q
+}
+
+/// `GET /api/v1/clusters/{environment}/{name}`: the cluster, its objects' latest states and
+/// a page of its history, newest first. `None` when unknown.
+pub async fn cluster(
+    db: &Db,
+    environment: &str,
+    name: &str,
+    stale_before: i64,
+    limit: i64,
+    offset: i64,
+) -> Result<Option<Value>, DbError> {
+    let Some(row) = sqlx::query(&format!(
+        "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE environment = $1 AND name = $2"
+    ))
+    .bind(environment)
+    .bind(name)
+    .fetch_optional(db.pool())
+    .await?
+    else {
+        return Ok(None);
+    };
+    let id: i64 = row.try_get("id")?;
+    let mut cluster = cluster_json(&row, stale_before)?;
+    let report = |r: &AnyRow| -> Result<Value, DbError> {
+        Ok(json!({
+            "object": r.try_get::<String, _>(0)?,
+            "state": r.try_get::<String, _>(1)?,
+            "revision": Some(r.try_get::<String, _>(2)?).filter(|s| !s.is_empty()),
+            "commit": Some(r.try_get::<String, _>(3)?).filter(|s| !s.is_empty()),
+            "message": r.try_get::<String, _>(4)?,
+            "reason": r.try_get::<String, _>(5)?,
+            "time": format_time(r.try_get(6)?),
+            "receivedAt": format_time(r.try_get(7)?),
+        }))
+    };
+    let objects = sqlx::query(
+        "SELECT object, state, revision, commit_sha, message, reason, event_time, received_at FROM latest \
+         WHERE cluster_id = $1 ORDER BY object",
+    )
+    .bind(id)
+    .fetch_all(db.pool())
+    .await?;
+    let total: i64 = sqlx::query("SELECT COUNT(*) FROM reports WHERE cluster_id = $1")
+        .bind(id)
+        .fetch_one(db.pool())
+        .await?
+        .try_get(0)?;
+    let history = sqlx::query(&format!(
+        "SELECT object, state, revision, commit_sha, message, reason, event_time, received_at FROM reports \
+         WHERE cluster_id = $1 ORDER BY event_time DESC, id DESC LIMIT {limit} OFFSET {offset}"
+    ))
+    .bind(id)
+    .fetch_all(db.pool())
+    .await?;
+    cluster["objects"] = Value::Array(objects.iter().map(report).collect::<Result<_, _>>()?);
+    cluster["history"] = json!({
+        "total": total,
+        "reports": history.iter().map(report).collect::<Result<Vec<_>, _>>()?,
+    });
+    Ok(Some(cluster))
+}
+
+/// Environments known from the control plane: (name, repo, branch).
+async fn environment_rows(db: &Db, name: Option<&str>) -> Result<Vec<(String, String, String)>, DbError> {
+    let rows = match name {
+        Some(n) => {
+            sqlx::query("SELECT name, gitops_repo, branch FROM environments WHERE name = $1")
+                .bind(n)
+                .fetch_all(db.pool())
+                .await?
+        }
+        None => {
+            sqlx::query("SELECT name, gitops_repo, branch FROM environments ORDER BY name")
+                .fetch_all(db.pool())
+                .await?
+        }
+    };
+    rows.iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?)))
+        .collect()
+}
+
+fn source_json(text: Option<String>) -> Value {
+    text.and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or(Value::Null)
+}
+
+/// The status of one environment (`GET /api/v1/environments/{env}`), `None` when unknown.
+pub async fn environment(db: &Db, name: &str, stale_before: i64) -> Result<Option<Value>, DbError> {
+    let Some((name, repo, branch)) = environment_rows(db, Some(name)).await?.into_iter().next() else {
+        return Ok(None);
+    };
+    Ok(Some(
+        environment_status(db, &name, &repo, &branch, stale_before).await?,
+    ))
+}
+
+/// Every environment's status.
+pub async fn environments(db: &Db, stale_before: i64) -> Result<Value, DbError> {
+    let mut out = Vec::new();
+    for (name, repo, branch) in environment_rows(db, None).await? {
+        out.push(environment_status(db, &name, &repo, &branch, stale_before).await?);
+    }
+    Ok(json!({ "environments": out }))
+}
+
+async fn environment_status(
+    db: &Db,
+    name: &str,
+    repo: &str,
+    branch: &str,
+    stale_before: i64,
+) -> Result<Value, DbError> {
+    let head = head(db, name).await?;
+    let target = head.as_ref().map_or(i64::MAX, |h| h.position);
+    let mut types: BTreeMap<String, (Vec<Value>, Counts)> = BTreeMap::new();
+    for row in sqlx::query(
+        "SELECT cluster_type, deployment_target, workload, source FROM placements \
+         WHERE environment = $1 AND to_position IS NULL ORDER BY cluster_type, deployment_target",
+    )
+    .bind(name)
+    .fetch_all(db.pool())
+    .await?
+    {
+        let ct: String = row.try_get(0)?;
+        let dt: String = row.try_get(1)?;
+        let entry = types.entry(ct).or_default();
+        if !dt.is_empty() {
+            entry.0.push(json!({
+                "name": dt,
+                "workload": row.try_get::<Option<String>, _>(2)?,
+                "source": source_json(row.try_get(3)?),
+            }));
+        }
+    }
+    let mut summary = Counts::default();
+    for (ct, counts) in counts_by_type(db, name, stale_before, target).await? {
+        types.entry(ct).or_default().1 = counts;
+        summary.total += counts.total;
+        summary.compliant += counts.compliant;
+        summary.reconciling += counts.reconciling;
+        summary.failed += counts.failed;
+        summary.behind += counts.behind;
+        summary.stale += counts.stale;
+    }
+    let deployment_targets: usize = types.values().map(|(d, _)| d.len()).sum();
+    let cluster_types: Vec<Value> = types
+        .into_iter()
+        .map(|(ct, (dts, counts))| json!({"name": ct, "deploymentTargets": dts, "clusters": counts}))
+        .collect();
+    Ok(json!({
+        "name": name,
+        "gitopsRepo": repo,
+        "branch": branch,
+        "latest": head.map(|h| json!({
+            "commit": h.sha,
+            "controlPlaneCommit": h.promoted,
+            "committedAt": format_time(h.committed_at),
+        })),
+        "clusterTypes": cluster_types,
+        "summary": {
+            "clusterTypes": cluster_types.len(),
+            "deploymentTargets": deployment_targets,
+            "clusters": summary,
+        },
+    }))
+}
+
+/// The lead time in seconds from `committed_at` to the time the last of the required
+/// clusters first reported compliant at the commit or later; `None` unless all are.
+fn lead_time(committed_at: i64, last_compliant: Option<i64>, counts: &Counts) -> Option<f64> {
+    if counts.required() == 0 || counts.compliant != counts.required() {
+        return None;
+    }
+    last_compliant.map(|t| ((t - committed_at).max(0)) as f64 / 1000.0)
+}
+
+/// `GET /api/v1/commits/{sha}`: per environment, what `sha` (a GitOps or control-plane
+/// commit) is there and who runs it.
+pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result<Value, DbError> {
+    let Some(pattern) = commit_pattern(sha) else {
+        return Ok(json!({"commit": sha, "environments": []}));
+    };
+    let like = format!("{pattern}%");
+    let rows = sqlx::query(&format!(
+        "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE sha LIKE $1 OR promoted_commit LIKE $2 \
+         ORDER BY environment, position"
+    ))
+    .bind(&like)
+    .bind(&like)
+    .fetch_all(db.pool())
+    .await?;
+    let mut by_env: BTreeMap<String, Vec<CommitRow>> = BTreeMap::new();
+    for row in &rows {
+        let c = CommitRow::from_row(row)?;
+        by_env.entry(c.environment.clone()).or_default().push(c);
+    }
+    let mut out = Vec::new();
+    for (env, commits) in by_env {
+        // The first GitOps commit carrying it decides (later ones contain it).
+        let Some(first) = commits.first() else { continue };
+        let types = cluster_types_at(db, &env, first.position).await?;
+        let by_type = counts_by_type(db, &env, stale_before, first.position).await?;
+        let mut counts = Counts::default();
+        for t in &types {
+            if let Some(c) = by_type.get(t) {
+                counts.total += c.total;
+                counts.compliant += c.compliant;
+                counts.failed += c.failed;
+                counts.reconciling += c.reconciling;
+                counts.behind += c.behind;
+                counts.stale += c.stale;
+            }
+        }
+        let compliant_clusters: Vec<String> =
+            list_relative(db, &env, &types, stale_before, first.position, i64::MAX / 2)
+                .await?
+                .into_iter()
+                .filter(|c| c.state == "compliant")
+                .take(usize::try_from(limit).unwrap_or(0))
+                .map(|c| c.name)
+                .collect();
+        let last_compliant =
+            if counts.required() > 0 && counts.compliant == counts.required() && !types.is_empty() {
+                let sql = format!(
+                    "SELECT MAX(t) FROM (SELECT r.cluster_id, MIN(r.event_time) AS t FROM reports r \
+                 JOIN clusters c ON c.id = r.cluster_id \
+                 JOIN gitops_commits g ON g.environment = c.environment AND g.sha = r.commit_sha \
+                 WHERE c.environment = $1 AND r.state = 'compliant' AND r.drives = 1 AND g.position >= $2 \
+                 AND c.last_seen >= $3 AND c.cluster_type IN ({}) GROUP BY r.cluster_id) firsts",
+                    placeholders(4, types.len())
+                );
+                let mut q = sqlx::query(&sql)
+                    .bind(&env)
+                    .bind(first.position)
+                    .bind(stale_before);
+                for t in &types {
+                    q = q.bind(t);
+                }
+                q.fetch_one(db.pool()).await?.try_get::<Option<i64>, _>(0)?
+            } else {
+                None
+            };
+        out.push(json!({
+            "environment": env,
+            "gitopsCommits": commits.iter().map(CommitRow::json).collect::<Vec<_>>(),
+            "controlPlaneCommit": first.promoted,
+            "clusterTypes": types,
+            "clusters": counts,
+            "verdict": verdict(&counts),
+            "compliantClusters": compliant_clusters,
+            "leadTimeSeconds": lead_time(first.committed_at, last_compliant, &counts),
+        }));
+    }
+    Ok(json!({"commit": pattern, "environments": out}))
+}
+
+/// `GET /api/v1/workloads/{name}`: where the workload runs now (environment, cluster type,
+/// deployment target, since which GitOps commit) and where it ran before.
+pub async fn workload(db: &Db, name: &str) -> Result<Value, DbError> {
+    let rows = sqlx::query(
+        "SELECT p.environment, p.cluster_type, p.deployment_target, p.source, p.from_sha, p.to_sha, \
+         f.committed_at, t.committed_at, f.promoted_commit \
+         FROM placements p \
+         LEFT JOIN gitops_commits f ON f.environment = p.environment AND f.sha = p.from_sha \
+         LEFT JOIN gitops_commits t ON t.environment = p.environment AND t.sha = p.to_sha \
+         WHERE p.workload = $1 AND p.deployment_target <> '' \
+         ORDER BY p.environment, p.cluster_type, p.deployment_target, p.from_position",
+    )
+    .bind(name)
+    .fetch_all(db.pool())
+    .await?;
+    let mut current = Vec::new();
+    let mut past = Vec::new();
+    for row in rows {
+        let to_sha: Option<String> = row.try_get(5)?;
+        let entry = json!({
+            "environment": row.try_get::<String, _>(0)?,
+            "clusterType": row.try_get::<String, _>(1)?,
+            "deploymentTarget": row.try_get::<String, _>(2)?,
+            "source": source_json(row.try_get(3)?),
+            "since": {
+                "gitopsCommit": row.try_get::<String, _>(4)?,
+                "controlPlaneCommit": row.try_get::<Option<String>, _>(8)?,
+                "committedAt": row.try_get::<Option<i64>, _>(6)?.map(format_time),
+            },
+            "until": to_sha.as_ref().map(|sha| Ok::<_, DbError>(json!({
+                "gitopsCommit": sha,
+                "committedAt": row.try_get::<Option<i64>, _>(7)?.map(format_time),
+            }))).transpose()?,
+        });
+        if to_sha.is_some() {
+            past.push(entry);
+        } else {
+            current.push(entry);
+        }
+    }
+    Ok(json!({"workload": name, "placements": current, "history": past}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classification_relative_to_a_commit() {
+        assert_eq!(classify(10, 20, Some("compliant"), Some(5), 5), Relative::Stale);
+        assert_eq!(
+            classify(30, 20, Some("compliant"), Some(5), 5),
+            Relative::Compliant
+        );
+        assert_eq!(
+            classify(30, 20, Some("compliant"), Some(7), 5),
+            Relative::Compliant
+        );
+        assert_eq!(classify(30, 20, Some("compliant"), Some(4), 5), Relative::Behind);
+        assert_eq!(classify(30, 20, Some("failed"), Some(5), 5), Relative::Failed);
+        assert_eq!(classify(30, 20, Some("failed"), Some(4), 5), Relative::Behind);
+        assert_eq!(
+            classify(30, 20, Some("reconciling"), Some(6), 5),
+            Relative::Reconciling
+        );
+        assert_eq!(classify(30, 20, None, None, 5), Relative::Behind);
+    }
+
+    #[test]
+    fn verdicts() {
+        let mut c = Counts::default();
+        assert_eq!(verdict(&c), "compliant");
+        c.add(Relative::Compliant, 2);
+        c.add(Relative::Stale, 1);
+        assert_eq!(verdict(&c), "compliant");
+        c.add(Relative::Behind, 1);
+        assert_eq!(verdict(&c), "pending");
+        c.add(Relative::Failed, 1);
+        assert_eq!(verdict(&c), "failed");
+        assert_eq!(c.required(), 4);
+    }
+
+    #[test]
+    fn lead_times() {
+        let mut c = Counts::default();
+        c.add(Relative::Compliant, 2);
+        assert_eq!(lead_time(1000, Some(4500), &c), Some(3.5));
+        c.add(Relative::Reconciling, 1);
+        assert_eq!(lead_time(1000, Some(4500), &c), None);
+        assert_eq!(lead_time(1000, None, &Counts::default()), None);
+    }
+
+    #[test]
+    fn commit_patterns() {
+        assert_eq!(commit_pattern("ABCD12").as_deref(), Some("abcd12"));
+        assert_eq!(commit_pattern("abc"), None);
+        assert_eq!(commit_pattern("xyz1234"), None);
+        assert_eq!(commit_pattern("%"), None);
+    }
+}
