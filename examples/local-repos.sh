@@ -31,7 +31,7 @@ publish() {
 
 for repo in control-plane app-src svc-src gitops; do
   rm -rf "$dest/$repo.git"
-  git init -q --bare "$dest/$repo.git"
+  git init -q --bare --initial-branch=main "$dest/$repo.git"
 done
 
 stage=$(mktemp -d)
