@@ -400,7 +400,35 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 AnyObject::WorkloadRegistration(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
             Kind::Workload => {
-                let workload = parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                let workload: Object<kalypso_api::WorkloadSpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                let target_schemas =
+                    workload
+                        .spec
+                        .deployment_targets
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, t)| {
+                            t.spec.config_schemas.iter().enumerate().map(move |(j, s)| {
+                                (format!("spec.deploymentTargets[{i}].configSchemas[{j}]"), s)
+                            })
+                        });
+                let own_schemas = workload
+                    .spec
+                    .config_schemas
+                    .iter()
+                    .enumerate()
+                    .map(|(j, s)| (format!("spec.configSchemas[{j}]"), s));
+                for (field, text) in target_schemas.chain(own_schemas) {
+                    if let Some(warning) = crate::schema::schema_warning(text) {
+                        diagnostics.push(
+                            Diagnostic::warning("schema-draft", warning)
+                                .at(&origin)
+                                .on(kind, &name)
+                                .field(field),
+                        );
+                    }
+                }
                 warn_unknown_target_fields(doc, &origin, &name, diagnostics);
                 AnyObject::Workload(workload)
             }
@@ -414,7 +442,17 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             Kind::GitOpsRepo => AnyObject::GitOpsRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::BaseRepo => AnyObject::BaseRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::ConfigSchema => {
-                AnyObject::ConfigSchema(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+                let schema: Object<kalypso_api::ConfigSchemaSpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                if let Some(warning) = crate::schema::schema_warning(&schema.spec.schema) {
+                    diagnostics.push(
+                        Diagnostic::warning("schema-draft", warning)
+                            .at(&origin)
+                            .on(kind, &name)
+                            .field("spec.schema"),
+                    );
+                }
+                AnyObject::ConfigSchema(schema)
             }
             Kind::ConfigMap => {
                 let parsed: ConfigMapObject = parse_document(doc, &origin, kind, &name, diagnostics)?;
