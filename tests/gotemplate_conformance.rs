@@ -215,7 +215,7 @@ fn gotemplate_conformance() {
     let path = cases_path();
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
     let filter = std::env::var("GOTMPL_FILTER").unwrap_or_default();
-    let engine = Engine::new();
+    let engine = Engine::with_sprig(kalypso_template::SprigVersion::V3);
     let mut passed = 0;
     let mut failures = Vec::new();
     for (n, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {

@@ -265,6 +265,10 @@ pub fn main() -> ExitCode {
 
 /// Runs a parsed command line.
 pub fn run(cli: Cli) -> ExitCode {
+    if let Err(e) = kalypso_template::sprig_from_env() {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
     let pool = match rayon::ThreadPoolBuilder::new()
         .num_threads(cli.global.threads.unwrap_or(0))
         .build()

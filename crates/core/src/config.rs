@@ -112,7 +112,10 @@ fn ignored_key(key: &str) -> bool {
 /// The original's label match between a config source (or ConfigSchema) and an assignment:
 /// `cluster-type`, `deployment-target` and `workload` must equal the cluster type's name,
 /// the target's name and its workload; every other key must equal the cluster type's or the
-/// target's label of that key.
+/// target's label of that key. A missing label reads as `""`, as a Go map lookup does
+/// (`isConfigForClusterTypeAndTarget` in the original's `controllers/assignment_controller.go`
+/// compares `clusterType.Labels[key]` and `deploymentTarget.Labels[key]`), so `zone: ""`
+/// matches an assignment whose cluster type or target has no `zone` label.
 pub fn labels_match(
     filter: &Labels,
     cluster_type: &Object<ClusterTypeSpec>,
@@ -124,9 +127,14 @@ pub fn labels_match(
         .all(|(key, value)| match key.as_str() {
             labels::CLUSTER_TYPE => value == cluster_type.name(),
             labels::DEPLOYMENT_TARGET => *value == target.name,
-            labels::WORKLOAD => target.labels.get(labels::WORKLOAD).is_some_and(|w| w == value),
-            _ => cluster_type.labels().get(key) == Some(value) || target.labels.get(key) == Some(value),
+            labels::WORKLOAD => go_lookup(&target.labels, labels::WORKLOAD) == value,
+            _ => go_lookup(cluster_type.labels(), key) == value || go_lookup(&target.labels, key) == value,
         })
+}
+
+/// Go's `m[key]` on a `map[string]string`: the value, or `""` when the key is absent.
+fn go_lookup<'a>(labels: &'a Labels, key: &str) -> &'a str {
+    labels.get(key).map_or("", String::as_str)
 }
 
 /// Parses an `azure-app-config` key `l1.v1.l2.v2.KEY` into its labels and config key. A
@@ -381,6 +389,48 @@ mod tests {
             Value::Nil => "<nil>".into(),
             other => format!("{other:?}"),
         }
+    }
+
+    fn labels_of(l: &[(&str, &str)]) -> Labels {
+        l.iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn a_missing_label_matches_an_empty_value_as_a_go_map_lookup() {
+        let mut ct = Object::new(
+            "zoned",
+            ClusterTypeSpec::default(),
+            crate::Origin::new("dev/ct.yaml", 1),
+        );
+        ct.meta.labels = labels_of(&[("zone", "west")]);
+        let mut target = DeploymentTarget {
+            name: "app-t".into(),
+            workload: "app".into(),
+            workspace: "team".into(),
+            labels: labels_of(&[("workload", "app")]),
+            spec: Default::default(),
+            origin: crate::Origin::new("w.yaml", 1),
+        };
+        // The target has no zone: "" == "".
+        assert!(labels_match(&labels_of(&[("zone", "")]), &ct, &target));
+        assert!(labels_match(&labels_of(&[("region", "")]), &ct, &target));
+        // Both have a zone, neither empty.
+        target.labels.insert("zone".into(), "east".into());
+        assert!(!labels_match(&labels_of(&[("zone", "")]), &ct, &target));
+        assert!(labels_match(&labels_of(&[("zone", "east")]), &ct, &target));
+        // Names are never empty.
+        assert!(!labels_match(&labels_of(&[("cluster-type", "")]), &ct, &target));
+        assert!(!labels_match(
+            &labels_of(&[("deployment-target", "")]),
+            &ct,
+            &target
+        ));
+        assert!(!labels_match(&labels_of(&[("workload", "")]), &ct, &target));
+        // A target without a workload label (declared directly) has workload "".
+        target.labels.remove("workload");
+        assert!(labels_match(&labels_of(&[("workload", "")]), &ct, &target));
     }
 
     #[test]

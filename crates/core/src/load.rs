@@ -400,7 +400,35 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 AnyObject::WorkloadRegistration(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
             Kind::Workload => {
-                let workload = parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                let workload: Object<kalypso_api::WorkloadSpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                let target_schemas =
+                    workload
+                        .spec
+                        .deployment_targets
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(i, t)| {
+                            t.spec.config_schemas.iter().enumerate().map(move |(j, s)| {
+                                (format!("spec.deploymentTargets[{i}].configSchemas[{j}]"), s)
+                            })
+                        });
+                let own_schemas = workload
+                    .spec
+                    .config_schemas
+                    .iter()
+                    .enumerate()
+                    .map(|(j, s)| (format!("spec.configSchemas[{j}]"), s));
+                for (field, text) in target_schemas.chain(own_schemas) {
+                    if let Some(warning) = crate::schema::schema_warning(text) {
+                        diagnostics.push(
+                            Diagnostic::warning("schema-draft", warning)
+                                .at(&origin)
+                                .on(kind, &name)
+                                .field(field),
+                        );
+                    }
+                }
                 warn_unknown_target_fields(doc, &origin, &name, diagnostics);
                 AnyObject::Workload(workload)
             }
@@ -408,13 +436,27 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 AnyObject::DeploymentTarget(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
             Kind::SchedulingPolicy => {
-                AnyObject::SchedulingPolicy(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+                let policy = parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                if !selectors_present(doc, &origin, &name, diagnostics) {
+                    return None;
+                }
+                AnyObject::SchedulingPolicy(policy)
             }
             Kind::Environment => AnyObject::Environment(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::GitOpsRepo => AnyObject::GitOpsRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::BaseRepo => AnyObject::BaseRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::ConfigSchema => {
-                AnyObject::ConfigSchema(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+                let schema: Object<kalypso_api::ConfigSchemaSpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                if let Some(warning) = crate::schema::schema_warning(&schema.spec.schema) {
+                    diagnostics.push(
+                        Diagnostic::warning("schema-draft", warning)
+                            .at(&origin)
+                            .on(kind, &name)
+                            .field("spec.schema"),
+                    );
+                }
+                AnyObject::ConfigSchema(schema)
             }
             Kind::ConfigMap => {
                 let parsed: ConfigMapObject = parse_document(doc, &origin, kind, &name, diagnostics)?;
@@ -601,6 +643,57 @@ fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
     (path.map(str::to_owned), message.to_owned())
 }
 
+/// The selectors the original's SchedulingPolicy CRD requires
+/// (`config/crd/bases/scheduler.kalypso.io_schedulingpolicies.yaml`: `spec` requires
+/// `deploymentTargetSelector` and `clusterTypeSelector`, each requires `labelSelector`), so
+/// the API server rejects a policy without them. Without this check a missing or misspelled
+/// selector would default to the empty selector and select everything. Reports each missing
+/// one (`null` counts as missing, as the API server prunes it) and returns whether all are there.
+fn selectors_present(doc: &Document<'_>, origin: &Origin, name: &str, diagnostics: &mut Diagnostics) -> bool {
+    let Ok(value) = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc.text) else {
+        return true; // reported by the typed parse
+    };
+    let present = |v: Option<&serde_yaml_ng::Value>| v.is_some_and(|v| !v.is_null());
+    let spec = value.get("spec");
+    let mut ok = true;
+    for selector in ["deploymentTargetSelector", "clusterTypeSelector"] {
+        let sel = spec.and_then(|s| s.get(selector));
+        let (path, what) = if !present(sel) {
+            (
+                vec![Segment::Key("spec".to_owned()), Segment::Key(selector.to_owned())],
+                selector,
+            )
+        } else if !present(sel.and_then(|s| s.get("labelSelector"))) {
+            (
+                vec![
+                    Segment::Key("spec".to_owned()),
+                    Segment::Key(selector.to_owned()),
+                    Segment::Key("labelSelector".to_owned()),
+                ],
+                "labelSelector",
+            )
+        } else {
+            continue;
+        };
+        ok = false;
+        // Point at the parent that lacks the field.
+        let line = locate(doc.text, &path[..path.len() - 1]).map_or(origin.line, |l| doc.first_line + l);
+        diagnostics.push(
+            Diagnostic::error(
+                "invalid-object",
+                format!(
+                    "required field is missing: the original scheduler's CRD requires {what} (write `{{}}` \
+                     to select everything); a misspelled key does not count"
+                ),
+            )
+            .at(&origin.at_line(line))
+            .on(Kind::SchedulingPolicy, name)
+            .field(path_string(&path)),
+        );
+    }
+    ok
+}
+
 /// The fields of a Workload's deployment target.
 const TARGET_FIELDS: &[&str] = &["name", "labels", "environment", "manifests", "configSchemas"];
 
@@ -654,6 +747,41 @@ fn warn_unknown_target_fields(
     }
 }
 
+/// Fields of Kubernetes' ObjectMeta that kalypso does not read but the API server accepts.
+const OBJECT_META_FIELDS: &[&str] = &[
+    "generateName",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+/// Whether a field the typed parse ignored is unknown to the API server too (which prunes
+/// it, so it has no effect in the original): anything under `spec`, a top-level field other
+/// than `apiVersion`, `kind`, `status` (and a ConfigMap's `binaryData`, `immutable`), or a
+/// metadata field that is not one of ObjectMeta's.
+fn is_unknown_field(kind: Kind, path: &[Segment]) -> bool {
+    let key = |i: usize| match path.get(i) {
+        Some(Segment::Key(k)) => Some(k.as_str()),
+        _ => None,
+    };
+    match (key(0), path.len()) {
+        (Some("spec"), n) => n > 1,
+        (Some("metadata"), 2) => key(1).is_some_and(|k| !OBJECT_META_FIELDS.contains(&k)),
+        (Some("metadata"), _) => false,
+        (Some("apiVersion" | "kind" | "status"), _) => false,
+        (Some("binaryData" | "immutable"), _) => kind != Kind::ConfigMap,
+        (Some(_), 1) => true,
+        _ => false,
+    }
+}
+
 /// Deserializes a document into `T`, reporting the failing field's path and line, and
 /// warning about fields under `spec` that the scheduler does not know (usually typos).
 fn parse_document<T: DeserializeOwned>(
@@ -668,10 +796,7 @@ fn parse_document<T: DeserializeOwned>(
     let de = serde_yaml_ng::Deserializer::from_str(doc.text);
     let ignored = serde_ignored::Deserializer::new(de, &mut track);
     let result: Result<T, _> = serde_path_to_error::deserialize(ignored);
-    for path in unknown
-        .into_iter()
-        .filter(|p| p.len() > 1 && p[0] == Segment::Key("spec".to_owned()))
-    {
+    for path in unknown.into_iter().filter(|p| is_unknown_field(kind, p)) {
         let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
             Diagnostic::warning(
@@ -764,6 +889,68 @@ mod tests {
             "{shown}"
         );
         assert_eq!(d.len(), 1, "{shown}");
+    }
+
+    #[test]
+    fn a_policy_needs_both_selectors_and_their_label_selectors() {
+        let head = "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: SchedulingPolicy\n";
+        let (objects, d) = load(&format!(
+            "{head}metadata: {{name: missing}}\nspec:\n  deploymentTargetSelector:\n    labelSelector: {{}}\n\
+             ---\n{head}metadata: {{name: typo}}\nspec:\n  deploymentTargetSelector:\n    labelSelector: {{}}\n\
+             \x20 clusterTypeSelecter:\n    labelSelector: {{}}\n\
+             ---\n{head}metadata: {{name: inner}}\nspec:\n  deploymentTargetSelector:\n    workspace: team\n\
+             \x20 clusterTypeSelector:\n    labelSelector:\n\
+             ---\n{head}metadata: {{name: fine}}\nspec:\n  deploymentTargetSelector: {{labelSelector: {{}}}}\n\
+             \x20 clusterTypeSelector: {{labelSelector: {{matchLabels: {{a: b}}}}}}\n"
+        ));
+        assert_eq!(objects.len(), 1, "only the complete policy loads");
+        let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
+        let missing = "required field is missing: the original scheduler's CRD requires";
+        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert!(errors[0].starts_with(&format!(
+            "error[invalid-object]: dev/f.yaml:4: SchedulingPolicy \"missing\": spec.clusterTypeSelector: {missing} clusterTypeSelector"
+        )), "{errors:#?}");
+        assert!(
+            errors[1].contains("SchedulingPolicy \"typo\": spec.clusterTypeSelector: "),
+            "{errors:#?}"
+        );
+        assert!(errors[2].starts_with("error[invalid-object]: dev/f.yaml:21: SchedulingPolicy \"inner\": spec.deploymentTargetSelector.labelSelector: "), "{errors:#?}");
+        assert!(
+            errors[3].contains("\"inner\": spec.clusterTypeSelector.labelSelector: "),
+            "{errors:#?}"
+        );
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            [
+                "warning[unknown-field]: dev/f.yaml:14: SchedulingPolicy \"typo\": spec.clusterTypeSelecter: \
+              SchedulingPolicy has no such field; it is ignored (misspelled?)"
+            ]
+        );
+    }
+
+    #[test]
+    fn warns_about_unknown_top_level_and_metadata_fields() {
+        let (objects, d) = load(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: x\n  lables: {a: b}\n\
+             \x20 uid: u\n  creationTimestamp: null\n\
+             spec: {reconciler: a, namespaceService: b, configType: c}\nstatus: {}\nspecs: {}\n---\n\
+             apiVersion: v1\nkind: ConfigMap\nmetadata: {name: m, labels: {platform-config: \"true\"}}\nimmutable: true\n\
+             dta: {A: b}\n",
+        );
+        assert_eq!(objects.len(), 2);
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            [
+                "warning[unknown-field]: dev/f.yaml:5: ClusterType \"x\": metadata.lables: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:10: ClusterType \"x\": specs: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:16: ConfigMap \"m\": dta: ConfigMap has no \
+                 such field; it is ignored (misspelled?)",
+            ]
+        );
     }
 
     #[test]

@@ -162,6 +162,9 @@ pub struct Prepared<'e> {
 /// reported here (once per cluster type).
 pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Prepared<'e> {
     let ns = &env.namespace;
+    if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
+        diagnostics.push(Diagnostic::warning("sprig-version", warning));
+    }
     let templates = TemplateSet::compile(ns, engine);
     let template_ids: HashMap<&str, Fingerprint> = ns
         .templates
@@ -188,6 +191,7 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
         ];
         used_templates.extend(names);
         let mut id = Hasher::new();
+        id.str(engine.sprig().as_str());
         for name in names {
             id.str(name)
                 .fingerprint(template_ids.get(name.as_str()).copied().unwrap_or_default());

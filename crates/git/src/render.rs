@@ -109,7 +109,10 @@ pub fn render_environment_with(name: &str, inputs: &Inputs, memo: &mut RenderMem
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(name, inputs, &mut diagnostics);
     let environment = Environment::new(namespace, &mut diagnostics);
-    let engine = Engine::new();
+    let engine = Engine::from_env().unwrap_or_else(|e| {
+        diagnostics.push(Diagnostic::error("sprig-version", e));
+        Engine::new()
+    });
     let prepared = kalypso_core::prepare(&environment, &engine, &mut diagnostics);
     let mut rendered = prepared.render(&engine, &mut diagnostics, |job| {
         let a = job.assignment;

@@ -123,6 +123,9 @@ pub enum Error {
     /// The endpoints could not be served.
     #[error(transparent)]
     Http(#[from] http::Error),
+    /// `KALYPSO_SPRIG` names no Sprig version.
+    #[error("{0}")]
+    Sprig(String),
     /// Another instance took over.
     #[error("lost leadership; exiting so that this instance restarts as a follower")]
     LostLeadership,
@@ -134,6 +137,10 @@ pub async fn run(
     backends: Backends,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
+    let engine = Arc::new(Engine::from_env().map_err(Error::Sprig)?);
+    if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
+        tracing::warn!("{warning}");
+    }
     let client = Client::try_default().await.map_err(Error::Connect)?;
     Api::<Environment>::all(client.clone())
         .list(&ListParams::default().limit(1))
@@ -203,6 +210,7 @@ pub async fn run(
             client,
             metrics.clone(),
             backends,
+            engine.clone(),
             end.shared(),
         ));
         tokio::select! {
@@ -239,6 +247,7 @@ async fn controllers(
     client: Client,
     metrics: Arc<Metrics>,
     backends: Backends,
+    engine: Arc<Engine>,
     shutdown: futures::future::Shared<impl Future<Output = ()> + Send + Sync + 'static>,
 ) {
     let shared = Shared::new(client.clone(), config.instance.clone(), metrics);
@@ -305,7 +314,7 @@ async fn controllers(
     let ctx = Arc::new(scheduler::Context {
         shared,
         stores: Some(stores),
-        engine: Arc::new(Engine::new()),
+        engine,
         options: config.options,
         publisher: backends.publisher,
         debouncer: Mutex::new(Debouncer::new(config.debounce)),

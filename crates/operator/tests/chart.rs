@@ -100,7 +100,10 @@ fn to_text(v: &Value) -> String {
 impl Helm {
     fn new() -> Helm {
         let helpers: Arc<OnceLock<Template>> = Arc::new(OnceLock::new());
-        let mut funcs: FuncMap = kalypso_template::Engine::new().funcs().as_ref().clone();
+        let mut funcs: FuncMap = kalypso_template::Engine::with_sprig(kalypso_template::SprigVersion::V3) // Helm links Sprig v3
+            .funcs()
+            .as_ref()
+            .clone();
         let set = helpers.clone();
         funcs.insert(
             "include",

@@ -209,7 +209,7 @@ fn repos() -> Repos {
             (
                 "policy.yaml",
                 Some(
-                    "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: SchedulingPolicy\nmetadata:\n  name: all\nspec:\n  deploymentTargetSelector: {}\n  clusterTypeSelector: {}\n",
+                    "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: SchedulingPolicy\nmetadata:\n  name: all\nspec:\n  deploymentTargetSelector: {labelSelector: {}}\n  clusterTypeSelector: {labelSelector: {}}\n",
                 ),
             ),
             (

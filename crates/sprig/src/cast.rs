@@ -131,6 +131,21 @@ pub(crate) fn to_int64(v: &Value) -> i64 {
     }
 }
 
+/// Sprig v2.22.0's own `toInt64` (`numeric.go`, used by `int`, `int64`, `add`, `sub`, `mul`,
+/// `div`, `mod`, `max`, `min` and `slice`): strings through `strconv.ParseInt(s, 10, 64)` (so
+/// `"010"` is 10 and `"0x10"` is 0), integers as they are, unsigned values above
+/// `math.MaxInt64` as `math.MaxInt64`, floats truncated, booleans as 0/1, anything else 0.
+pub(crate) fn to_int64_v2(v: &Value) -> i64 {
+    match v {
+        Value::Int(i, _) => *i,
+        Value::Uint(u, _) => i64::try_from(*u).unwrap_or(i64::MAX),
+        Value::Float(f, _) => float_to_i64(*f),
+        Value::String(s) => parse_int(s.as_bytes(), 10, 64).unwrap_or(0),
+        Value::Bool(b) => i64::from(*b),
+        _ => 0,
+    }
+}
+
 /// spf13/cast `ToInt` (Go's `int` is 64 bits, so this is [`to_int64`]).
 pub(crate) fn to_int(v: &Value) -> i64 {
     to_int64(v)
@@ -169,11 +184,33 @@ mod tests {
     }
 
     #[test]
+    fn v2_cast_parses_decimal_only() {
+        assert_eq!(to_int64_v2(&Value::string("010")), 10);
+        assert_eq!(to_int64_v2(&Value::string("08080")), 8080);
+        assert_eq!(to_int64_v2(&Value::string("0x10")), 0);
+        assert_eq!(to_int64_v2(&Value::string("1_000")), 0);
+        assert_eq!(to_int64_v2(&Value::string("+7")), 7);
+        assert_eq!(to_int64_v2(&Value::string("3.7")), 0);
+        assert_eq!(to_int64_v2(&Value::float(-1.9)), -1);
+        assert_eq!(to_int64_v2(&Value::Bool(true)), 1);
+        assert_eq!(to_int64_v2(&Value::Nil), 0);
+        assert_eq!(
+            to_int64_v2(&Value::Uint(u64::MAX, kalypso_gotmpl::UintKind::Uint64)),
+            i64::MAX
+        );
+    }
+
+    #[test]
     fn cast_conversions() {
         assert_eq!(to_int64(&Value::string("3.7")), 0);
         assert_eq!(to_int64(&Value::float(-1.9)), -1);
         assert_eq!(to_int64(&Value::Bool(true)), 1);
         assert_eq!(to_float64(&Value::string("1e3")), 1000.0);
+        assert_eq!(to_int64(&Value::string("010")), 8);
+        assert_eq!(
+            to_int64(&Value::Uint(u64::MAX, kalypso_gotmpl::UintKind::Uint64)),
+            -1
+        );
         assert_eq!(to_float64(&Value::string("x")), 0.0);
         assert_eq!(to_float64(&Value::string("1e400")), 0.0);
         assert_eq!(to_float64(&Value::string("0x1p4")), 16.0);

@@ -1650,7 +1650,7 @@ fn duration_round(d: i64) -> String {
     if u > year {
         format!("{}y", u / year)
     } else if u > month {
-        format!("{}m", u / month)
+        format!("{}mo", u / month)
     } else if u > day {
         format!("{}d", u / day)
     } else if u > HOUR {
@@ -1736,5 +1736,9 @@ mod tests {
             "time: unknown unit \"x\" in duration \"1x\""
         );
         assert_eq!(duration_round(3_700_000_000_000), "1h");
+        // Sprig v3.2.3 date.go durationRound: months are "mo", minutes "m".
+        assert_eq!(duration_round(2_400 * 3_600_000_000_000), "3mo");
+        assert_eq!(duration_round(-744 * 3_600_000_000_000), "1mo");
+        assert_eq!(duration_round(720 * 3_600_000_000_000), "30d");
     }
 }

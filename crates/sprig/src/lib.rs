@@ -1,5 +1,12 @@
-//! Sprig v3 (github.com/Masterminds/sprig/v3), the function library every Go template user
-//! knows, for kalypso-gotmpl.
+//! Sprig (github.com/Masterminds/sprig), the function library every Go template user knows,
+//! for kalypso-gotmpl, in two versions: v3.2.3 ([`funcs`]) and v2.22.0 ([`funcs_for`] with
+//! [`Version::V2`]), the version the Kalypso scheduler links.
+//!
+//! v2.22.0 differs from v3 in three ways ([`V3_ONLY`] and [`Version::V2`] list them): the
+//! functions added in v3 do not exist; `int`, `int64`, `add`, `add1`, `sub`, `mul`, `div`,
+//! `mod`, `max`, `biggest`, `min` and `slice` parse strings as decimal (`int "010"` is 10,
+//! v3's spf13/cast reads it as octal 8); and `trunc` with a negative length panics instead of
+//! keeping the end of the string.
 //!
 //! Only deterministic functions are provided: nothing that reads the clock, random numbers,
 //! the process environment (`env`, `expandenv`) or generates keys. Templates rendered in a
@@ -69,7 +76,143 @@ pub const EXCLUDED: &[&str] = &[
     "getHostByName",
 ];
 
-/// Every Sprig function this crate provides, as Go's `sprig.TxtFuncMap()` minus the
+/// The functions Sprig v3 added: absent from v2.22.0's `functions.go` (its `genericMap`),
+/// present in v3.2.3's. Some of them are also [`EXCLUDED`].
+pub const V3_ONLY: &[&str] = &[
+    "add1f",
+    "addf",
+    "all",
+    "any",
+    "bcrypt",
+    "chunk",
+    "dig",
+    "divf",
+    "duration",
+    "durationRound",
+    "fromJson",
+    "genCAWithKey",
+    "genSelfSignedCertWithKey",
+    "genSignedCertWithKey",
+    "get",
+    "htpasswd",
+    "maxf",
+    "minf",
+    "mulf",
+    "mustAppend",
+    "mustChunk",
+    "mustCompact",
+    "mustDateModify",
+    "mustDeepCopy",
+    "mustFirst",
+    "mustFromJson",
+    "mustHas",
+    "mustInitial",
+    "mustLast",
+    "mustMerge",
+    "mustMergeOverwrite",
+    "mustPrepend",
+    "mustPush",
+    "mustRegexFind",
+    "mustRegexFindAll",
+    "mustRegexMatch",
+    "mustRegexReplaceAll",
+    "mustRegexReplaceAllLiteral",
+    "mustRegexSplit",
+    "mustRest",
+    "mustReverse",
+    "mustSlice",
+    "mustToDate",
+    "mustToJson",
+    "mustToPrettyJson",
+    "mustToRawJson",
+    "mustUniq",
+    "mustWithout",
+    "must_date_modify",
+    "osBase",
+    "osClean",
+    "osDir",
+    "osExt",
+    "osIsAbs",
+    "randBytes",
+    "randInt",
+    "regexQuoteMeta",
+    "seq",
+    "subf",
+    "toRawJson",
+];
+
+/// A Sprig release whose semantics templates run with.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum Version {
+    /// github.com/Masterminds/sprig v2.22.0, which the original Kalypso scheduler links
+    /// (`sprig.TxtFuncMap()` in `scheduler/templater.go`): no [`V3_ONLY`] functions, decimal
+    /// string parsing in the integer functions, `trunc` panics on a negative length.
+    #[default]
+    V2,
+    /// github.com/Masterminds/sprig/v3 v3.2.3.
+    V3,
+}
+
+impl Version {
+    /// The name used in settings: `v2` or `v3`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V2 => "v2",
+            Version::V3 => "v3",
+        }
+    }
+
+    /// Reads a setting: `v2`, `v2.22`, `v2.22.0` or `v3`, `v3.2`, `v3.2.3` (case-insensitive).
+    pub fn parse(text: &str) -> Option<Version> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "v2" | "2" | "v2.22" | "v2.22.0" => Some(Version::V2),
+            "v3" | "3" | "v3.2" | "v3.2.3" => Some(Version::V3),
+            _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The functions of the given Sprig version (see [`funcs`] for what is left out).
+pub fn funcs_for(version: Version) -> FuncMap {
+    let mut m = funcs();
+    if version == Version::V2 {
+        for name in V3_ONLY {
+            m.remove(name);
+        }
+        numeric::register_int_math(&mut m, cast::to_int64_v2);
+        util::register(
+            &mut m,
+            &["slice"],
+            util::variadic(
+                vec![kalypso_gotmpl::Type::Interface],
+                kalypso_gotmpl::Type::Interface,
+                |a| lists::slice(a, cast::to_int64_v2),
+            ),
+        );
+        util::register(
+            &mut m,
+            &["trunc"],
+            util::func(
+                vec![kalypso_gotmpl::Type::INT, kalypso_gotmpl::Type::String],
+                |a| {
+                    Ok(util::string_value(strings::trunc_v2(
+                        util::arg_int(a, 0),
+                        util::arg_bytes(a, 1),
+                    )?))
+                },
+            ),
+        );
+    }
+    m
+}
+
+/// Every Sprig v3.2.3 function this crate provides, as Go's `sprig.TxtFuncMap()` minus the
 /// non-deterministic and environment-reading ones (see [`EXCLUDED`]).
 pub fn funcs() -> FuncMap {
     let mut m = FuncMap::new();

@@ -139,7 +139,11 @@ pub(crate) fn register_all(m: &mut FuncMap) {
             Ok(Value::Bool(items.iter().any(|item| deep_equal(&needle, item))))
         }),
     );
-    register(m, &["slice", "mustSlice"], variadic(vec![any()], any(), slice));
+    register(
+        m,
+        &["slice", "mustSlice"],
+        variadic(vec![any()], any(), |a| slice(a, to_int)),
+    );
     register(
         m,
         &["concat"],
@@ -181,8 +185,9 @@ fn items_of(v: &Value, what: &str) -> Result<Vec<Value>, FuncError> {
     }
 }
 
-/// Sprig's `slice`: `list[start:end]` through reflection, keeping the slice's type.
-fn slice(a: &[Value]) -> FuncResult {
+/// Sprig's `slice`: `list[start:end]` through reflection, keeping the slice's type; the
+/// indices are converted with `to_int` (spf13/cast in v3, Sprig's own `toInt` in v2).
+pub(crate) fn slice(a: &[Value], to_int: fn(&Value) -> i64) -> FuncResult {
     let list = arg(a, 0);
     let l = match &list {
         Value::List(l) => l,

@@ -32,16 +32,6 @@ pub(crate) fn register_all(m: &mut FuncMap) {
     );
     register(
         m,
-        &["int64"],
-        func(vec![any()], |a| Ok(Value::int64(to_int64(&arg(a, 0))))),
-    );
-    register(
-        m,
-        &["int"],
-        func(vec![any()], |a| Ok(Value::int(to_int(&arg(a, 0))))),
-    );
-    register(
-        m,
         &["float64"],
         func(vec![any()], |a| Ok(Value::float(to_float64(&arg(a, 0))))),
     );
@@ -73,82 +63,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
             int_list(until_step(arg_int(a, 0), arg_int(a, 1), arg_int(a, 2))?)
         }),
     );
-    register(
-        m,
-        &["add1"],
-        func(vec![any()], |a| {
-            Ok(Value::int64(to_int64(&arg(a, 0)).wrapping_add(1)))
-        }),
-    );
-    register(
-        m,
-        &["add"],
-        variadic(vec![], any(), |a| {
-            Ok(Value::int64(
-                a.iter().fold(0i64, |acc, v| acc.wrapping_add(to_int64(v))),
-            ))
-        }),
-    );
-    register(
-        m,
-        &["sub"],
-        func(vec![any(), any()], |a| {
-            Ok(Value::int64(
-                to_int64(&arg(a, 0)).wrapping_sub(to_int64(&arg(a, 1))),
-            ))
-        }),
-    );
-    register(
-        m,
-        &["div"],
-        func(vec![any(), any()], |a| {
-            let (x, y) = (to_int64(&arg(a, 0)), to_int64(&arg(a, 1)));
-            if y == 0 {
-                return Err(divide_by_zero());
-            }
-            Ok(Value::int64(x.wrapping_div(y)))
-        }),
-    );
-    register(
-        m,
-        &["mod"],
-        func(vec![any(), any()], |a| {
-            let (x, y) = (to_int64(&arg(a, 0)), to_int64(&arg(a, 1)));
-            if y == 0 {
-                return Err(divide_by_zero());
-            }
-            Ok(Value::int64(x.wrapping_rem(y)))
-        }),
-    );
-    register(
-        m,
-        &["mul"],
-        variadic(vec![any()], any(), |a| {
-            Ok(Value::int64(
-                a[1..]
-                    .iter()
-                    .fold(to_int64(&arg(a, 0)), |acc, v| acc.wrapping_mul(to_int64(v))),
-            ))
-        }),
-    );
-    register(
-        m,
-        &["biggest", "max"],
-        variadic(vec![any()], any(), |a| {
-            Ok(Value::int64(
-                a[1..].iter().map(to_int64).fold(to_int64(&arg(a, 0)), i64::max),
-            ))
-        }),
-    );
-    register(
-        m,
-        &["min"],
-        variadic(vec![any()], any(), |a| {
-            Ok(Value::int64(
-                a[1..].iter().map(to_int64).fold(to_int64(&arg(a, 0)), i64::min),
-            ))
-        }),
-    );
+    register_int_math(m, to_int64);
     register(
         m,
         &["maxf"],
@@ -225,6 +140,98 @@ pub(crate) fn register_all(m: &mut FuncMap) {
                 arg_int(a, 1),
                 round_on,
             )))
+        }),
+    );
+}
+
+/// Registers the integer functions (`int`, `int64`, `add`, `sub`, `max`...) with the cast they
+/// convert their arguments with: spf13/cast's in Sprig v3, Sprig v2's own `toInt64` in v2.
+pub(crate) fn register_int_math(m: &mut FuncMap, to_int64: fn(&Value) -> i64) {
+    let any = || Type::Interface;
+    register(
+        m,
+        &["int64"],
+        func(vec![any()], move |a| Ok(Value::int64(to_int64(&arg(a, 0))))),
+    );
+    register(
+        m,
+        &["int"],
+        func(vec![any()], move |a| Ok(Value::int(to_int64(&arg(a, 0))))),
+    );
+    register(
+        m,
+        &["add1"],
+        func(vec![any()], move |a| {
+            Ok(Value::int64(to_int64(&arg(a, 0)).wrapping_add(1)))
+        }),
+    );
+    register(
+        m,
+        &["add"],
+        variadic(vec![], any(), move |a| {
+            Ok(Value::int64(
+                a.iter().fold(0i64, |acc, v| acc.wrapping_add(to_int64(v))),
+            ))
+        }),
+    );
+    register(
+        m,
+        &["sub"],
+        func(vec![any(), any()], move |a| {
+            Ok(Value::int64(
+                to_int64(&arg(a, 0)).wrapping_sub(to_int64(&arg(a, 1))),
+            ))
+        }),
+    );
+    register(
+        m,
+        &["div"],
+        func(vec![any(), any()], move |a| {
+            let (x, y) = (to_int64(&arg(a, 0)), to_int64(&arg(a, 1)));
+            if y == 0 {
+                return Err(divide_by_zero());
+            }
+            Ok(Value::int64(x.wrapping_div(y)))
+        }),
+    );
+    register(
+        m,
+        &["mod"],
+        func(vec![any(), any()], move |a| {
+            let (x, y) = (to_int64(&arg(a, 0)), to_int64(&arg(a, 1)));
+            if y == 0 {
+                return Err(divide_by_zero());
+            }
+            Ok(Value::int64(x.wrapping_rem(y)))
+        }),
+    );
+    register(
+        m,
+        &["mul"],
+        variadic(vec![any()], any(), move |a| {
+            Ok(Value::int64(
+                a[1..]
+                    .iter()
+                    .fold(to_int64(&arg(a, 0)), |acc, v| acc.wrapping_mul(to_int64(v))),
+            ))
+        }),
+    );
+    register(
+        m,
+        &["biggest", "max"],
+        variadic(vec![any()], any(), move |a| {
+            Ok(Value::int64(
+                a[1..].iter().map(to_int64).fold(to_int64(&arg(a, 0)), i64::max),
+            ))
+        }),
+    );
+    register(
+        m,
+        &["min"],
+        variadic(vec![any()], any(), move |a| {
+            Ok(Value::int64(
+                a[1..].iter().map(to_int64).fold(to_int64(&arg(a, 0)), i64::min),
+            ))
         }),
     );
 }

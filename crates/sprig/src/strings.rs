@@ -365,6 +365,18 @@ pub(crate) fn str_slice(v: &Value) -> Vec<Vec<u8>> {
 }
 
 /// Sprig's `trunc`: a byte prefix (or, for negative `c`, a byte suffix).
+/// Sprig v2.22.0's `trunc`: `s` if it is no longer than `c`, else `s[0:c]`, which panics
+/// for a negative `c` (v3 keeps the last `-c` bytes instead).
+pub(crate) fn trunc_v2(c: i64, s: &[u8]) -> Result<Vec<u8>, FuncError> {
+    if s.len() as i64 <= c {
+        return Ok(s.to_vec());
+    }
+    if let Some(e) = slice_bounds_error(Some(0), c, s.len()) {
+        return Err(e);
+    }
+    Ok(s[..c as usize].to_vec())
+}
+
 fn trunc(c: i64, s: &[u8]) -> Vec<u8> {
     let len = s.len() as i64;
     if c < 0 && len + c > 0 {

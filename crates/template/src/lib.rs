@@ -47,6 +47,40 @@ pub enum Error {
 pub struct Engine {
     funcs: Arc<FuncMap>,
     limits: Limits,
+    sprig: SprigVersion,
+}
+
+pub use kalypso_sprig::Version as SprigVersion;
+
+/// The environment variable that selects the Sprig version of control-plane templates:
+/// `v3` for Sprig v3.2.3, `v2` (the default, as the original) for v2.22.0.
+pub const SPRIG_ENV: &str = "KALYPSO_SPRIG";
+
+/// The Sprig version [`SPRIG_ENV`] selects: [`SprigVersion::V2`] when it is unset or empty,
+/// an error naming the variable and its value when it is neither `v2` nor `v3`.
+pub fn sprig_from_env() -> Result<SprigVersion, String> {
+    match std::env::var(SPRIG_ENV) {
+        Ok(v) if v.trim().is_empty() => Ok(SprigVersion::V2),
+        Ok(v) => SprigVersion::parse(&v).ok_or_else(|| {
+            format!(
+                "{SPRIG_ENV}={v:?} is not a Sprig version: use v2 (v2.22.0, the original's) or v3 (v3.2.3)"
+            )
+        }),
+        Err(std::env::VarError::NotPresent) => Ok(SprigVersion::V2),
+        Err(std::env::VarError::NotUnicode(_)) => Err(format!("{SPRIG_ENV} is not valid UTF-8")),
+    }
+}
+
+/// The warning to show when templates run with a Sprig other than the original's v2.22.0;
+/// `None` for v2.
+pub fn sprig_warning(version: SprigVersion) -> Option<String> {
+    (version != SprigVersion::V2).then(|| {
+        format!(
+            "templates run with Sprig {version} ({SPRIG_ENV}={version}), not the original scheduler's v2.22.0: \
+             `int \"010\"` is 8 instead of 10, negative `trunc` keeps the end instead of failing, and v3-only \
+             functions exist; output can differ from the original's"
+        )
+    })
 }
 
 /// A template text parsed once, ready to render many times.
@@ -65,17 +99,33 @@ impl Compiled {
 }
 
 impl Engine {
-    /// The original's function set: Sprig (without `env`/`expandenv`) plus `toYaml`,
+    /// The original's function set: Sprig v2.22.0 (without `env`/`expandenv`) plus `toYaml`,
     /// `stringify`, `hash` and `unquote`, with default limits.
     pub fn new() -> Engine {
-        let mut funcs = kalypso_sprig::funcs();
+        Engine::with_sprig(SprigVersion::V2)
+    }
+
+    /// The original's function set with the given Sprig version instead of v2.22.0.
+    pub fn with_sprig(sprig: SprigVersion) -> Engine {
+        let mut funcs = kalypso_sprig::funcs_for(sprig);
         funcs.remove("env");
         funcs.remove("expandenv");
         funcs::register(&mut funcs);
         Engine {
             funcs: Arc::new(funcs),
             limits: Limits::default(),
+            sprig,
         }
+    }
+
+    /// The engine of the Sprig version [`SPRIG_ENV`] selects (see [`sprig_from_env`]).
+    pub fn from_env() -> Result<Engine, String> {
+        sprig_from_env().map(Engine::with_sprig)
+    }
+
+    /// The Sprig version of the functions.
+    pub fn sprig(&self) -> SprigVersion {
+        self.sprig
     }
 
     /// The functions templates can call.

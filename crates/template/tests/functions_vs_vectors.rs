@@ -123,7 +123,7 @@ fn render(engine: &Engine, dot: &Value, template: &str) -> Option<String> {
 
 #[test]
 fn simple_vectors_render_like_go() {
-    let engine = Engine::new();
+    let engine = Engine::with_sprig(kalypso_template::SprigVersion::V3);
     let mut checked = 0;
     let mut failures = Vec::new();
     for case in cases() {

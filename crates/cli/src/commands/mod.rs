@@ -37,7 +37,10 @@ pub(crate) fn run_pipeline(
 ) -> (Environment, Rendered) {
     let namespace = kalypso_core::load_namespace(env, inputs, diagnostics);
     let environment = Environment::new(namespace, diagnostics);
-    let engine = Engine::new();
+    let engine = Engine::from_env().unwrap_or_else(|e| {
+        diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
+        Engine::new()
+    });
     let rendered = kalypso_core::render(&environment, &engine, diagnostics);
     (environment, rendered)
 }

@@ -36,7 +36,10 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     progress.stage("scheduling");
     let environment = Environment::new(namespace, &mut diagnostics);
-    let engine = Engine::new();
+    let engine = Engine::from_env().unwrap_or_else(|e| {
+        diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
+        Engine::new()
+    });
     progress.stage("merging configs and fingerprinting");
     let prepared = prepare(&environment, &engine, &mut diagnostics);
 
