@@ -134,6 +134,8 @@ fn set(clusters: &mut [ClusterData], name: &str, state: State, revision: &str, m
             state: Some(state),
             message: Some(message.to_owned()),
         };
+        // A report from before the history's end replaces the history after it.
+        cluster.reports.retain(|r| r.at < at);
         cluster.state = state;
         cluster.revision = report.revision.clone();
         cluster.message = report.message.clone();

@@ -259,7 +259,13 @@ async fn drill_down_pages_show_provenance_placements_and_history() {
     let (status, _, html) = get(&app, "/environments/dev/clusters/drone-dev-6").await;
     assert_eq!(status, StatusCode::OK);
     assert!(html.contains("no report for 3h"));
-    assert!(html.contains("3 reports"));
+    assert!(html.contains("1–1 of 1 reports"));
+    let (_, _, html) = get(&app, "/environments/dev/clusters/drone-dev-5").await;
+    assert!(html.contains("1–3 of 3 reports"));
+    // Newest first.
+    let newest = html.find("Detecting drift");
+    let oldest = html.find("Reconciliation in progress");
+    assert!(newest.is_some() && oldest.is_some() && newest < oldest);
 }
 
 #[tokio::test]

@@ -24,7 +24,8 @@ use serde_json::json;
 /// Finds a binary: the environment variable, else the Debian path, else `PATH`.
 fn binary(variable: &str, names: &[&str]) -> Option<PathBuf> {
     if let Some(path) = std::env::var_os(variable) {
-        return Some(PathBuf::from(path));
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
     }
     for name in names {
         let debian = Path::new("/usr/bin").join(name);
@@ -340,9 +341,12 @@ async fn drill_down_pages_show_config_provenance_placements_and_history() {
     }
     h.screenshot("workload").await;
 
-    h.goto("/environments/dev/clusters/drone-dev-6").await;
+    h.goto("/environments/dev/clusters/drone-dev-5").await;
     let reports = h.text("table.reports").await;
-    assert!(reports.contains("no report for 3h"), "{reports}");
+    assert!(
+        reports.contains("Detecting drift") && reports.contains("Reconciliation in progress"),
+        "{reports}"
+    );
     h.screenshot("cluster").await;
     h.close().await;
 }
