@@ -438,3 +438,19 @@ async fn assets_are_served_by_the_crate() {
     assert_eq!(status, StatusCode::SEE_OTHER);
     assert_eq!(headers[header::LOCATION], "/?environment=dev");
 }
+
+#[tokio::test]
+async fn the_dashboard_merges_into_a_hub_router() {
+    let (_, dashboard) = demo();
+    let hub = Router::new()
+        .route("/api/v1/health", axum::routing::get(|| async { "ok" }))
+        .merge(dashboard);
+    let (status, _, body) = get(&hub, "/api/v1/health").await;
+    assert_eq!((status, body.as_str()), (StatusCode::OK, "ok"));
+    let (status, _, html) = get(&hub, "/").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("Fleet map"));
+    let (status, _, html) = get(&hub, "/api/v1/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(html.contains("There is no page at this address."));
+}
