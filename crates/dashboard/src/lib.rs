@@ -20,14 +20,16 @@
 //! `/events` is a server-sent event stream of [`FleetSource::version`]; the pages' script
 //! re-fetches the page when it changes and swaps its `#live` part in place.
 
+#![warn(missing_docs)]
+
 pub mod demo;
 pub mod memory;
 pub mod model;
 pub mod render;
 
 use std::convert::Infallible;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::{Path, RawQuery, State as AxumState};
@@ -62,6 +64,37 @@ impl Default for Options {
 struct App<S> {
     source: Arc<S>,
     options: Options,
+    /// The last version read for `/events` and when: however many pages are open, the source
+    /// is asked about twice per poll interval, not once per page.
+    last_version: Mutex<Option<(Instant, u64)>>,
+}
+
+impl<S: FleetSource> App<S> {
+    async fn shared_version(&self) -> Result<u64, SourceError> {
+        let fresh_for = self.options.poll_interval / 2;
+        if let Some((at, version)) = *self.last_version.lock().unwrap_or_else(PoisonError::into_inner)
+            && at.elapsed() < fresh_for
+        {
+            return Ok(version);
+        }
+        let version = self.source.version().await?;
+        *self.last_version.lock().unwrap_or_else(PoisonError::into_inner) = Some((Instant::now(), version));
+        Ok(version)
+    }
+
+    /// Whether the source knows environment `name` (to say which name of a path is unknown).
+    async fn has_environment(&self, name: &str) -> bool {
+        let filter = FleetFilter {
+            environment: Some(name.to_owned()),
+            state: None,
+            cluster_type: None,
+            page: Some(Page::new(1, 1)),
+        };
+        self.source
+            .fleet(&filter)
+            .await
+            .is_ok_and(|map| map.all_environments.iter().any(|e| e == name))
+    }
 }
 
 type Shared<S> = Arc<App<S>>;
@@ -85,7 +118,11 @@ pub fn router_with<S: FleetSource>(source: Arc<S>, options: Options) -> Router {
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
         .fallback(not_found)
-        .with_state(Arc::new(App { source, options }))
+        .with_state(Arc::new(App {
+            source,
+            options,
+            last_version: Mutex::new(None),
+        }))
 }
 
 const CSS: &str = include_str!("../assets/dashboard.css");
@@ -266,6 +303,9 @@ async fn cluster_type<S: FleetSource>(
     };
     match app.source.cluster_type(&env, &name, &cluster_query).await {
         Ok(Some(ct)) => page(StatusCode::OK, render::cluster_type_page(&ct, state, version)),
+        Ok(None) if !app.has_environment(&env).await => {
+            not_found_page(&format!("There is no environment {env:?}."))
+        }
         Ok(None) => not_found_page(&format!(
             "There is no cluster type {name:?} in environment {env:?}."
         )),
@@ -308,6 +348,9 @@ async fn cluster<S: FleetSource>(
     };
     match app.source.cluster(&env, &name, page_wanted).await {
         Ok(Some(c)) => page(StatusCode::OK, render::cluster_page(&c, version)),
+        Ok(None) if !app.has_environment(&env).await => {
+            not_found_page(&format!("There is no environment {env:?}."))
+        }
         Ok(None) => not_found_page(&format!("There is no cluster {name:?} in environment {env:?}.")),
         Err(e) => source_error(&e),
     }
@@ -324,7 +367,7 @@ async fn events<S: FleetSource>(
                 tokio::time::sleep(app.options.poll_interval).await;
             }
             first = false;
-            if let Ok(version) = app.source.version().await
+            if let Ok(version) = app.shared_version().await
                 && Some(version) != last
             {
                 let event = Event::default().event("version").data(version.to_string());

@@ -677,6 +677,22 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_blocks_a_stage_even_after_it_was_compliant() {
+        let mut stage = Stage::default();
+        assert_eq!(stage.state(), StageState::Pinned);
+        stage.gitops_commit = Some("abc".to_owned());
+        assert_eq!(stage.state(), StageState::Rendered);
+        stage.delivered_at = Some(1);
+        assert_eq!(stage.state(), StageState::Delivered);
+        stage.superseded = true;
+        assert_eq!(stage.state(), StageState::Superseded);
+        stage.compliant_at = Some(2);
+        assert_eq!(stage.state(), StageState::Compliant);
+        stage.counts.add(State::Failed);
+        assert_eq!(stage.state(), StageState::Blocked);
+    }
+
+    #[test]
     fn pages_slice_and_count() {
         let items: Vec<u32> = (0..25).collect();
         let page = Page::new(3, 10);

@@ -123,7 +123,12 @@ async fn bad_input_gives_clear_404_and_400_pages() {
         (
             "/environments/qa/cluster-types/drone",
             StatusCode::NOT_FOUND,
-            "in environment &quot;qa&quot;",
+            "There is no environment &quot;qa&quot;.",
+        ),
+        (
+            "/environments/qa/clusters/drone-dev-1",
+            StatusCode::NOT_FOUND,
+            "There is no environment &quot;qa&quot;.",
         ),
         (
             "/environments/dev/clusters/drone-dev-99",

@@ -399,7 +399,11 @@ async fn unknown_names_give_the_404_page() {
         ),
         (
             "/environments/qa/clusters/drone-1",
-            "There is no cluster \"drone-1\" in environment \"qa\".",
+            "There is no environment \"qa\".",
+        ),
+        (
+            "/environments/dev/clusters/drone-1",
+            "There is no cluster \"drone-1\" in environment \"dev\".",
         ),
         ("/workloads/nope", "There is no workload \"nope\"."),
         ("/?environment=qa", "There is no environment \"qa\"."),
