@@ -467,8 +467,9 @@ pub fn demo_fleet() -> FleetData {
 }
 
 /// A generated fleet: `environments` environments of `cluster_types` cluster types with
-/// `clusters_per_environment` clusters spread over them (about 1 in 50 failed, 1 in 20
-/// reconciling, 1 in 100 stale) and four deployment targets each.
+/// `clusters_per_environment` clusters spread over them and four deployment targets each: every
+/// tenth cluster type has failed clusters (1 in 25), two in ten have stale ones, three in ten
+/// reconciling ones, the rest are compliant.
 pub fn synthetic_fleet(
     environments: usize,
     cluster_types: usize,
@@ -487,15 +488,13 @@ pub fn synthetic_fleet(
                     let name = format!("type-{c:04}");
                     let clusters = (0..per_type)
                         .map(|i| {
-                            let n = c * per_type + i;
-                            let state = if n % 50 == 7 {
-                                State::Failed
-                            } else if n % 100 == 3 {
-                                State::Stale
-                            } else if n % 20 == 1 {
-                                State::Reconciling
-                            } else {
-                                State::Compliant
+                            // A tenth of the cluster types have failures, a fifth
+                            // stale clusters, three tenths clusters reconciling.
+                            let state = match c % 10 {
+                                0 if i % 25 == 3 => State::Failed,
+                                1 | 2 if i % 40 == 5 => State::Stale,
+                                3..=5 if i % 10 == 1 => State::Reconciling,
+                                _ => State::Compliant,
                             };
                             ClusterData {
                                 name: format!("{name}-{env}-{i:05}"),

@@ -177,18 +177,31 @@ fn breakdown(counts: &StateCounts) -> Markup {
             span.breakdown {
                 @for (i, (state, n)) in parts.iter().enumerate() {
                     @if i > 0 { " · " }
-                    span class={"count state-text-" (state.as_str())} { (n) " " (state.label().to_lowercase()) }
+                    span class={"count state-text-" (state.as_str())} { (number(*n)) " " (state.label().to_lowercase()) }
                 }
             }
         }
     }
 }
 
+/// A count with thousands separators: `300,000`.
+pub fn number(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 fn plural(n: u64, one: &str, many: &str) -> String {
     if n == 1 {
-        format!("{n} {one}")
+        format!("1 {one}")
     } else {
-        format!("{n} {many}")
+        format!("{} {many}", number(n))
     }
 }
 
@@ -238,7 +251,7 @@ fn pager(path: &str, pairs: &[(&str, String)], page: Page, total: u64, noun: &st
     };
     html! {
         nav.pager aria-label={"Pages of " (noun)} {
-            span { (first) "–" (last) " of " (total) " " (noun) " · page " (page.number) " of " (pages) }
+            span { (number(first)) "–" (number(last)) " of " (number(total)) " " (noun) " · page " (number(page.number)) " of " (number(pages)) }
             @if page.number > 1 {
                 a href=(link(1)) { "« First" }
                 a href=(link(page.number - 1)) rel="prev" { "‹ Previous" }
@@ -340,14 +353,14 @@ pub fn fleet_page(map: &FleetMap, filter: &FleetFilter, version: u64) -> Markup 
                                     @for (env, cell) in map.environments.iter().zip(&row.cells) {
                                         @match cell {
                                             Some(cell) => {
-                                                td class={"cell state-" (cell.state().as_str())} data-state=(cell.state().as_str()) {
+                                                td class={"cell state-" (cell.state().as_str()) @if filter.state.is_some_and(|s| s != cell.state()) { " dimmed" }} data-state=(cell.state().as_str()) {
                                                     a href=(cluster_type_url(&env.name, &row.name)) {
                                                         (badge(cell.state()))
                                                         span.cell-main {
                                                             @if cell.counts.total() == 0 {
                                                                 "No clusters reporting"
                                                             } @else {
-                                                                (cell.counts.compliant) "/" (cell.counts.total()) " compliant"
+                                                                (number(cell.counts.compliant)) "/" (number(cell.counts.total())) " compliant"
                                                             }
                                                         }
                                                         span.cell-sub { (plural(cell.deployment_targets, "target", "targets")) }
@@ -791,6 +804,15 @@ mod tests {
         assert_eq!(duration(27 * 60), "27 min");
         assert_eq!(duration(125 * 60), "2 h 5 min");
         assert_eq!(duration(3 * 86_400 + 4 * 3600), "3 d 4 h");
+    }
+
+    #[test]
+    fn numbers_have_thousands_separators() {
+        assert_eq!(number(0), "0");
+        assert_eq!(number(999), "999");
+        assert_eq!(number(1000), "1,000");
+        assert_eq!(number(300_000), "300,000");
+        assert_eq!(number(1_234_567), "1,234,567");
     }
 
     #[test]

@@ -16,7 +16,8 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet};
+use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet, synthetic_fleet};
+use kalypso_dashboard::memory::FleetData;
 use kalypso_dashboard::model::{Report, State};
 use kalypso_dashboard::{MemorySource, Options, router_with};
 use serde_json::json;
@@ -87,8 +88,14 @@ struct Harness {
 }
 
 impl Harness {
-    /// Starts everything; `None` when the browser is missing and the tests may be skipped.
+    /// Starts everything over the demo fleet; `None` when the browser is missing and the tests
+    /// may be skipped.
     async fn start() -> Option<Harness> {
+        Harness::start_with(demo_fleet).await
+    }
+
+    /// Starts everything over the fleet `fleet` makes.
+    async fn start_with(fleet: impl FnOnce() -> FleetData) -> Option<Harness> {
         let chromium = binary("KALYPSO_CHROMIUM", &["chromium", "chromium-browser"]);
         let chromedriver = binary("KALYPSO_CHROMEDRIVER", &["chromedriver"]);
         let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
@@ -104,7 +111,7 @@ impl Harness {
             );
         };
 
-        let source = Arc::new(MemorySource::new(demo_fleet()));
+        let source = Arc::new(MemorySource::new(fleet()));
         let app = router_with(
             Arc::clone(&source),
             Options {
@@ -459,5 +466,47 @@ async fn the_main_links_are_reachable_by_keyboard() {
     }
     // The skip link comes first and moves focus to the content.
     assert_eq!(reached[0], "A #main");
+    h.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_of_300000_clusters_is_aggregated_and_paged() {
+    let Some(h) = Harness::start_with(|| synthetic_fleet(3, 500, 100_000)).await else {
+        return;
+    };
+    h.goto("/").await;
+    let rows = h
+        .js("return document.querySelectorAll('table.fleet tbody tr').length")
+        .await;
+    assert_eq!(rows, 50);
+    let lede = h.text("p.lede").await;
+    assert!(lede.starts_with("300,000 clusters in 3 environments"), "{lede}");
+    let pager = h.text("nav.pager").await;
+    assert!(
+        pager.contains("1–50 of 500 cluster types · page 1 of 10"),
+        "{pager}"
+    );
+    h.screenshot("fleet-map-300k").await;
+    h.client
+        .find(Locator::Css("nav.pager a[rel=next]"))
+        .await
+        .expect("a next link")
+        .click()
+        .await
+        .expect("click");
+    let pager = h.text("nav.pager").await;
+    assert!(pager.contains("51–100 of 500"), "{pager}");
+    assert!(
+        h.client
+            .current_url()
+            .await
+            .expect("url")
+            .as_str()
+            .ends_with("/?page=2")
+    );
+    h.goto("/?environment=prod&state=failed&cluster-type=type-00")
+        .await;
+    let pager = h.text("nav.pager").await;
+    assert!(pager.contains("1–10 of 10 cluster types"), "{pager}");
     h.close().await;
 }
