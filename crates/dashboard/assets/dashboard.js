@@ -41,7 +41,19 @@
         var fresh = next.getElementById("live");
         var current = document.getElementById("live");
         if (fresh && current) {
+          // Keep the keyboard focus on the same link or control if it is in the swapped part.
+          var active = document.activeElement;
+          var href = active && current.contains(active) ? active.getAttribute("href") : null;
           current.replaceWith(document.adoptNode(fresh));
+          if (href) {
+            var links = fresh.querySelectorAll("a[href]");
+            for (var i = 0; i < links.length; i++) {
+              if (links[i].getAttribute("href") === href) {
+                links[i].focus({ preventScroll: true });
+                break;
+              }
+            }
+          }
         }
         if (next.body && next.body.dataset.version) {
           body.dataset.version = next.body.dataset.version;

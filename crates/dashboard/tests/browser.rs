@@ -253,7 +253,10 @@ async fn fleet_map_shows_states_and_updates_live_and_promotions_say_what_blocks(
         assert!(Instant::now() < deadline, "the event stream did not open");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    h.js("window.__notReloaded = true; return null;").await;
+    h.js("window.__notReloaded = true;\
+          document.querySelector('a[href=\"/environments/prod/cluster-types/large\"]').focus();\
+          return null;")
+        .await;
     assert!(h.source.report(
         "prod",
         "large-prod-2",
@@ -281,6 +284,11 @@ async fn fleet_map_shows_states_and_updates_live_and_promotions_say_what_blocks(
     );
     let status = h.text("#live-status").await;
     assert!(status.starts_with("Updated"), "{status}");
+    assert_eq!(
+        h.js("return document.activeElement.getAttribute('href')").await,
+        "/environments/prod/cluster-types/large",
+        "the update moved the keyboard focus"
+    );
     h.screenshot("fleet-map-live-update").await;
 
     // A filtered view has a URL of its own.
