@@ -31,6 +31,10 @@
     busy = true;
     fetch(window.location.href, { headers: { Accept: "text/html" }, cache: "no-store" })
       .then(function (response) {
+        if (response.status === 404) {
+          // What this page shows is gone (a cluster was removed): show the 404 page.
+          window.location.reload();
+        }
         if (!response.ok) {
           throw new Error("HTTP " + response.status);
         }
@@ -62,6 +66,7 @@
       })
       .catch(function () {
         say("Update failed; retrying", "error");
+        window.setTimeout(refresh, 5000);
       })
       .then(function () {
         busy = false;
