@@ -141,7 +141,7 @@ fn example_fleet_change_plan_in_every_format() {
     assert_eq!(unchanged_json.code, 0);
     let json: serde_json::Value = serde_json::from_str(&unchanged_json.stdout).unwrap();
     assert_eq!(json["has_changes"], false);
-    assert_eq!(json["counts"]["unchanged"], 6);
+    assert_eq!(json["counts"]["unchanged"], 8);
 
     fleet_change(&cp);
     for (format, name) in [
@@ -284,7 +284,7 @@ fn one_config_map_change_shows_exactly_its_assignments_and_key() {
     assert_eq!(
         plan["counts"],
         serde_json::json!({
-            "added": 0, "removed": 0, "moved": 0, "changed": 2, "unchanged": 4,
+            "added": 0, "removed": 0, "moved": 0, "changed": 2, "unchanged": 6,
             "files_added": 0, "files_modified": 2, "files_deleted": 0
         })
     );

@@ -73,7 +73,7 @@ fn git_control_plane_against_the_gitops_repository() {
     let first = s.kalypso(&["plan", &cp, "--env", "dev"], &[]);
     assert_eq!(first.code, 2, "{}", first.stderr);
     assert!(first.stderr.contains("does not exist"), "{}", first.stderr);
-    assert!(first.stdout.contains("Added (6):"), "{}", first.stdout);
+    assert!(first.stdout.contains("Added (8):"), "{}", first.stdout);
 
     // The folder form of the same input, against an empty folder, plans the same.
     let empty = s.dir.path().join("empty");
@@ -216,10 +216,10 @@ fn promotion_plan_between_environments() {
         doc["promoted_commit"],
         serde_json::json!({"old": s.main_commit, "new": newer})
     );
-    assert_eq!(doc["counts"]["changed"], 6);
+    assert_eq!(doc["counts"]["changed"], 8);
     assert_eq!(
-        doc["counts"]["files_modified"], 7,
-        "6 namespaces and the tracking file"
+        doc["counts"]["files_modified"], 9,
+        "8 namespaces and the tracking file"
     );
 
     // Against stage's GitOps branch once delivered: the same changes.
