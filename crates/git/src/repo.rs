@@ -111,7 +111,14 @@ impl GitCause {
     /// Whether retrying may help: connection problems and server-side errors, not
     /// authentication failures or missing repositories.
     fn is_transient(&self) -> bool {
-        if self.code == ErrorCode::Auth || self.code == ErrorCode::Certificate {
+        if matches!(
+            self.code,
+            ErrorCode::Auth | ErrorCode::Certificate | ErrorCode::NotFound
+        ) {
+            return false;
+        }
+        // A local repository that is missing or unreadable stays so: no network in between.
+        if self.message.contains("No such file or directory") || self.message.contains("Permission denied") {
             return false;
         }
         match self.class {
@@ -924,6 +931,27 @@ mod tests {
         assert!(!cause(E::Auth, C::Http, "authentication required").is_transient());
         assert!(!cause(E::NotFound, C::Reference, "not found").is_transient());
         assert!(cause(E::NotFastForward, C::Reference, "non-ff").is_rejection());
+        // A missing local repository (file://) is not worth a retry.
+        let missing = "failed to resolve path '/nonexistent/cp': No such file or directory";
+        assert!(!cause(E::GenericError, C::Os, missing).is_transient());
+        assert!(!cause(E::GenericError, C::Os, "could not open '/x': Permission denied").is_transient());
+        assert!(cause(E::GenericError, C::Os, "connection reset by peer").is_transient());
+    }
+
+    #[test]
+    fn a_missing_local_repository_fails_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = RepoUrl::parse(&format!("file://{}/missing.git", dir.path().display())).unwrap();
+        let repo = Repo::open_mirror(&url, &Cache::new(dir.path().join("cache"))).unwrap();
+        let credentials = crate::auth::Credentials::default();
+        let retry = RetryPolicy {
+            attempts: 5,
+            initial_backoff: std::time::Duration::from_secs(30),
+            max_backoff: std::time::Duration::from_secs(30),
+        };
+        let error = repo.fetch_all(&Transport::new(&credentials, retry)).unwrap_err();
+        assert!(!error.is_transient(), "{error}");
+        assert!(error.to_string().contains("missing.git"), "{error}");
     }
 
     #[test]
