@@ -943,7 +943,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = RepoUrl::parse(&format!("file://{}/missing.git", dir.path().display())).unwrap();
         let repo = Repo::open_mirror(&url, &Cache::new(dir.path().join("cache"))).unwrap();
-        let credentials = crate::auth::Credentials::default();
+        let credentials = Credentials::default();
         let retry = RetryPolicy {
             attempts: 5,
             initial_backoff: std::time::Duration::from_secs(30),
