@@ -456,7 +456,8 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             }
             Kind::SchedulingPolicy => {
                 let policy = parse_typed(doc, &origin, kind, &name, diagnostics)?;
-                if !selectors_present(doc, &origin, &name, diagnostics) {
+                // A policy without a name is already refused (one error for it is enough).
+                if !name.is_empty() && !selectors_present(doc, &origin, &name, diagnostics) {
                     return None;
                 }
                 AnyObject::SchedulingPolicy(policy)
