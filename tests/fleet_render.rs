@@ -79,7 +79,9 @@ fn counts(stdout: &str) -> [usize; 5] {
 
 fn generate_fleet(dir: &Path) -> PathBuf {
     let fleet = dir.join("fleet");
-    let generator = root().join("../shared/bench/fleetgen.py");
+    // `KALYPSO_FLEETGEN` names the generator for checkouts that are not next to `shared/`.
+    let generator = std::env::var_os("KALYPSO_FLEETGEN")
+        .map_or_else(|| root().join("../shared/bench/fleetgen.py"), PathBuf::from);
     let status = Command::new("python3")
         .arg(&generator)
         .arg(&fleet)
