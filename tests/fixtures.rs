@@ -12,8 +12,7 @@
 //!
 //! Each case copies `input/gitops-base` into a fresh folder, runs the `kalypso render`
 //! binary on it, and requires the folder to equal `expected/` byte for byte, with no missing
-//! or extra file. Adding a case is adding a folder. `KALYPSO_REAL_FIXTURES` names another
-//! folder of real runs (for checkouts that are not next to `shared/`).
+//! or extra file. Adding a case is adding a folder.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
@@ -48,11 +47,7 @@ struct Case {
 fn cases() -> Vec<Case> {
     let mut cases = Vec::new();
     for (base, only_v11) in [
-        (
-            std::env::var_os("KALYPSO_REAL_FIXTURES")
-                .map_or_else(|| root().join(REAL_FIXTURES), PathBuf::from),
-            true,
-        ),
+        (root().join(REAL_FIXTURES), true),
         (root().join(OWN_FIXTURES), false),
     ] {
         let Ok(entries) = fs::read_dir(&base) else {

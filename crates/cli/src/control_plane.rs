@@ -70,6 +70,7 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
         main: read_source_tree(&main_dir, MAIN)?,
         environment: read_source_tree(&env_dir, env)?,
         workloads: Default::default(),
+        ..Inputs::default()
     };
     let workloads_dir = dir.join(WORKLOADS);
     if workloads_dir.is_dir() {

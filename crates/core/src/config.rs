@@ -332,8 +332,11 @@ fn name_key() -> MapKey {
     MapKey::String(Str::from("name"))
 }
 
-/// Go's `==` on two interface values holding scalars; absent equals absent.
+/// Go's `==` on two interface values holding scalars; absent equals absent and `null` (both
+/// are nil in Go). A list or map name (Go panics on `==`) equals nothing.
 fn names_equal(a: Option<&Value>, b: Option<&Value>) -> bool {
+    let a = a.filter(|v| !matches!(v, Value::Nil));
+    let b = b.filter(|v| !matches!(v, Value::Nil));
     match (a, b) {
         (None, None) => true,
         (Some(a), Some(b)) => match (MapKey::from_value(a), MapKey::from_value(b)) {
@@ -431,6 +434,19 @@ mod tests {
         // A target without a workload label (declared directly) has workload "".
         target.labels.remove("workload");
         assert!(labels_match(&labels_of(&[("workload", "")]), &ct, &target));
+    }
+
+    #[test]
+    fn absent_and_null_names_are_equal_as_go_nil() {
+        assert!(names_equal(None, Some(&Value::Nil)));
+        assert!(names_equal(Some(&Value::Nil), None));
+        assert!(names_equal(None, None));
+        assert!(!names_equal(Some(&Value::from("a")), None));
+        let list = Value::List(List::interfaces(vec![Value::from("a")]));
+        assert!(
+            !names_equal(Some(&list), Some(&list)),
+            "Go panics; kalypso matches nothing"
+        );
     }
 
     #[test]

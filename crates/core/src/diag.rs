@@ -156,6 +156,13 @@ impl Diagnostics {
         self.items.push(d);
     }
 
+    /// Adds copies of `items`.
+    pub fn extend_from(&mut self, items: &[Diagnostic]) {
+        for d in items {
+            self.push(d.clone());
+        }
+    }
+
     /// Records all of `other`.
     pub fn extend(&mut self, other: Diagnostics) {
         self.items.extend(other.items);

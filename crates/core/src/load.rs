@@ -395,7 +395,26 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     let typed = |diagnostics: &mut Diagnostics| -> Option<AnyObject> {
         Some(match kind {
             Kind::ClusterType => AnyObject::ClusterType(parse_typed(doc, &origin, kind, &name, diagnostics)?),
-            Kind::Template => AnyObject::Template(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::Template => {
+                let template: Object<kalypso_api::TemplateSpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                for (i, manifest) in template.spec.manifests.iter().enumerate() {
+                    if matches!(manifest, kalypso_api::Manifest::Object(_)) {
+                        diagnostics.push(
+                            Diagnostic::warning(
+                                "legacy-manifest",
+                                "a mapping, not a template string: the original's CRD declares manifests as strings \
+                                 (since 2023-03-07), so its API server rejects this Template; kalypso renders the \
+                                 mapping's YAML text",
+                            )
+                            .at(&origin)
+                            .on(kind, &name)
+                            .field(format!("spec.manifests[{i}]")),
+                        );
+                    }
+                }
+                AnyObject::Template(template)
+            }
             Kind::WorkloadRegistration => {
                 AnyObject::WorkloadRegistration(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
@@ -437,7 +456,8 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             }
             Kind::SchedulingPolicy => {
                 let policy = parse_typed(doc, &origin, kind, &name, diagnostics)?;
-                if !selectors_present(doc, &origin, &name, diagnostics) {
+                // A policy without a name is already refused (one error for it is enough).
+                if !name.is_empty() && !selectors_present(doc, &origin, &name, diagnostics) {
                     return None;
                 }
                 AnyObject::SchedulingPolicy(policy)
@@ -682,8 +702,8 @@ fn selectors_present(doc: &Document<'_>, origin: &Origin, name: &str, diagnostic
             Diagnostic::error(
                 "invalid-object",
                 format!(
-                    "required field is missing: the original scheduler's CRD requires {what} (write `{{}}` \
-                     to select everything); a misspelled key does not count"
+                    "required field is missing: the original scheduler's CRD requires {what} (write \
+                     `labelSelector: {{}}` to select everything); a misspelled key does not count"
                 ),
             )
             .at(&origin.at_line(line))
@@ -926,6 +946,23 @@ mod tests {
                 "warning[unknown-field]: dev/f.yaml:14: SchedulingPolicy \"typo\": spec.clusterTypeSelecter: \
               SchedulingPolicy has no such field; it is ignored (misspelled?)"
             ]
+        );
+    }
+
+    #[test]
+    fn object_manifests_are_rendered_with_a_warning() {
+        let (objects, d) = load(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Template\nmetadata: {name: old}\n\
+             spec:\n  type: reconciler\n  manifests:\n    - \"kind: A\"\n    - {kind: B}\n",
+        );
+        assert_eq!(objects.len(), 1);
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with(
+                "warning[legacy-manifest]: dev/f.yaml:1: Template \"old\": spec.manifests[1]: a mapping, not a template string"
+            ),
+            "{warnings:?}"
         );
     }
 

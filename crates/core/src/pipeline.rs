@@ -37,6 +37,12 @@ pub struct Inputs {
     pub environment: SourceTree,
     /// Workload folders by registration name.
     pub workloads: BTreeMap<String, SourceTree>,
+    /// The trees of the environment's other BaseRepos (not `main`), by BaseRepo name: each
+    /// brings its repo, branch and path at its pinned commit into the environment, as the
+    /// original's per-BaseRepo Flux Kustomization `<env>-<name>` does. Empty for folders.
+    pub bases: BTreeMap<String, SourceTree>,
+    /// Problems the reader of the sources found (reported with the environment's).
+    pub notes: Vec<Diagnostic>,
 }
 
 /// Loads the objects Flux would apply into namespace `environment`.
@@ -44,10 +50,15 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     let env_objects = load_tree(&inputs.environment, diagnostics);
     let main_objects = load_tree(&inputs.main, diagnostics);
     let mut ns = Namespace::new(environment);
+    diagnostics.extend_from(&inputs.notes);
     ns.apply(&Delivery::Environment, env_objects, diagnostics);
     // Main-branch content arrives through the BaseRepo named `main` (the original's only
     // promoted one); its Kustomization is `<env>-main`.
     ns.apply(&Delivery::Base("main".to_owned()), main_objects, diagnostics);
+    for (name, tree) in &inputs.bases {
+        let objects = load_tree(tree, diagnostics);
+        ns.apply(&Delivery::Base(name.clone()), objects, diagnostics);
+    }
     // Workload folders are small and many: they are parsed in parallel, applied in order.
     let registrations: Vec<&String> = ns.registrations.keys().collect();
     let workloads: Vec<(String, Vec<AnyObject>, Diagnostics)> = registrations

@@ -104,14 +104,230 @@ impl SourceTree {
     /// The YAML files Flux would apply from this tree: `.yaml`/`.yml` files that neither
     /// Flux's default exclusions nor a `.sourceignore` file exclude. Unreadable ignore files
     /// are reported and skipped.
+    ///
+    /// A `kustomization.yaml` (or `kustomization.yml`, `Kustomization`) is honoured as Flux's
+    /// kustomize-controller does: in its folder only its `resources` are applied (files, and
+    /// folders that have a kustomization of their own); a folder without one applies every
+    /// YAML file below it, except in sub-folders that have one, which apply their own
+    /// `resources`. Kustomize features that would change objects (`patches`, generators,
+    /// `namePrefix`, `namespace`, labels...) are errors naming the file and the key: kalypso
+    /// does not reproduce them and must not silently ignore them.
     pub fn manifest_files(&self, diagnostics: &mut Diagnostics) -> Vec<&SourceFile> {
         let rules = IgnoreRules::new(self, diagnostics);
-        self.files
-            .iter()
-            .filter(|f| f.path.ends_with(".yaml") || f.path.ends_with(".yml"))
-            .filter(|f| !rules.is_ignored(&f.path))
-            .collect()
+        let delivered: Vec<&SourceFile> = self.files.iter().filter(|f| !rules.is_ignored(&f.path)).collect();
+        if !delivered.iter().any(|f| is_kustomization(&f.path)) {
+            // The common case: no kustomization anywhere.
+            return delivered.into_iter().filter(|f| is_yaml(&f.path)).collect();
+        }
+        let mut selected = Vec::new();
+        let mut visiting = Vec::new();
+        self.select_folder("", &delivered, &mut selected, &mut visiting, diagnostics);
+        selected.sort_by(|a: &&SourceFile, b| a.path.cmp(&b.path));
+        selected.dedup_by(|a, b| a.path == b.path);
+        selected
     }
+
+    /// The files Flux applies from folder `dir` (`""`: the root).
+    fn select_folder<'a>(
+        &self,
+        dir: &str,
+        delivered: &[&'a SourceFile],
+        selected: &mut Vec<&'a SourceFile>,
+        visiting: &mut Vec<String>,
+        diagnostics: &mut Diagnostics,
+    ) {
+        if let Some(k) = delivered
+            .iter()
+            .find(|f| parent(&f.path) == dir && is_kustomization(&f.path))
+        {
+            self.select_kustomization(k, delivered, selected, visiting, diagnostics);
+            return;
+        }
+        // Flux generates a kustomization: every YAML file, sub-folders with a kustomization
+        // of their own as one resource each.
+        let prefix = if dir.is_empty() {
+            String::new()
+        } else {
+            format!("{dir}/")
+        };
+        let mut own_kustomizations: Vec<String> = delivered
+            .iter()
+            .filter(|f| f.path.starts_with(&prefix) && is_kustomization(&f.path))
+            .map(|f| parent(&f.path).to_owned())
+            .collect();
+        own_kustomizations.sort_by_key(|d| d.matches('/').count());
+        let mut roots: Vec<String> = Vec::new();
+        for d in own_kustomizations {
+            if !roots.iter().any(|r| d.starts_with(&format!("{r}/"))) {
+                roots.push(d);
+            }
+        }
+        for f in delivered
+            .iter()
+            .filter(|f| f.path.starts_with(&prefix) && is_yaml(&f.path))
+        {
+            if !roots.iter().any(|r| f.path.starts_with(&format!("{r}/"))) {
+                selected.push(f);
+            }
+        }
+        for r in roots {
+            self.select_folder(&r, delivered, selected, visiting, diagnostics);
+        }
+    }
+
+    fn select_kustomization<'a>(
+        &self,
+        file: &'a SourceFile,
+        delivered: &[&'a SourceFile],
+        selected: &mut Vec<&'a SourceFile>,
+        visiting: &mut Vec<String>,
+        diagnostics: &mut Diagnostics,
+    ) {
+        let origin = Origin::new(self.display_path(&file.path), 0);
+        let dir = parent(&file.path).to_owned();
+        if visiting.contains(&dir) {
+            diagnostics.push(
+                Diagnostic::error("kustomization", "the kustomizations' resources form a cycle").at(&origin),
+            );
+            return;
+        }
+        let value: serde_yaml_ng::Value = match serde_yaml_ng::from_slice(&file.content) {
+            Ok(v) => v,
+            Err(e) => {
+                diagnostics
+                    .push(Diagnostic::error("kustomization", format!("invalid YAML: {e}")).at(&origin));
+                return;
+            }
+        };
+        let Some(fields) = value.as_mapping() else {
+            if !value.is_null() {
+                diagnostics.push(Diagnostic::error("kustomization", "expected a mapping").at(&origin));
+            }
+            return;
+        };
+        let mut ok = true;
+        for key in fields.keys() {
+            let key = key.as_str().unwrap_or("?");
+            if !KUSTOMIZATION_KEYS.contains(&key) {
+                ok = false;
+                diagnostics.push(
+                    Diagnostic::error(
+                        "kustomization",
+                        format!(
+                            "kustomize's {key:?} changes or generates objects, which kalypso does not reproduce; \
+                             only {} are supported (the objects would differ from what Flux applies)",
+                            KUSTOMIZATION_KEYS.join(", ")
+                        ),
+                    )
+                    .at(&origin)
+                    .field(key),
+                );
+            }
+        }
+        if !ok {
+            return;
+        }
+        let resources = match fields.get("resources") {
+            None => return,
+            Some(serde_yaml_ng::Value::Sequence(items)) => items.clone(),
+            Some(v) if v.is_null() => return,
+            Some(_) => {
+                diagnostics.push(
+                    Diagnostic::error("kustomization", "expected a list of files and folders")
+                        .at(&origin)
+                        .field("resources"),
+                );
+                return;
+            }
+        };
+        visiting.push(dir.clone());
+        for (i, item) in resources.iter().enumerate() {
+            let field = format!("resources[{i}]");
+            let Some(entry) = item.as_str() else {
+                diagnostics.push(
+                    Diagnostic::error("kustomization", "expected a file or folder path")
+                        .at(&origin)
+                        .field(field),
+                );
+                continue;
+            };
+            let Some(path) = join_relative(&dir, entry) else {
+                diagnostics.push(
+                    Diagnostic::error(
+                        "kustomization",
+                        format!("{entry:?} is a remote resource or leaves the source tree; kalypso reads only local files"),
+                    )
+                    .at(&origin)
+                    .field(field),
+                );
+                continue;
+            };
+            if let Some(f) = delivered.iter().find(|f| f.path == path) {
+                selected.push(f);
+                continue;
+            }
+            let prefix = if path.is_empty() {
+                String::new()
+            } else {
+                format!("{path}/")
+            };
+            let is_folder = delivered.iter().any(|f| f.path.starts_with(&prefix));
+            let has_kustomization = delivered
+                .iter()
+                .any(|f| parent(&f.path) == path && is_kustomization(&f.path));
+            let message = if !is_folder {
+                format!("{entry:?} does not exist (or .sourceignore hides it)")
+            } else if !has_kustomization {
+                format!("folder {entry:?} has no kustomization.yaml; kustomize refuses such a resource")
+            } else {
+                self.select_folder(&path, delivered, selected, visiting, diagnostics);
+                continue;
+            };
+            diagnostics.push(
+                Diagnostic::error("kustomization", message)
+                    .at(&origin)
+                    .field(field),
+            );
+        }
+        visiting.pop();
+    }
+}
+
+/// The kustomization keys kalypso honours: the ones that do not change objects.
+const KUSTOMIZATION_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "resources", "sortOptions"];
+
+/// The file names kustomize recognises as a kustomization.
+const KUSTOMIZATION_FILES: &[&str] = &["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+fn is_kustomization(path: &str) -> bool {
+    KUSTOMIZATION_FILES.contains(&path.rsplit('/').next().unwrap_or(path))
+}
+
+fn is_yaml(path: &str) -> bool {
+    (path.ends_with(".yaml") || path.ends_with(".yml")) && !is_kustomization(path)
+}
+
+/// The folder of a path (`""` at the root).
+fn parent(path: &str) -> &str {
+    path.rsplit_once('/').map_or("", |(d, _)| d)
+}
+
+/// `dir/entry` normalised (`.` and `..` resolved); `None` for URLs and paths leaving the tree.
+fn join_relative(dir: &str, entry: &str) -> Option<String> {
+    if entry.contains("://") || entry.starts_with('/') || entry.starts_with("github.com/") {
+        return None;
+    }
+    let mut parts: Vec<&str> = dir.split('/').filter(|p| !p.is_empty()).collect();
+    for segment in entry.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            s => parts.push(s),
+        }
+    }
+    Some(parts.join("/"))
 }
 
 /// Gitignore matchers, outermost folder first: Flux's defaults, then each `.sourceignore`.
@@ -231,5 +447,90 @@ mod tests {
             selected(&t),
             ["skip-other.yaml", "templates/a.yaml", "templates/skip-keep.yaml"]
         );
+    }
+
+    fn errors(t: &SourceTree) -> Vec<String> {
+        let mut d = Diagnostics::new();
+        t.manifest_files(&mut d);
+        d.iter().map(ToString::to_string).collect()
+    }
+
+    #[test]
+    fn a_kustomization_restricts_what_is_applied() {
+        let t = tree(&[
+            (
+                "kustomization.yaml",
+                "resources:\n  - a.yaml\n  - ./sub\n  - deep/../b.yml\n",
+            ),
+            ("a.yaml", ""),
+            ("b.yml", ""),
+            ("not-listed.yaml", ""),
+            (
+                "sub/kustomization.yml",
+                "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [c.yaml]\n",
+            ),
+            ("sub/c.yaml", ""),
+            ("sub/d.yaml", ""),
+        ]);
+        assert_eq!(selected(&t), ["a.yaml", "b.yml", "sub/c.yaml"]);
+        assert!(errors(&t).is_empty());
+    }
+
+    #[test]
+    fn without_a_root_kustomization_sub_folders_with_one_apply_their_resources() {
+        let t = tree(&[
+            ("a.yaml", ""),
+            ("plain/b.yaml", ""),
+            ("k/Kustomization", "resources: [c.yaml]\n"),
+            ("k/c.yaml", ""),
+            ("k/d.yaml", ""),
+            ("k/inner/e.yaml", ""),
+        ]);
+        assert_eq!(selected(&t), ["a.yaml", "k/c.yaml", "plain/b.yaml"]);
+    }
+
+    #[test]
+    fn kustomize_features_that_change_objects_are_errors_naming_file_and_key() {
+        let t = tree(&[
+            (
+                "kustomization.yaml",
+                "resources: [a.yaml]\nnamePrefix: x-\npatches: []\n",
+            ),
+            ("a.yaml", ""),
+        ]);
+        let e = errors(&t);
+        assert_eq!(e.len(), 2, "{e:?}");
+        assert!(e[0].starts_with("error[kustomization]: main/kustomization.yaml: namePrefix: kustomize's \"namePrefix\" changes"), "{e:?}");
+        assert!(e[1].contains(": patches: "), "{e:?}");
+        assert!(
+            selected(&t).is_empty(),
+            "nothing is applied from a refused kustomization"
+        );
+    }
+
+    #[test]
+    fn bad_resources_are_errors() {
+        let t = tree(&[
+            (
+                "kustomization.yaml",
+                "resources:\n  - missing.yaml\n  - folder\n  - https://example.com/x.yaml\n  - ../up.yaml\n",
+            ),
+            ("folder/a.yaml", ""),
+        ]);
+        let e = errors(&t);
+        assert_eq!(e.len(), 4, "{e:?}");
+        assert!(
+            e[0].contains("resources[0]: \"missing.yaml\" does not exist"),
+            "{e:?}"
+        );
+        assert!(
+            e[1].contains("resources[1]: folder \"folder\" has no kustomization.yaml"),
+            "{e:?}"
+        );
+        assert!(
+            e[2].contains("resources[2]: \"https://example.com/x.yaml\" is a remote resource"),
+            "{e:?}"
+        );
+        assert!(e[3].contains("resources[3]: \"../up.yaml\""), "{e:?}");
     }
 }

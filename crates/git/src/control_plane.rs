@@ -6,8 +6,13 @@
 //! discovery); each names its branch and folder. An environment is read in three steps, as
 //! Flux would deliver it into the environment's namespace:
 //! 1. its branch (cluster types, configs, policies, `gitops-repo.yaml`, `base-repo.yaml`);
-//! 2. the main branch at the commit the environment's BaseRepo `main` pins (promotion), or at
-//!    the tip of the BaseRepo's branch when nothing is pinned;
+//! 2. every BaseRepo's branch and path at the commit it pins, or at the branch's tip when it
+//!    pins none, as the original's Flux GitRepository + Kustomization `<env>-<name>` per
+//!    BaseRepo deliver them (`controllers/baserepo_controller.go`); the one named `main` is
+//!    the promoted one (and `kalypso plan --promote-from` replaces its commit). With no
+//!    BaseRepo at all kalypso reads the main branch's tip and warns (`no-base-repo`): the
+//!    original would bring no Templates or WorkloadRegistrations into the environment; with
+//!    BaseRepos but none named `main`, the main branch is not read, as in the original;
 //! 3. for every WorkloadRegistration, the folder `spec.workload.path` of branch
 //!    `spec.workload.branch` of `spec.workload.repo`, fetched into the cache.
 //!
@@ -20,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use git2::Oid;
 use kalypso_core::model::AnyObject;
 use kalypso_core::source::{SOURCEIGNORE, SourceTree};
-use kalypso_core::{Diagnostics, Inputs};
+use kalypso_core::{Diagnostic, Diagnostics, Inputs};
 
 use crate::repo::{self, Cache, Repo, Transport};
 use crate::url::{self as repo_url, RepoUrl};
@@ -109,11 +114,16 @@ pub struct Revisions {
     pub environment: String,
     /// Each registration's workload commit.
     pub workloads: BTreeMap<String, String>,
+    /// The commit of each BaseRepo other than `main`.
+    pub bases: BTreeMap<String, String>,
 }
 
 impl std::fmt::Display for Revisions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "main {} env {}", short(&self.main), short(&self.environment))?;
+        for (name, commit) in &self.bases {
+            write!(f, " base {name} {}", short(commit))?;
+        }
         for (name, commit) in &self.workloads {
             write!(f, " {name} {}", short(commit))?;
         }
@@ -357,45 +367,93 @@ impl ControlPlane {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
         let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
 
-        // The BaseRepo `main` decides which main commit the environment sees.
+        // Every BaseRepo brings its repo/branch/path at its pinned commit (or its branch's
+        // tip) into the environment, as its Flux GitRepository + Kustomization do in the
+        // original; the one named `main` is the promoted one.
         let mut scratch = Diagnostics::new();
-        let base = kalypso_core::load::load_tree(&environment, &mut scratch)
-            .into_iter()
-            .find_map(|o| match o {
-                AnyObject::BaseRepo(b) if b.meta.name == PROMOTED_BASE => Some(b.spec),
-                _ => None,
-            });
-        let (main_branch, main_path, pinned) = match &base {
+        let mut bases: Vec<(String, kalypso_api::BaseRepoSpec)> =
+            kalypso_core::load::load_tree(&environment, &mut scratch)
+                .into_iter()
+                .filter_map(|o| match o {
+                    AnyObject::BaseRepo(b) => Some((b.meta.name, b.spec)),
+                    _ => None,
+                })
+                .collect();
+        bases.sort_by(|a, b| a.0.cmp(&b.0));
+        bases.dedup_by(|a, b| a.0 == b.0); // a duplicate is reported when the namespace loads
+        let mut notes = Vec::new();
+        let base = bases
+            .iter()
+            .find(|(name, _)| name == PROMOTED_BASE)
+            .map(|(_, spec)| spec);
+        let branch_of = |b: &kalypso_api::BaseRepoSpec| -> String {
+            if b.branch.is_empty() {
+                self.main_branch.clone()
+            } else {
+                b.branch.clone()
+            }
+        };
+        let (main_branch, main_path, pinned) = match base {
             Some(b) => (
-                if b.branch.is_empty() {
-                    self.main_branch.as_str()
-                } else {
-                    b.branch.as_str()
-                },
+                branch_of(b),
                 b.path.as_str(),
                 Some(b.commit.as_str()).filter(|c| !c.is_empty()),
             ),
-            None => (self.main_branch.as_str(), "", None),
+            None => (self.main_branch.clone(), "", None),
         };
         let main_commit = match main_commit.or(pinned) {
             Some(commit) => self.repo.find_commit(commit)?,
             None => self.require_branch(
-                main_branch,
+                &main_branch,
                 &format!("the main branch of environment {}", env.name),
             )?,
         };
-        let main = self.repo.source_tree(main_commit, main_path, main_branch)?;
+        let main = if base.is_none() && !bases.is_empty() {
+            // Only other BaseRepos: nothing brings the main branch in, as in the original.
+            SourceTree::new(main_branch.as_str(), Vec::new())
+        } else {
+            if base.is_none() {
+                notes.push(Diagnostic::warning(
+                    "no-base-repo",
+                    format!(
+                        "environment {} has no BaseRepo; kalypso reads Templates and WorkloadRegistrations from the \
+                         tip of branch {main_branch:?}, but the original scheduler would bring none into the environment \
+                         (each BaseRepo is what delivers them); add a BaseRepo named main",
+                        env.name
+                    ),
+                ));
+            }
+            self.repo.source_tree(main_commit, main_path, &main_branch)?
+        };
+        let mut base_trees = BTreeMap::new();
+        let mut base_commits = BTreeMap::new();
+        for (name, spec) in bases.iter().filter(|(name, _)| name != PROMOTED_BASE) {
+            let branch = branch_of(spec);
+            let what = format!("BaseRepo {name:?} of environment {}", env.name);
+            let commit = match Some(spec.commit.as_str()).filter(|c| !c.is_empty()) {
+                Some(commit) => self.repo.find_commit(commit)?,
+                None => self.require_branch(&branch, &what)?,
+            };
+            let tree = self
+                .repo
+                .source_tree(commit, &spec.path, &format!("{branch}[{name}]"))?;
+            base_trees.insert(name.clone(), tree);
+            base_commits.insert(name.clone(), commit.to_string());
+        }
 
         let mut inputs = Inputs {
             main,
             environment,
             workloads: BTreeMap::new(),
+            bases: base_trees,
+            notes,
         };
         let namespace = kalypso_core::load_namespace(&env.name, &inputs, &mut scratch);
         let mut revisions = Revisions {
             main: main_commit.to_string(),
             environment: env_commit.to_string(),
             workloads: BTreeMap::new(),
+            bases: base_commits,
         };
         for (name, registration) in &namespace.registrations {
             let w = &registration.spec.workload;

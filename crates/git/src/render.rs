@@ -256,6 +256,7 @@ mod tests {
             main: source_tree(&root.join("main")),
             environment: source_tree(&root.join(env)),
             workloads,
+            ..Inputs::default()
         }
     }
 

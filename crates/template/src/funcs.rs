@@ -95,10 +95,10 @@ fn stringify(v: &Value) -> FuncResult {
     )))
 }
 
+/// The original's `hash` (`scheduler/templater.go`): hashstructure's value as a decimal
+/// string, or `""` when hashstructure returns an error.
 fn hash_func(v: &Value) -> FuncResult {
-    hash(v)
-        .map(|h| Value::string(h.to_string()))
-        .map_err(FuncError::new)
+    Ok(Value::string(hash(v).map(|h| h.to_string()).unwrap_or_default()))
 }
 
 /// Go's `strings.TrimSpace` on bytes: Unicode white space at both ends; invalid UTF-8 is
@@ -153,6 +153,12 @@ mod tests {
             Ok(Value::String(s)) => s.to_string(),
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn hash_of_an_unhashable_value_is_empty_as_in_the_original() {
+        assert_eq!(text(hash_func(&Value::Complex(1.0, 2.0))), "");
+        assert!(!text(hash_func(&Value::int(1))).is_empty());
     }
 
     #[test]
