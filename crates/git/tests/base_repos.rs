@@ -7,7 +7,7 @@
 mod common;
 
 use common::{Fixture, cluster_type, file_url, sync, template};
-use kalypso_git::testing::{branch_files, runtime, write_files};
+use kalypso_testkit::{branch_files, runtime, write_files};
 use kalypso_git::{Outcome, Syncer};
 
 fn extra_base(name: &str, branch: &str, path: &str, commit: Option<&str>) -> String {
