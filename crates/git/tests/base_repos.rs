@@ -7,8 +7,8 @@
 mod common;
 
 use common::{Fixture, cluster_type, file_url, sync, template};
-use kalypso_testkit::{branch_files, runtime, write_files};
 use kalypso_git::{Outcome, Syncer};
+use kalypso_testkit::{branch_files, runtime, write_files};
 
 fn extra_base(name: &str, branch: &str, path: &str, commit: Option<&str>) -> String {
     let mut text = format!(
