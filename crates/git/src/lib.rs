@@ -14,7 +14,8 @@
 //! - [`render`]: the core pipeline, and its errors grouped as the original's issues;
 //! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
 //! - [`sync`]: one pass over a control plane; [`promote`]: pinning a main commit on an
-//!   environment branch.
+//!   environment branch;
+//! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
 
 pub mod auth;
 pub mod control_plane;
@@ -27,6 +28,7 @@ pub mod redact;
 pub mod render;
 pub mod repo;
 pub mod retry;
+pub mod signature;
 pub mod sync;
 pub mod url;
 

@@ -14,10 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hmac::{Hmac, Mac};
 use kalypso_git::redact::Secret;
 use serde::Serialize;
-use sha2::Sha256;
 use tokio::sync::{Notify, watch};
 
 use crate::metrics::{Metrics, WebhookLabels};
@@ -177,32 +175,6 @@ async fn status(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
-/// Whether `signature` (the `X-Hub-Signature-256` header, `sha256=<hex>`) is the HMAC-SHA256
-/// of `body` with `secret`. The comparison takes constant time.
-pub fn verify_signature(secret: &[u8], body: &[u8], signature: &str) -> bool {
-    let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
-        return false;
-    };
-    let Ok(expected) = hex::decode(hex_digest) else {
-        return false;
-    };
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-        return false;
-    };
-    mac.update(body);
-    mac.verify_slice(&expected).is_ok()
-}
-
-/// The `X-Hub-Signature-256` header GitHub would send for `body`.
-pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    let mut mac = match Hmac::<Sha256>::new_from_slice(secret) {
-        Ok(mac) => mac,
-        Err(_) => return String::new(),
-    };
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
 async fn webhook(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -222,7 +194,7 @@ async fn webhook(
             .get("x-hub-signature-256")
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default();
-        if !verify_signature(secret.expose().as_bytes(), &body, signature) {
+        if !kalypso_git::signature::verify(secret.expose().as_bytes(), &body, signature) {
             count("rejected");
             tracing::warn!("webhook rejected: missing or invalid signature");
             return (StatusCode::UNAUTHORIZED, "invalid signature\n");
@@ -251,33 +223,5 @@ async fn webhook(
             count("ignored");
             (StatusCode::OK, "event ignored\n")
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn signatures_verify_only_with_the_right_secret_and_body() {
-        let header = sign(b"s3cret", b"{\"ref\":\"refs/heads/dev\"}");
-        assert!(header.starts_with("sha256="));
-        assert!(verify_signature(
-            b"s3cret",
-            b"{\"ref\":\"refs/heads/dev\"}",
-            &header
-        ));
-        assert!(!verify_signature(
-            b"other",
-            b"{\"ref\":\"refs/heads/dev\"}",
-            &header
-        ));
-        assert!(!verify_signature(
-            b"s3cret",
-            b"{\"ref\":\"refs/heads/main\"}",
-            &header
-        ));
-        assert!(!verify_signature(b"s3cret", b"x", "sha1=abcd"));
-        assert!(!verify_signature(b"s3cret", b"x", "sha256=zz"));
     }
 }

@@ -10,7 +10,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use kalypso_git::redact::Secret;
-use kalypso_server::http::sign;
+use kalypso_git::signature::sign;
 use kalypso_server::{AppState, Config, Daemon, EnvPoll, app};
 use kalypso_testkit::{branch_files, commit_count, init_bare, runtime, write_files};
 use tower::ServiceExt;

@@ -1,0 +1,49 @@
+//! Signed webhooks: `sha256=<hex>` HMAC-SHA256 signatures of a request body, as GitHub sends
+//! them for push events (`X-Hub-Signature-256`, checked by `kalypso serve`) and Flux's
+//! `generic-hmac` Provider sends them for cluster reports (`X-Signature`, checked by
+//! `kalypso hub`). One implementation for both, with a constant-time comparison.
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+/// Whether `signature` (`sha256=<hex>`) is the HMAC-SHA256 of `body` with `secret`. The
+/// comparison takes constant time.
+pub fn verify(secret: &[u8], body: &[u8], signature: &str) -> bool {
+    let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
+        return false;
+    };
+    let Ok(expected) = hex::decode(hex_digest) else {
+        return false;
+    };
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(body);
+    mac.verify_slice(&expected).is_ok()
+}
+
+/// The `sha256=<hex>` signature of `body` with `secret`, as a sender puts it in its header.
+pub fn sign(secret: &[u8], body: &[u8]) -> String {
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
+        return String::new();
+    };
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_verify_only_with_the_right_secret_and_body() {
+        let body = b"{\"ref\":\"refs/heads/dev\"}";
+        let header = sign(b"s3cret", body);
+        assert!(header.starts_with("sha256="));
+        assert!(verify(b"s3cret", body, &header));
+        assert!(!verify(b"other", body, &header));
+        assert!(!verify(b"s3cret", b"{\"ref\":\"refs/heads/main\"}", &header));
+        assert!(!verify(b"s3cret", b"x", "sha1=abcd"));
+        assert!(!verify(b"s3cret", b"x", "sha256=zz"));
+    }
+}
