@@ -288,7 +288,8 @@ pub struct GateCluster {
 }
 
 /// Clusters of `environment` of the given `types` relative to `target`: the ones that are
-/// not compliant first (by name), then compliant ones, `limit` at most.
+/// not compliant first (by name, unless `only_compliant`), then compliant ones, `limit` at
+/// most.
 async fn list_relative(
     db: &Db,
     environment: &str,
@@ -296,13 +297,15 @@ async fn list_relative(
     stale_before: i64,
     target: i64,
     limit: i64,
+    only_compliant: bool,
 ) -> Result<Vec<GateCluster>, DbError> {
     if types.is_empty() || limit <= 0 {
         return Ok(Vec::new());
     }
     let rel = relative_sql("$2", "$3");
     let mut out = Vec::new();
-    for compliant in [false, true] {
+    let groups: &[bool] = if only_compliant { &[true] } else { &[false, true] };
+    for &compliant in groups {
         let remaining = limit - out.len() as i64;
         if remaining <= 0 {
             break;
@@ -377,7 +380,16 @@ pub async fn gate(
             None => without.push(t.clone()),
         }
     }
-    let clusters = list_relative(db, environment, &types, stale_before, commit.position, limit).await?;
+    let clusters = list_relative(
+        db,
+        environment,
+        &types,
+        stale_before,
+        commit.position,
+        limit,
+        false,
+    )
+    .await?;
     Ok(json!({
         "environment": environment,
         "gitopsCommit": commit.sha,
@@ -704,11 +716,9 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
             }
         }
         let compliant_clusters: Vec<String> =
-            list_relative(db, &env, &types, stale_before, first.position, i64::MAX / 2)
+            list_relative(db, &env, &types, stale_before, first.position, limit, true)
                 .await?
                 .into_iter()
-                .filter(|c| c.state == "compliant")
-                .take(usize::try_from(limit).unwrap_or(0))
                 .map(|c| c.name)
                 .collect();
         let last_compliant =
