@@ -109,6 +109,7 @@ pub struct Counts {
 }
 
 impl Counts {
+    #[cfg(test)]
     fn add(&mut self, r: Relative, n: i64) {
         self.total += n;
         match r {
@@ -137,16 +138,23 @@ pub fn verdict(counts: &Counts) -> &'static str {
     }
 }
 
-/// Per cluster type counts relative to the commit at `target`, for `environment`.
+/// Per cluster type counts relative to the commit at `target`, for `environment`: one pass
+/// over the `clusters_status` index, grouped by cluster type (in index order, so no sort).
 async fn counts_by_type(
     db: &Db,
     environment: &str,
     stale_before: i64,
     target: i64,
 ) -> Result<BTreeMap<String, Counts>, DbError> {
+    let rel = relative_sql("$2", "$3");
+    let count = |r: Relative| format!("SUM(CASE WHEN {rel} = '{}' THEN 1 ELSE 0 END)", r.as_str());
     let sql = format!(
-        "SELECT cluster_type, {} AS relative, COUNT(*) AS n FROM clusters WHERE environment = $1 GROUP BY 1, 2",
-        relative_sql("$2", "$3")
+        "SELECT cluster_type, COUNT(*), {}, {}, {}, {}, {} FROM clusters WHERE environment = $1 GROUP BY cluster_type",
+        count(Relative::Compliant),
+        count(Relative::Reconciling),
+        count(Relative::Failed),
+        count(Relative::Behind),
+        count(Relative::Stale),
     );
     let mut out: BTreeMap<String, Counts> = BTreeMap::new();
     for row in sqlx::query(&sql)
@@ -157,9 +165,17 @@ async fn counts_by_type(
         .await?
     {
         let ct: String = row.try_get(0)?;
-        let rel: String = row.try_get(1)?;
-        let n: i64 = row.try_get(2)?;
-        out.entry(ct).or_default().add(Relative::parse(&rel), n);
+        out.insert(
+            ct,
+            Counts {
+                total: row.try_get(1)?,
+                compliant: row.try_get(2)?,
+                reconciling: row.try_get(3)?,
+                failed: row.try_get(4)?,
+                behind: row.try_get(5)?,
+                stale: row.try_get(6)?,
+            },
+        );
     }
     Ok(out)
 }
