@@ -387,8 +387,29 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         })
         .collect();
     updates.sort_unstable();
-    for (id, index, position) in updates {
-        set_platform_state(&mut tx, id, &batch[index].report, position).await?;
+    if !updates.is_empty() {
+        // One UPDATE … FROM (VALUES …) for the lot; the same rule as `set_platform_state`.
+        let sql = format!(
+            "UPDATE clusters SET state = v.column2, revision = v.column3, commit_sha = v.column4, \
+             position = v.column5, message = v.column6, \
+             since = CASE WHEN clusters.state = v.column2 AND clusters.commit_sha = v.column4 THEN clusters.since ELSE v.column7 END, \
+             reported_at = v.column7 FROM (VALUES {}) AS v \
+             WHERE clusters.id = v.column1 AND (clusters.reported_at IS NULL OR clusters.reported_at <= v.column7)",
+            values(updates.len(), 7)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, index, position) in &updates {
+            let r = &batch[*index].report;
+            q = q
+                .bind(*id)
+                .bind(r.state.as_str())
+                .bind(&r.revision)
+                .bind(&r.commit)
+                .bind(*position)
+                .bind(&r.message)
+                .bind(r.event_time);
+        }
+        q.execute(&mut *tx).await?;
     }
     tx.commit().await?;
     Ok(outcomes)

@@ -134,22 +134,13 @@ fn event(env: usize, cluster: usize, commit: &str, reason: &str, second: u64) ->
         _ => ("info", "ReconciliationSucceeded"),
     };
     let time = kalypso_hub::model::format_time(1_764_000_000_000 + second as i64 * 1000);
-    serde_json::to_vec(&serde_json::json!({
-        "involvedObject": {"kind": "Kustomization", "namespace": "flux-system", "name": "platform",
-            "uid": "5c2d4d4a-7c0e-4e3b-9a37-0d7f0b1f8a11", "apiVersion": "kustomize.toolkit.fluxcd.io/v1"},
-        "severity": severity,
-        "timestamp": time,
-        "message": "Applied revision",
-        "reason": state_reason,
-        "metadata": {
-            "revision": format!("{}@sha1:{commit}", ENVIRONMENTS[env]),
-            "cluster": format!("cluster-{cluster:06}"),
-            "clusterType": format!("type-{:03}", cluster % CLUSTER_TYPES),
-            "environment": ENVIRONMENTS[env],
-        },
-        "reportingController": "kustomize-controller",
-    }))
-    .unwrap()
+    // Formatted directly: the load generator shares the cores with the hub.
+    format!(
+        r#"{{"involvedObject":{{"kind":"Kustomization","namespace":"flux-system","name":"platform","uid":"5c2d4d4a-7c0e-4e3b-9a37-0d7f0b1f8a11","apiVersion":"kustomize.toolkit.fluxcd.io/v1"}},"severity":"{severity}","timestamp":"{time}","message":"Applied revision","reason":"{state_reason}","metadata":{{"revision":"{env_name}@sha1:{commit}","cluster":"cluster-{cluster:06}","clusterType":"type-{ct:03}","environment":"{env_name}"}},"reportingController":"kustomize-controller"}}"#,
+        env_name = ENVIRONMENTS[env],
+        ct = cluster % CLUSTER_TYPES,
+    )
+    .into_bytes()
 }
 
 /// Sends `total` events from `connections` connections; `make(i)` builds event `i`.
