@@ -23,6 +23,10 @@ use kalypso_hub::client::Client;
 use kalypso_hub::{Db, DbOptions, HubConfig};
 use sqlx::Connection;
 
+// The allocator the `kalypso` binary ships with, so that the hub is measured as it runs.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const ENVIRONMENTS: [&str; 3] = ["dev", "stage", "prod"];
 const CLUSTER_TYPES: usize = 100;
 const TARGETS_PER_TYPE: usize = 5;
@@ -196,6 +200,16 @@ async fn latency(addr: SocketAddr, path: &str, runs: usize) -> (f64, f64, usize)
     (times[runs / 2], times[(runs * 95 / 100).min(runs - 1)], size)
 }
 
+/// CPU seconds (user + system) `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces): state is the 3rd field overall.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
 fn rss_kib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -247,6 +261,7 @@ async fn drive(args: &[String]) {
 
     // Registration: every cluster reports compliant at the first commit.
     let n = clusters;
+    let cpu = cpu_seconds(pid);
     let rate = blast(
         addr,
         connections,
@@ -257,7 +272,14 @@ async fn drive(args: &[String]) {
         }),
     )
     .await;
-    println!("register {} clusters: {rate:.0} events/s", n * ENVIRONMENTS.len());
+    let used = cpu_seconds(pid) - cpu;
+    println!(
+        "register {} clusters: {rate:.0} events/s; hub CPU {:.0} us/event ({:.0} events per CPU-second)",
+        n * ENVIRONMENTS.len(),
+        used * 1e6 / (n * ENVIRONMENTS.len()) as f64,
+        (n * ENVIRONMENTS.len()) as f64 / used
+    );
+    let cpu = cpu_seconds(pid);
 
     // Sustained ingest: state changes (progressing, then compliant or failed at the second
     // commit) spread over every cluster of `dev`.
@@ -277,7 +299,18 @@ async fn drive(args: &[String]) {
         }),
     )
     .await;
-    println!("sustained ingest: {rate:.0} events/s ({events} events)");
+    let used = cpu_seconds(pid) - cpu;
+    println!(
+        "sustained ingest: {rate:.0} events/s ({events} events); hub CPU {:.0} us/event ({:.0} events per CPU-second)",
+        used * 1e6 / events as f64,
+        events as f64 / used
+    );
+    println!(
+        "load average during the run: {}",
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .trim()
+    );
 
     let gate = format!("/api/v1/environments/dev/gate?commit={}", sha(0, 1));
     let (median, p95, size) = latency(addr, &gate, 20).await;
