@@ -57,6 +57,10 @@ fn main() {
 }
 
 async fn serve(database: &str) {
+    tracing_subscriber::fmt()
+        .with_env_filter("warn")
+        .with_writer(std::io::stderr)
+        .init();
     let mut config = HubConfig::new(database);
     config.stale_after = Duration::from_secs(3600);
     let state = kalypso_hub::start(&config).await.unwrap();
@@ -171,8 +175,8 @@ async fn blast(
                 }
                 let body = make(i);
                 let r = client.post("/api/v1/events/flux", &[], &body).await.unwrap();
-                if r.status != 200 {
-                    failures.fetch_add(1, Ordering::Relaxed);
+                if r.status != 200 && failures.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("first failure: {} {}", r.status, String::from_utf8_lossy(&r.body));
                 }
             }
         }));
