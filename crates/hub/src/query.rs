@@ -306,6 +306,7 @@ pub struct GateCluster {
 /// Clusters of `environment` of the given `types` relative to `target`: the ones that are
 /// not compliant first (by name, unless `only_compliant`), then compliant ones, `limit` at
 /// most.
+#[allow(clippy::too_many_arguments)] // a private helper of two queries
 async fn list_relative(
     db: &Db,
     environment: &str,
@@ -314,6 +315,7 @@ async fn list_relative(
     target: i64,
     limit: i64,
     only_compliant: bool,
+    all_types: bool,
 ) -> Result<Vec<GateCluster>, DbError> {
     if types.is_empty() || limit <= 0 {
         return Ok(Vec::new());
@@ -326,18 +328,27 @@ async fn list_relative(
         if remaining <= 0 {
             break;
         }
+        // When the commit has every cluster type the environment's clusters have, the type
+        // filter is left out, so that the (environment, name) index gives the order and the
+        // scan stops after `limit` rows.
+        let type_filter = if all_types {
+            String::new()
+        } else {
+            format!("AND cluster_type IN ({}) ", placeholders(4, types.len()))
+        };
         let sql = format!(
             "SELECT name, cluster_type, {rel} AS relative, commit_sha, message FROM clusters \
-             WHERE environment = $1 AND cluster_type IN ({}) AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
-            placeholders(4, types.len()),
+             WHERE environment = $1 {type_filter}AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
             if compliant { "=" } else { "<>" },
         );
         let mut q = sqlx::query(&sql)
             .bind(environment)
             .bind(stale_before)
             .bind(target);
-        for t in types {
-            q = q.bind(t);
+        if !all_types {
+            for t in types {
+                q = q.bind(t);
+            }
         }
         for row in q.fetch_all(db.pool()).await? {
             let rel: String = row.try_get(2)?;
@@ -396,6 +407,7 @@ pub async fn gate(
             None => without.push(t.clone()),
         }
     }
+    let all_types = by_type.keys().all(|t| types.contains(t));
     let clusters = list_relative(
         db,
         environment,
@@ -404,6 +416,7 @@ pub async fn gate(
         commit.position,
         limit,
         false,
+        all_types,
     )
     .await?;
     Ok(json!({
@@ -731,12 +744,21 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
                 counts.stale += c.stale;
             }
         }
-        let compliant_clusters: Vec<String> =
-            list_relative(db, &env, &types, stale_before, first.position, limit, true)
-                .await?
-                .into_iter()
-                .map(|c| c.name)
-                .collect();
+        let all_types = by_type.keys().all(|t| types.contains(t));
+        let compliant_clusters: Vec<String> = list_relative(
+            db,
+            &env,
+            &types,
+            stale_before,
+            first.position,
+            limit,
+            true,
+            all_types,
+        )
+        .await?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
         let last_compliant =
             if counts.required() > 0 && counts.compliant == counts.required() && !types.is_empty() {
                 let sql = format!(
