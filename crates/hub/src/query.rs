@@ -59,7 +59,7 @@ impl Relative {
 }
 
 /// [`Relative`] of a cluster: `last_seen` against `stale_before`, its platform `state` at
-/// `position` against the commit's `target` position. (The same rule as [`relative_sql`].)
+/// `position` against the commit's `target` position. (The same rule as the SQL the counting queries use.)
 pub fn classify(
     last_seen: i64,
     stale_before: i64,
