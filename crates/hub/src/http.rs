@@ -18,7 +18,6 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use hmac::{Hmac, Mac};
 use kalypso_git::redact::Secret;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -214,31 +213,6 @@ async fn readyz(State(state): State<HubState>) -> Response {
     }
 }
 
-/// Whether `signature` (`sha256=<hex>`) is the HMAC-SHA256 of `body` with `secret`. The
-/// comparison takes constant time.
-pub fn verify_signature(secret: &[u8], body: &[u8], signature: &str) -> bool {
-    let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
-        return false;
-    };
-    let Ok(expected) = hex::decode(hex_digest) else {
-        return false;
-    };
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-        return false;
-    };
-    mac.update(body);
-    mac.verify_slice(&expected).is_ok()
-}
-
-/// The `X-Signature` header Flux's `generic-hmac` Provider sends for `body`.
-pub fn sign(secret: &[u8], body: &[u8]) -> String {
-    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
-        return String::new();
-    };
-    mac.update(body);
-    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
-}
-
 fn check_signature(state: &HubState, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
     let Some(secret) = &state.0.webhook_secret else {
         return Ok(());
@@ -254,7 +228,7 @@ fn check_signature(state: &HubState, headers: &HeaderMap, body: &[u8]) -> Result
             "missing X-Signature header (sha256=<HMAC-SHA256 of the body>)",
         ));
     }
-    if !verify_signature(secret.expose().as_bytes(), body, signature) {
+    if !kalypso_git::signature::verify(secret.expose().as_bytes(), body, signature) {
         tracing::warn!("report rejected: invalid signature");
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -471,16 +445,6 @@ async fn get_workload(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn signatures_verify_only_with_the_right_secret_and_body() {
-        let header = sign(b"s3cret", b"{}");
-        assert!(verify_signature(b"s3cret", b"{}", &header));
-        assert!(!verify_signature(b"other", b"{}", &header));
-        assert!(!verify_signature(b"s3cret", b"{ }", &header));
-        assert!(!verify_signature(b"s3cret", b"{}", "sha1=00"));
-        assert!(!verify_signature(b"s3cret", b"{}", "sha256=zz"));
-    }
 
     #[test]
     fn tokens_compare_by_digest() {

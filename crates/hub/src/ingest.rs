@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use sqlx::{Any, Row, Transaction};
+
 use tokio::sync::{mpsc, oneshot};
 
 use crate::db::{Db, DbError};
@@ -146,127 +147,272 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     }
 }
 
-async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<Outcome>, DbError> {
-    let mut tx = db.pool().begin().await?;
-    let mut outcomes = Vec::with_capacity(batch.len());
-    for job in batch {
-        outcomes.push(store_one(&mut tx, &job.report, job.received_at, positions).await?);
-    }
-    tx.commit().await?;
-    Ok(outcomes)
+fn values(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|r| {
+            let cells: Vec<String> = (1..=columns).map(|c| format!("${}", r * columns + c)).collect();
+            format!("({})", cells.join(", "))
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
-async fn store_one(
-    tx: &mut Transaction<'static, Any>,
-    r: &Report,
-    now: i64,
-    positions: &mut Positions,
-) -> Result<Outcome, DbError> {
-    let cluster_id: i64 = sqlx::query(
-        "INSERT INTO clusters (environment, name, cluster_type, first_seen, last_seen) \
-         VALUES ($1, $2, $3, $4, $4) \
+/// The latest state of an object, as far as this batch knows.
+#[derive(Clone, Debug)]
+struct Latest {
+    state: String,
+    commit: String,
+    message: String,
+    time: i64,
+}
+
+/// Stores a batch in one transaction with a handful of multi-row statements: register the
+/// clusters, read the latest states, decide each report in order (so that several reports
+/// of one object in a batch behave as if sent one by one), write the latest states, the
+/// history rows and the platform states.
+async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<Outcome>, DbError> {
+    // Bound parameters stay under SQLite's 32,766 (10 a row at most).
+    const _: () = assert!(MAX_BATCH * 10 < 32_766);
+    let mut tx = db.pool().begin().await?;
+
+    // 1. Clusters, once each (the last report's cluster type wins).
+    let mut order: Vec<(&str, &str)> = Vec::new();
+    let mut latest_of: HashMap<(&str, &str), (&str, i64)> = HashMap::new();
+    for job in batch {
+        let key = (job.report.environment.as_str(), job.report.cluster.as_str());
+        if !latest_of.contains_key(&key) {
+            order.push(key);
+        }
+        let seen = latest_of
+            .get(&key)
+            .map_or(job.received_at, |(_, t)| (*t).max(job.received_at));
+        latest_of.insert(key, (job.report.cluster_type.as_str(), seen));
+    }
+    let sql = format!(
+        "INSERT INTO clusters (environment, name, cluster_type, first_seen, last_seen) VALUES {} \
          ON CONFLICT (environment, name) DO UPDATE SET cluster_type = excluded.cluster_type, \
          last_seen = CASE WHEN excluded.last_seen > clusters.last_seen THEN excluded.last_seen ELSE clusters.last_seen END \
-         RETURNING id",
-    )
-    .bind(&r.environment)
-    .bind(&r.cluster)
-    .bind(&r.cluster_type)
-    .bind(now)
-    .fetch_one(&mut **tx)
-    .await?
-    .try_get(0)?;
+         RETURNING id, environment, name",
+        values(order.len(), 5)
+    );
+    let mut q = sqlx::query(&sql);
+    for key in &order {
+        let (cluster_type, seen) = latest_of[key];
+        q = q.bind(key.0).bind(key.1).bind(cluster_type).bind(seen).bind(seen);
+    }
+    let mut ids: HashMap<(String, String), i64> = HashMap::new();
+    for row in q.fetch_all(&mut *tx).await? {
+        ids.insert((row.try_get(1)?, row.try_get(2)?), row.try_get(0)?);
+    }
+    let id_of = |r: &Report| -> Result<i64, DbError> {
+        ids.get(&(r.environment.clone(), r.cluster.clone()))
+            .copied()
+            .ok_or_else(|| {
+                DbError::Other(format!(
+                    "cluster {} of {} was not registered",
+                    r.cluster, r.environment
+                ))
+            })
+    };
 
-    let latest = sqlx::query(
-        "SELECT state, commit_sha, message, event_time FROM latest WHERE cluster_id = $1 AND object = $2",
-    )
-    .bind(cluster_id)
-    .bind(&r.object)
-    .fetch_optional(&mut **tx)
-    .await?;
-    let (outcome, changed) = match latest {
-        None => (Outcome::Stored, true),
-        Some(row) => {
-            let state: String = row.try_get(0)?;
-            let commit: String = row.try_get(1)?;
-            let message: String = row.try_get(2)?;
-            let time: i64 = row.try_get(3)?;
-            let same = state == r.state.as_str() && commit == r.commit && message == r.message;
-            if r.event_time > time {
-                (Outcome::Stored, !same)
-            } else if same {
-                (Outcome::Duplicate, false)
-            } else {
-                (Outcome::Older, false)
+    // 2. The stored latest states of these clusters' objects.
+    let mut distinct: Vec<i64> = ids.values().copied().collect();
+    distinct.sort_unstable();
+    let sql = format!(
+        "SELECT cluster_id, object, state, commit_sha, message, event_time FROM latest WHERE cluster_id IN ({})",
+        (1..=distinct.len())
+            .map(|i| format!("${i}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let mut q = sqlx::query(&sql);
+    for id in &distinct {
+        q = q.bind(*id);
+    }
+    let mut current: HashMap<(i64, String), Latest> = HashMap::new();
+    for row in q.fetch_all(&mut *tx).await? {
+        current.insert(
+            (row.try_get(0)?, row.try_get(1)?),
+            Latest {
+                state: row.try_get(2)?,
+                commit: row.try_get(3)?,
+                message: row.try_get(4)?,
+                time: row.try_get(5)?,
+            },
+        );
+    }
+
+    // 3. Decide, report by report.
+    let mut outcomes = Vec::with_capacity(batch.len());
+    let mut dirty: Vec<(i64, String)> = Vec::new();
+    let mut newest: HashMap<(i64, String), usize> = HashMap::new();
+    let mut history: Vec<(i64, usize)> = Vec::new();
+    let mut platform: HashMap<i64, usize> = HashMap::new();
+    for (index, job) in batch.iter().enumerate() {
+        let r = &job.report;
+        let id = id_of(r)?;
+        let key = (id, r.object.clone());
+        let (outcome, changed) = match current.get(&key) {
+            None => (Outcome::Stored, true),
+            Some(l) => {
+                let same = l.state == r.state.as_str() && l.commit == r.commit && l.message == r.message;
+                if r.event_time > l.time {
+                    (Outcome::Stored, !same)
+                } else if same {
+                    (Outcome::Duplicate, false)
+                } else {
+                    (Outcome::Older, false)
+                }
+            }
+        };
+        if outcome == Outcome::Stored {
+            current.insert(
+                key.clone(),
+                Latest {
+                    state: r.state.as_str().to_owned(),
+                    commit: r.commit.clone(),
+                    message: r.message.clone(),
+                    time: r.event_time,
+                },
+            );
+            if newest.insert(key.clone(), index).is_none() {
+                dirty.push(key);
             }
         }
-    };
-    let drives = i64::from(r.drives);
-    if outcome == Outcome::Stored {
-        sqlx::query(
+        if changed || outcome == Outcome::Older {
+            history.push((id, index));
+        }
+        if changed && r.drives && !r.commit.is_empty() {
+            let newer = platform
+                .get(&id)
+                .is_none_or(|&other| batch[other].report.event_time <= r.event_time);
+            if newer {
+                platform.insert(id, index);
+            }
+        }
+        outcomes.push(outcome);
+    }
+
+    // 4. Latest states.
+    if !dirty.is_empty() {
+        let sql = format!(
             "INSERT INTO latest (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
+             VALUES {} ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
              revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
              reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
              WHERE excluded.event_time > latest.event_time",
-        )
-        .bind(cluster_id)
-        .bind(&r.object)
-        .bind(drives)
-        .bind(r.state.as_str())
-        .bind(&r.revision)
-        .bind(&r.commit)
-        .bind(&r.message)
-        .bind(&r.reason)
-        .bind(r.event_time)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
+            values(dirty.len(), 10)
+        );
+        let mut q = sqlx::query(&sql);
+        for key in &dirty {
+            let job = &batch[newest[key]];
+            let r = &job.report;
+            q = q
+                .bind(key.0)
+                .bind(&r.object)
+                .bind(i64::from(r.drives))
+                .bind(r.state.as_str())
+                .bind(&r.revision)
+                .bind(&r.commit)
+                .bind(&r.message)
+                .bind(&r.reason)
+                .bind(r.event_time)
+                .bind(job.received_at);
+        }
+        q.execute(&mut *tx).await?;
     }
-    if changed || outcome == Outcome::Older {
-        sqlx::query(
+
+    // 5. History.
+    if !history.is_empty() {
+        let sql = format!(
             "INSERT INTO reports (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
-        )
-        .bind(cluster_id)
-        .bind(&r.object)
-        .bind(drives)
-        .bind(r.state.as_str())
-        .bind(&r.revision)
-        .bind(&r.commit)
-        .bind(&r.message)
-        .bind(&r.reason)
-        .bind(r.event_time)
-        .bind(now)
-        .execute(&mut **tx)
-        .await?;
+             VALUES {} ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
+            values(history.len(), 10)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, index) in &history {
+            let job = &batch[*index];
+            let r = &job.report;
+            q = q
+                .bind(*id)
+                .bind(&r.object)
+                .bind(i64::from(r.drives))
+                .bind(r.state.as_str())
+                .bind(&r.revision)
+                .bind(&r.commit)
+                .bind(&r.message)
+                .bind(&r.reason)
+                .bind(r.event_time)
+                .bind(job.received_at);
+        }
+        q.execute(&mut *tx).await?;
     }
-    if changed && r.drives && !r.commit.is_empty() {
-        let key = (r.environment.clone(), r.commit.clone());
-        let position = match positions.get(&key) {
-            Some(p) => Some(*p),
-            None => {
-                let p: Option<i64> =
-                    sqlx::query("SELECT position FROM gitops_commits WHERE environment = $1 AND sha = $2")
-                        .bind(&r.environment)
-                        .bind(&r.commit)
-                        .fetch_optional(&mut **tx)
-                        .await?
-                        .map(|row| row.try_get(0))
-                        .transpose()?;
-                if let Some(p) = p {
-                    positions.insert(key, p);
-                }
-                p
-            }
-        };
-        if let Some(position) = position {
-            set_platform_state(tx, cluster_id, r, position).await?;
+
+    // 6. Platform states, for commits of the environment's GitOps branch.
+    let mut wanted: Vec<(String, String)> = platform
+        .values()
+        .map(|&i| {
+            (
+                batch[i].report.environment.clone(),
+                batch[i].report.commit.clone(),
+            )
+        })
+        .filter(|k| !positions.contains_key(k))
+        .collect();
+    wanted.sort();
+    wanted.dedup();
+    if !wanted.is_empty() {
+        let sql = format!(
+            "SELECT environment, sha, position FROM gitops_commits WHERE sha IN ({})",
+            (1..=wanted.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let mut q = sqlx::query(&sql);
+        for (_, sha) in &wanted {
+            q = q.bind(sha.as_str());
+        }
+        for row in q.fetch_all(&mut *tx).await? {
+            positions.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
         }
     }
-    Ok(outcome)
+    let mut updates: Vec<(i64, usize, i64)> = platform
+        .iter()
+        .filter_map(|(&id, &i)| {
+            let r = &batch[i].report;
+            positions
+                .get(&(r.environment.clone(), r.commit.clone()))
+                .map(|&p| (id, i, p))
+        })
+        .collect();
+    updates.sort_unstable();
+    if !updates.is_empty() {
+        // One UPDATE … FROM (VALUES …) for the lot; the same rule as `set_platform_state`.
+        let sql = format!(
+            "UPDATE clusters SET state = v.column2, revision = v.column3, commit_sha = v.column4, \
+             position = v.column5, message = v.column6, \
+             since = CASE WHEN clusters.state = v.column2 AND clusters.commit_sha = v.column4 THEN clusters.since ELSE v.column7 END, \
+             reported_at = v.column7 FROM (VALUES {}) AS v \
+             WHERE clusters.id = v.column1 AND (clusters.reported_at IS NULL OR clusters.reported_at <= v.column7)",
+            values(updates.len(), 7)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, index, position) in &updates {
+            let r = &batch[*index].report;
+            q = q
+                .bind(*id)
+                .bind(r.state.as_str())
+                .bind(&r.revision)
+                .bind(&r.commit)
+                .bind(*position)
+                .bind(&r.message)
+                .bind(r.event_time);
+        }
+        q.execute(&mut *tx).await?;
+    }
+    tx.commit().await?;
+    Ok(outcomes)
 }
 
 /// Makes `r` (whose commit is at `position` of the environment's branch) the cluster's

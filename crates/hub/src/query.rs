@@ -59,7 +59,7 @@ impl Relative {
 }
 
 /// [`Relative`] of a cluster: `last_seen` against `stale_before`, its platform `state` at
-/// `position` against the commit's `target` position. (The same rule as [`relative_sql`].)
+/// `position` against the commit's `target` position. (The same rule as the SQL the counting queries use.)
 pub fn classify(
     last_seen: i64,
     stale_before: i64,
@@ -109,6 +109,7 @@ pub struct Counts {
 }
 
 impl Counts {
+    #[cfg(test)]
     fn add(&mut self, r: Relative, n: i64) {
         self.total += n;
         match r {
@@ -137,16 +138,23 @@ pub fn verdict(counts: &Counts) -> &'static str {
     }
 }
 
-/// Per cluster type counts relative to the commit at `target`, for `environment`.
+/// Per cluster type counts relative to the commit at `target`, for `environment`: one pass
+/// over the `clusters_status` index, grouped by cluster type (in index order, so no sort).
 async fn counts_by_type(
     db: &Db,
     environment: &str,
     stale_before: i64,
     target: i64,
 ) -> Result<BTreeMap<String, Counts>, DbError> {
+    let rel = relative_sql("$2", "$3");
+    let count = |r: Relative| format!("SUM(CASE WHEN {rel} = '{}' THEN 1 ELSE 0 END)", r.as_str());
     let sql = format!(
-        "SELECT cluster_type, {} AS relative, COUNT(*) AS n FROM clusters WHERE environment = $1 GROUP BY 1, 2",
-        relative_sql("$2", "$3")
+        "SELECT cluster_type, COUNT(*), {}, {}, {}, {}, {} FROM clusters WHERE environment = $1 GROUP BY cluster_type",
+        count(Relative::Compliant),
+        count(Relative::Reconciling),
+        count(Relative::Failed),
+        count(Relative::Behind),
+        count(Relative::Stale),
     );
     let mut out: BTreeMap<String, Counts> = BTreeMap::new();
     for row in sqlx::query(&sql)
@@ -157,9 +165,17 @@ async fn counts_by_type(
         .await?
     {
         let ct: String = row.try_get(0)?;
-        let rel: String = row.try_get(1)?;
-        let n: i64 = row.try_get(2)?;
-        out.entry(ct).or_default().add(Relative::parse(&rel), n);
+        out.insert(
+            ct,
+            Counts {
+                total: row.try_get(1)?,
+                compliant: row.try_get(2)?,
+                reconciling: row.try_get(3)?,
+                failed: row.try_get(4)?,
+                behind: row.try_get(5)?,
+                stale: row.try_get(6)?,
+            },
+        );
     }
     Ok(out)
 }
@@ -288,7 +304,9 @@ pub struct GateCluster {
 }
 
 /// Clusters of `environment` of the given `types` relative to `target`: the ones that are
-/// not compliant first (by name), then compliant ones, `limit` at most.
+/// not compliant first (by name, unless `only_compliant`), then compliant ones, `limit` at
+/// most.
+#[allow(clippy::too_many_arguments)] // a private helper of two queries
 async fn list_relative(
     db: &Db,
     environment: &str,
@@ -296,29 +314,41 @@ async fn list_relative(
     stale_before: i64,
     target: i64,
     limit: i64,
+    only_compliant: bool,
+    all_types: bool,
 ) -> Result<Vec<GateCluster>, DbError> {
     if types.is_empty() || limit <= 0 {
         return Ok(Vec::new());
     }
     let rel = relative_sql("$2", "$3");
     let mut out = Vec::new();
-    for compliant in [false, true] {
+    let groups: &[bool] = if only_compliant { &[true] } else { &[false, true] };
+    for &compliant in groups {
         let remaining = limit - out.len() as i64;
         if remaining <= 0 {
             break;
         }
+        // When the commit has every cluster type the environment's clusters have, the type
+        // filter is left out, so that the (environment, name) index gives the order and the
+        // scan stops after `limit` rows.
+        let type_filter = if all_types {
+            String::new()
+        } else {
+            format!("AND cluster_type IN ({}) ", placeholders(4, types.len()))
+        };
         let sql = format!(
             "SELECT name, cluster_type, {rel} AS relative, commit_sha, message FROM clusters \
-             WHERE environment = $1 AND cluster_type IN ({}) AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
-            placeholders(4, types.len()),
+             WHERE environment = $1 {type_filter}AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
             if compliant { "=" } else { "<>" },
         );
         let mut q = sqlx::query(&sql)
             .bind(environment)
             .bind(stale_before)
             .bind(target);
-        for t in types {
-            q = q.bind(t);
+        if !all_types {
+            for t in types {
+                q = q.bind(t);
+            }
         }
         for row in q.fetch_all(db.pool()).await? {
             let rel: String = row.try_get(2)?;
@@ -377,7 +407,18 @@ pub async fn gate(
             None => without.push(t.clone()),
         }
     }
-    let clusters = list_relative(db, environment, &types, stale_before, commit.position, limit).await?;
+    let all_types = by_type.keys().all(|t| types.contains(t));
+    let clusters = list_relative(
+        db,
+        environment,
+        &types,
+        stale_before,
+        commit.position,
+        limit,
+        false,
+        all_types,
+    )
+    .await?;
     Ok(json!({
         "environment": environment,
         "gitopsCommit": commit.sha,
@@ -703,14 +744,21 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
                 counts.stale += c.stale;
             }
         }
-        let compliant_clusters: Vec<String> =
-            list_relative(db, &env, &types, stale_before, first.position, i64::MAX / 2)
-                .await?
-                .into_iter()
-                .filter(|c| c.state == "compliant")
-                .take(usize::try_from(limit).unwrap_or(0))
-                .map(|c| c.name)
-                .collect();
+        let all_types = by_type.keys().all(|t| types.contains(t));
+        let compliant_clusters: Vec<String> = list_relative(
+            db,
+            &env,
+            &types,
+            stale_before,
+            first.position,
+            limit,
+            true,
+            all_types,
+        )
+        .await?
+        .into_iter()
+        .map(|c| c.name)
+        .collect();
         let last_compliant =
             if counts.required() > 0 && counts.compliant == counts.required() && !types.is_empty() {
                 let sql = format!(

@@ -321,8 +321,8 @@ async fn security_scenario(url: &str) {
     let hub = start(config).await;
     let mut c = hub.client();
     let body = fixture("kustomization-succeeded.json");
-    let good = kalypso_hub::http::sign(b"hmac-s3cret", body.as_bytes());
-    let bad = kalypso_hub::http::sign(b"other", body.as_bytes());
+    let good = kalypso_git::signature::sign(b"hmac-s3cret", body.as_bytes());
+    let bad = kalypso_git::signature::sign(b"other", body.as_bytes());
     let r = c.post("/api/v1/events/flux", &[], body.as_bytes()).await.unwrap();
     assert_eq!((r.status, r.json()["field"].clone()), (401, json!("X-Signature")));
     let r = c
