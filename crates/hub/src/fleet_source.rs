@@ -37,6 +37,15 @@ use crate::db::{Db, DbError};
 use crate::gitops::Source;
 use crate::query::{self, CommitRow, Relative};
 
+/// What the cluster-type page says instead of labels.
+pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it reads does not carry \
+     cluster-type labels (they live in the control plane's ClusterType resources; see `kalypso explain`).";
+
+/// What the cluster-type page says instead of platform config values.
+pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store the platform config \
+     values of the GitOps tree, and the tree does not say which ConfigMap set each value \
+     (`kalypso explain --config KEY` on the control plane does).";
+
 /// How many blocking clusters a promotion stage lists.
 pub const BLOCKERS_SHOWN: i64 = 5;
 
@@ -641,11 +650,13 @@ impl HubSource {
             environment: environment.to_owned(),
             name: name.to_owned(),
             labels: BTreeMap::new(),
+            labels_unavailable: Some(LABELS_UNAVAILABLE.to_owned()),
             reconciler: (!reconcilers.is_empty())
                 .then(|| reconcilers.into_iter().collect::<Vec<_>>().join(", ")),
             gitops_commit: head.map(|h| h.sha),
             deployment_targets,
             config: Vec::new(),
+            config_unavailable: Some(CONFIG_UNAVAILABLE.to_owned()),
             counts,
             clusters,
             total_clusters,

@@ -522,6 +522,10 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
     for name in ["drone-1", "drone-2"] {
         assert!(body.contains(name), "{name}: {body}");
     }
+    let labels = b.text("section[aria-labelledby=labels]").await;
+    assert!(labels.contains("Not known to the hub"), "{labels}");
+    let config = b.text("section[aria-labelledby=config]").await;
+    assert!(config.contains("Not known to the hub"), "{config}");
     b.screenshot("cluster-type").await;
 
     // The workload: where it runs.
