@@ -225,7 +225,9 @@ impl HubSource {
                 sql.push_str(" AND cluster_type = $3");
             }
         }
-        sql.push_str(" GROUP BY environment, cluster_type, position, state, CASE WHEN last_seen < $1 THEN 1 ELSE 0 END");
+        // In the order of the `clusters_status` index (environment, cluster_type, state, position,
+        // last_seen), which holds every column read: the count never reads the table.
+        sql.push_str(" GROUP BY environment, cluster_type, state, position, CASE WHEN last_seen < $1 THEN 1 ELSE 0 END");
         let mut q = sqlx::query(&sql).bind(self.stale_before());
         if let Some(env) = environment {
             q = q.bind(env);
@@ -302,11 +304,21 @@ impl HubSource {
         let page = filter
             .page
             .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
-        let groups = self.groups(None, None).await?;
+        // With an environment filter only its clusters are counted (the other columns are not
+        // shown); the environments' names then come from an index-only DISTINCT.
+        let groups = self.groups(filter.environment.as_deref(), None).await?;
         let heads = self.heads().await?;
         let placements = self.open_placements().await?;
         let mut names = self.known_environments().await?;
         names.extend(groups.iter().map(|g| g.environment.clone()));
+        if filter.environment.is_some() {
+            for r in sqlx::query("SELECT DISTINCT environment FROM clusters")
+                .fetch_all(self.db.pool())
+                .await?
+            {
+                names.insert(r.try_get(0)?);
+            }
+        }
         names.extend(placements.keys().map(|(env, _)| env.clone()));
         let all_environments = promotion_order(names);
 
