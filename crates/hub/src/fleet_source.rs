@@ -39,12 +39,12 @@ use crate::query::{self, CommitRow, Relative};
 
 /// What the cluster-type page says instead of labels.
 pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it reads does not carry \
-     cluster-type labels (they live in the control plane's ClusterType resources; see `kalypso explain`).";
+     cluster-type labels (they live in the control plane's ClusterType resources; see kalypso explain).";
 
 /// What the cluster-type page says instead of platform config values.
 pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store the platform config \
      values of the GitOps tree, and the tree does not say which ConfigMap set each value \
-     (`kalypso explain --config KEY` on the control plane does).";
+     (kalypso explain --config KEY on the control plane does).";
 
 /// How many blocking clusters a promotion stage lists.
 pub const BLOCKERS_SHOWN: i64 = 5;
@@ -457,7 +457,7 @@ impl HubSource {
             .try_get(0)?;
         let commits: Vec<(String, i64)> = sqlx::query(&format!(
             "SELECT promoted_commit, MIN(committed_at) FROM gitops_commits WHERE promoted_commit IS NOT NULL \
-             GROUP BY promoted_commit ORDER BY 2 DESC, 1 LIMIT {limit} OFFSET {offset}"
+             GROUP BY promoted_commit ORDER BY 2 DESC, MAX(position) DESC, 1 LIMIT {limit} OFFSET {offset}"
         ))
         .fetch_all(self.db.pool())
         .await?

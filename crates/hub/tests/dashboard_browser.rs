@@ -487,7 +487,11 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         "{blocked}"
     );
     let table = b.text("table.promotions").await;
-    assert!(table.contains(&P1[..7]) && table.contains(&P2[..7]), "{table}");
+    let (p1_at, p2_at) = (table.find(&P1[..7]), table.find(&P2[..7]));
+    assert!(
+        p1_at.is_some() && p2_at.is_some() && p2_at < p1_at,
+        "newest first: {table}"
+    );
     // prod still waits for large-p1 at P1.
     let prod_waiting = b
         .js("var cells = document.querySelectorAll('table.promotions td');\
