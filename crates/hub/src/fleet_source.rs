@@ -19,7 +19,8 @@
 //! time an environment was pinned. Those fields stay empty and the dashboard says so; lead
 //! times are measured from the first GitOps commit that carried a control-plane commit.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kalypso_dashboard::model::{
@@ -54,6 +55,10 @@ pub const BLOCKERS_SHOWN: i64 = 5;
 pub struct HubSource {
     db: Db,
     stale_after: Duration,
+    /// (environment, GitOps position) → when every cluster was first compliant there: costly
+    /// to compute (a join over the reports) and fixed once reached, so each replica computes
+    /// it once.
+    compliant_at: Arc<Mutex<HashMap<(String, i64), i64>>>,
 }
 
 impl From<DbError> for SourceErrorWrap {
@@ -207,7 +212,11 @@ fn severity_order(stale: &str, target: &str) -> String {
 impl HubSource {
     /// A source over `db`; a cluster silent for longer than `stale_after` is stale.
     pub fn new(db: Db, stale_after: Duration) -> HubSource {
-        HubSource { db, stale_after }
+        HubSource {
+            db,
+            stale_after,
+            compliant_at: Arc::default(),
+        }
     }
 
     fn stale_before(&self) -> i64 {
@@ -402,6 +411,15 @@ impl HubSource {
     /// When the last of the required clusters of `environment` first reported compliant at the
     /// commit at `position` or a later one (the same measure as the API's lead time).
     async fn last_compliant(&self, environment: &str, position: i64) -> Result<Option<i64>> {
+        let key = (environment.to_owned(), position);
+        if let Some(known) = self
+            .compliant_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(Some(*known));
+        }
         let row = sqlx::query(
             "SELECT MAX(t) FROM (SELECT r.cluster_id, MIN(r.event_time) AS t FROM reports r \
              JOIN clusters c ON c.id = r.cluster_id \
@@ -414,7 +432,14 @@ impl HubSource {
         .bind(self.stale_before())
         .fetch_one(self.db.pool())
         .await?;
-        Ok(row.try_get::<Option<i64>, _>(0)?)
+        let at = row.try_get::<Option<i64>, _>(0)?;
+        if let Some(at) = at {
+            self.compliant_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key, at);
+        }
+        Ok(at)
     }
 
     /// The failed clusters first, then the ones still waited for, relative to `position`.
