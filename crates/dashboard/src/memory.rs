@@ -431,6 +431,7 @@ impl MemorySource {
             environment: env.name.clone(),
             name: cluster_type.name.clone(),
             labels: cluster_type.labels.clone(),
+            labels_unavailable: None,
             reconciler: cluster_type.reconciler.clone(),
             gitops_commit: env.gitops_commit.clone(),
             deployment_targets: cluster_type
@@ -439,6 +440,7 @@ impl MemorySource {
                 .map(|dt| dt.info.clone())
                 .collect(),
             config: cluster_type.config.clone(),
+            config_unavailable: None,
             counts: cluster_type.counts(),
             total_clusters: matching.len() as u64,
             clusters: page

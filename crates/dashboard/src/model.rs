@@ -452,6 +452,9 @@ pub struct ClusterTypePage {
     pub name: String,
     /// Its labels, which the scheduling policies and ConfigMaps select on.
     pub labels: BTreeMap<String, String>,
+    /// Why the source cannot show the labels, when it cannot (shown instead of them).
+    #[serde(default)]
+    pub labels_unavailable: Option<String>,
     /// The reconciler its clusters run (`arc-flux`, `argocd`...).
     pub reconciler: Option<String>,
     /// The environment's latest GitOps commit.
@@ -460,6 +463,9 @@ pub struct ClusterTypePage {
     pub deployment_targets: Vec<DeploymentTargetInfo>,
     /// Its platform config values and where each came from.
     pub config: Vec<ConfigValue>,
+    /// Why the source cannot show the platform config, when it cannot (shown instead of it).
+    #[serde(default)]
+    pub config_unavailable: Option<String>,
     /// Its clusters in each state (all of them, not only the page).
     pub counts: StateCounts,
     /// One page of its clusters, after the query's state filter.

@@ -568,7 +568,7 @@ pub fn cluster_type_page(page: &ClusterTypePage, state: Option<State>, version: 
             }
             section aria-labelledby="labels" {
                 h2 #labels { "Labels" }
-                @if page.labels.is_empty() { p.muted { "No labels." } } @else {
+                @if let Some(why) = &page.labels_unavailable { p.muted.unavailable { (why) } } @else if page.labels.is_empty() { p.muted { "No labels." } } @else {
                     ul.labels {
                         @for (key, value) in &page.labels { li { code { (key) "=" (value) } } }
                     }
@@ -604,7 +604,7 @@ pub fn cluster_type_page(page: &ClusterTypePage, state: Option<State>, version: 
             }
             section aria-labelledby="config" {
                 h2 #config { "Platform config" }
-                @if page.config.is_empty() { p.muted { "No platform config." } } @else {
+                @if let Some(why) = &page.config_unavailable { p.muted.unavailable { (why) } } @else if page.config.is_empty() { p.muted { "No platform config." } } @else {
                     div.scroll {
                         table.config {
                             thead { tr {

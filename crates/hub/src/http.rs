@@ -91,6 +91,16 @@ impl HubState {
         &self.0.refresher
     }
 
+    /// How long a cluster may be silent before it is stale.
+    pub fn stale_after(&self) -> Duration {
+        self.0.stale_after
+    }
+
+    /// Whether `headers` carry the API token (always, when there is none).
+    pub fn authorized(&self, headers: &HeaderMap) -> bool {
+        check_token(self, headers).is_ok()
+    }
+
     fn stale_before(&self) -> i64 {
         now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
     }

@@ -13,10 +13,13 @@
 //! - [`model`]: the report payloads, parsed and validated;
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
 //! - [`gitops`]: reading the GitOps branches' history; [`query`]: the correlation queries;
-//! - [`http`]: the API ([`app`]); [`client`]: a minimal HTTP client for tests and the bench.
+//! - [`http`]: the API ([`app`]); [`client`]: a minimal HTTP client for tests and the bench;
+//! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
 
 pub mod client;
+pub mod dashboard;
 pub mod db;
+pub mod fleet_source;
 pub mod gitops;
 pub mod http;
 pub mod ingest;
@@ -26,6 +29,7 @@ pub mod query;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+pub use dashboard::DashboardMode;
 pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
 pub use gitops::{GitSettings, Refresher};
 pub use http::{HubState, app};
@@ -53,6 +57,8 @@ pub struct HubConfig {
     pub refresh: Duration,
     /// Writer tasks (0: one for SQLite, four for PostgreSQL).
     pub writers: usize,
+    /// Whether and how the fleet dashboard is served at `/`.
+    pub dashboard: DashboardMode,
 }
 
 impl HubConfig {
@@ -67,6 +73,7 @@ impl HubConfig {
             stale_after: Duration::from_secs(30 * 60),
             refresh: Duration::from_secs(30),
             writers: 0,
+            dashboard: DashboardMode::Protected,
         }
     }
 }
@@ -131,10 +138,13 @@ pub async fn serve(
         "observability hub listening"
     );
     let db = state.db().clone();
-    axum::serve(listener, app(state))
-        .with_graceful_shutdown(shutdown)
-        .await
-        .map_err(Error::Serve)?;
+    axum::serve(
+        listener,
+        dashboard::app(state, config.dashboard, kalypso_dashboard::Options::default()),
+    )
+    .with_graceful_shutdown(shutdown)
+    .await
+    .map_err(Error::Serve)?;
     db.close().await;
     tracing::info!("observability hub stopped");
     Ok(())

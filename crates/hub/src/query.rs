@@ -81,7 +81,7 @@ pub fn classify(
 }
 
 /// [`classify`] as SQL over the `clusters` table, with `$stale` and `$target` placeholders.
-fn relative_sql(stale: &str, target: &str) -> String {
+pub(crate) fn relative_sql(stale: &str, target: &str) -> String {
     format!(
         "CASE WHEN last_seen < {stale} THEN 'stale' \
          WHEN position IS NULL OR position < {target} THEN 'behind' \
@@ -255,7 +255,7 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
 }
 
 /// The newest stored commit of `environment`.
-async fn head(db: &Db, environment: &str) -> Result<Option<CommitRow>, DbError> {
+pub(crate) async fn head(db: &Db, environment: &str) -> Result<Option<CommitRow>, DbError> {
     sqlx::query(&format!(
         "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 ORDER BY position DESC LIMIT 1"
     ))

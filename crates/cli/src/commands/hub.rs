@@ -40,6 +40,14 @@ pub(crate) struct HubArgs {
     /// File holding the bearer token every query must carry.
     #[arg(long, value_name = "FILE")]
     api_token_file: Option<PathBuf>,
+    /// Serve the fleet dashboard at `/` without the API token (the API still requires it).
+    /// Without this flag and with `--api-token-file`, the dashboard needs the same bearer
+    /// token (e.g. added by an authenticating reverse proxy).
+    #[arg(long, conflicts_with = "no_dashboard")]
+    dashboard_public: bool,
+    /// Do not serve the fleet dashboard (API, health and readiness only).
+    #[arg(long)]
+    no_dashboard: bool,
     /// A cluster silent for longer is stale (and no longer required by gates).
     #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_git::duration::parse)]
     stale_after: Duration,
@@ -81,6 +89,13 @@ pub(crate) fn hub(args: &HubArgs, _global: &GlobalArgs) -> Result<ExitCode> {
         .as_deref()
         .map(|p| read_secret(p, "API token"))
         .transpose()?;
+    config.dashboard = if args.no_dashboard {
+        kalypso_hub::DashboardMode::Off
+    } else if args.dashboard_public {
+        kalypso_hub::DashboardMode::Public
+    } else {
+        kalypso_hub::DashboardMode::Protected
+    };
     config.stale_after = args.stale_after;
     config.refresh = args.refresh.max(Duration::from_secs(1));
     config.git = args.control_plane.as_ref().map(|cp| GitSettings {

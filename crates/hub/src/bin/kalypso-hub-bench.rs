@@ -1,6 +1,7 @@
 //! The hub's benchmark (not a test): registers `--clusters` clusters in each of three
 //! environments through the Flux endpoint, then measures sustained ingest, the gate's and the
-//! environment status's latency, and the hub's memory. The hub runs in a child process (this
+//! environment status's latency, the fleet dashboard's pages (served by the hub from its
+//! database), and the hub's memory. The hub runs in a child process (this
 //! binary with `serve`), so that its RSS is its own.
 //!
 //! ```text
@@ -66,7 +67,12 @@ async fn serve(database: &str) {
     let state = kalypso_hub::start(&config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("{}", listener.local_addr().unwrap());
-    axum::serve(listener, kalypso_hub::app(state)).await.unwrap();
+    let app = kalypso_hub::dashboard::app(
+        state,
+        kalypso_hub::DashboardMode::Public,
+        kalypso_dashboard::Options::default(),
+    );
+    axum::serve(listener, app).await.unwrap();
 }
 
 async fn fresh_postgres(base: &str) -> String {
@@ -331,6 +337,27 @@ async fn drive(args: &[String]) {
     )
     .await;
     println!("cluster list page: median {median:.1} ms, p95 {p95:.1} ms");
+    for (label, path) in [
+        ("dashboard fleet map (/)", "/".to_owned()),
+        (
+            "dashboard fleet map, page 2, failed only",
+            "/?state=failed&page=2&size=20".to_owned(),
+        ),
+        ("dashboard fleet map, prod only", "/?environment=prod".to_owned()),
+        ("dashboard promotions", "/promotions".to_owned()),
+        (
+            "dashboard cluster type (dev/type-001, failed first)",
+            "/environments/dev/cluster-types/type-001".to_owned(),
+        ),
+        (
+            "dashboard cluster page",
+            "/environments/dev/clusters/cluster-000050".to_owned(),
+        ),
+        ("dashboard workload", "/workloads/workload-1".to_owned()),
+    ] {
+        let (median, p95, size) = latency(addr, &path, 20).await;
+        println!("{label}: median {median:.1} ms, p95 {p95:.1} ms ({size} bytes)");
+    }
     println!(
         "hub RSS: {} MiB now, {} MiB peak",
         rss_kib(pid, "VmRSS:") / 1024,

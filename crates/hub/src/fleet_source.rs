@@ -1,0 +1,913 @@
+//! The fleet dashboard's data source over the hub's database: [`HubSource`] implements
+//! [`kalypso_dashboard::FleetSource`], so that `kalypso hub` serves the dashboard at `/` from
+//! the same tables the API reads.
+//!
+//! It exists apart from [`query`](crate::query) because the dashboard asks different, wider
+//! questions (every environment × every cluster type at once, control-plane commits across
+//! environments) and wants typed view models rather than JSON. The rules are shared: a
+//! cluster's state relative to a commit is [`query::classify`] (in Rust, over a histogram
+//! the database aggregates) or [`query`]'s SQL twin of it (to filter and page lists).
+//!
+//! Scale: the fleet map is one `GROUP BY` over `clusters` (environment, cluster type, platform
+//! commit position, state, stale) — a few hundred groups however many clusters there are —
+//! classified in Rust against each environment's head, plus one `GROUP BY` over the open
+//! placements; lists are paged with `LIMIT`/`OFFSET` in SQL.
+//!
+//! What the hub cannot show: it reads the *rendered* GitOps tree, which carries neither the
+//! cluster types' labels nor the provenance of platform config values (which ConfigMap set a
+//! key), and it does not read the control-plane repository's commit messages, authors or the
+//! time an environment was pinned. Those fields stay empty and the dashboard says so; lead
+//! times are measured from the first GitOps commit that carried a control-plane commit.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use kalypso_dashboard::model::{
+    Blocker, Cell, ClusterSummary, ClusterTypeRow, DeploymentTargetInfo, EnvironmentSummary, Placement,
+    PromotionRow, ReconcilerSource, Report, Stage, StateCounts, Timestamp,
+};
+use kalypso_dashboard::{
+    ClusterPage, ClusterQuery, ClusterTypePage, FleetFilter, FleetMap, FleetSource, Page, PromotionFilter,
+    PromotionView, SourceError, State, WorkloadPage,
+};
+use sqlx::Row;
+use sqlx::any::AnyRow;
+
+use crate::db::{Db, DbError};
+use crate::gitops::Source;
+use crate::query::{self, CommitRow, Relative};
+
+/// What the cluster-type page says instead of labels.
+pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it reads does not carry \
+     cluster-type labels (they live in the control plane's ClusterType resources; see kalypso explain).";
+
+/// What the cluster-type page says instead of platform config values.
+pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store the platform config \
+     values of the GitOps tree, and the tree does not say which ConfigMap set each value \
+     (kalypso explain --config KEY on the control plane does).";
+
+/// How many blocking clusters a promotion stage lists.
+pub const BLOCKERS_SHOWN: i64 = 5;
+
+/// The dashboard's [`FleetSource`] over the hub's database.
+#[derive(Clone, Debug)]
+pub struct HubSource {
+    db: Db,
+    stale_after: Duration,
+    /// (environment, GitOps position) → when every cluster was first compliant there: costly
+    /// to compute (a join over the reports) and fixed once reached, so each replica computes
+    /// it once.
+    compliant_at: Arc<Mutex<HashMap<(String, i64), i64>>>,
+}
+
+impl From<DbError> for SourceErrorWrap {
+    fn from(e: DbError) -> SourceErrorWrap {
+        SourceErrorWrap(match e {
+            DbError::Unavailable(why) => SourceError::Unavailable(why),
+            other => SourceError::Internal(other.to_string()),
+        })
+    }
+}
+
+impl From<sqlx::Error> for SourceErrorWrap {
+    fn from(e: sqlx::Error) -> SourceErrorWrap {
+        SourceErrorWrap::from(DbError::from(e))
+    }
+}
+
+/// A [`SourceError`] that `?` can make from database errors.
+struct SourceErrorWrap(SourceError);
+
+type Result<T> = std::result::Result<T, SourceErrorWrap>;
+
+fn unwrap_err<T>(r: Result<T>) -> std::result::Result<T, SourceError> {
+    r.map_err(|e| e.0)
+}
+
+/// One group of clusters with the same environment, cluster type, platform commit position,
+/// platform state and staleness.
+#[derive(Clone, Debug)]
+struct Group {
+    environment: String,
+    cluster_type: String,
+    position: Option<i64>,
+    state: Option<String>,
+    stale: bool,
+    count: i64,
+}
+
+/// The dashboard's state for a [`Relative`] state: a cluster behind the commit is still
+/// reconciling towards it.
+fn dashboard_state(relative: Relative) -> State {
+    match relative {
+        Relative::Compliant => State::Compliant,
+        Relative::Failed => State::Failed,
+        Relative::Stale => State::Stale,
+        Relative::Reconciling | Relative::Behind => State::Reconciling,
+    }
+}
+
+/// A cluster's dashboard state: relative to the commit at `target`, or, when the hub knows no
+/// GitOps history for the environment (no control plane), its own reported state.
+fn cluster_state(stale: bool, state: Option<&str>, position: Option<i64>, target: Option<i64>) -> State {
+    match target {
+        Some(target) => dashboard_state(query::classify(i64::from(!stale), 1, state, position, target)),
+        None if stale => State::Stale,
+        None => match state {
+            Some("compliant") => State::Compliant,
+            Some("failed") => State::Failed,
+            _ => State::Reconciling,
+        },
+    }
+}
+
+/// The counts of `groups` relative to the commit at `target`.
+fn counts<'a>(groups: impl Iterator<Item = &'a Group>, target: Option<i64>) -> StateCounts {
+    let mut counts = StateCounts::default();
+    for g in groups {
+        let state = cluster_state(g.stale, g.state.as_deref(), g.position, target);
+        let n = u64::try_from(g.count).unwrap_or_default();
+        match state {
+            State::Compliant => counts.compliant += n,
+            State::Reconciling => counts.reconciling += n,
+            State::Failed => counts.failed += n,
+            State::Stale => counts.stale += n,
+            State::NoClusters => {}
+        }
+    }
+    counts
+}
+
+/// Environments in promotion order, as well as the hub can guess it: the usual stage names
+/// first (`dev`, `qa`, `test`, `stage`, `preprod`, `prod`), then the rest by name. (The control
+/// plane's environments carry no order the hub stores.)
+fn promotion_order(names: BTreeSet<String>) -> Vec<String> {
+    const ORDER: [&str; 10] = [
+        "dev",
+        "development",
+        "qa",
+        "test",
+        "int",
+        "stage",
+        "staging",
+        "uat",
+        "preprod",
+        "prod",
+    ];
+    let rank = |name: &str| {
+        let lower = name.to_ascii_lowercase();
+        ORDER
+            .iter()
+            .position(|known| *known == lower)
+            .unwrap_or(ORDER.len())
+    };
+    let mut names: Vec<String> = names.into_iter().collect();
+    names.sort_by(|a, b| rank(a).cmp(&rank(b)).then_with(|| a.cmp(b)));
+    names
+}
+
+fn seconds(millis: i64) -> Timestamp {
+    u64::try_from(millis / 1000).unwrap_or_default()
+}
+
+fn limit_offset(page: Page) -> (i64, i64) {
+    (
+        i64::try_from(page.size).unwrap_or(i64::MAX),
+        i64::try_from(page.offset()).unwrap_or(i64::MAX),
+    )
+}
+
+fn reconciler_source(text: Option<&str>) -> Option<Source> {
+    text.and_then(|t| serde_json::from_str(t).ok())
+}
+
+/// The SQL condition on `clusters` for a dashboard state, with the `$stale` and `$target`
+/// placeholders of [`query::relative_sql`].
+fn state_condition(state: State, stale: &str, target: &str, has_head: bool) -> String {
+    let rel = if has_head {
+        query::relative_sql(stale, target)
+    } else {
+        // No GitOps history: the cluster's own state, as `cluster_state` reads it.
+        format!(
+            "CASE WHEN last_seen < {stale} THEN 'stale' WHEN state = 'compliant' THEN 'compliant' \
+             WHEN state = 'failed' THEN 'failed' ELSE 'reconciling' END"
+        )
+    };
+    match state {
+        State::Compliant => format!("({rel}) = 'compliant'"),
+        State::Failed => format!("({rel}) = 'failed'"),
+        State::Stale => format!("({rel}) = 'stale'"),
+        State::Reconciling => format!("({rel}) IN ('reconciling', 'behind')"),
+        State::NoClusters => "1 = 0".to_owned(),
+    }
+}
+
+/// The `ORDER BY` that lists the clusters needing attention first.
+fn severity_order(stale: &str, target: &str) -> String {
+    let rel = query::relative_sql(stale, target);
+    format!("CASE ({rel}) WHEN 'failed' THEN 0 WHEN 'stale' THEN 1 WHEN 'compliant' THEN 3 ELSE 2 END, name")
+}
+
+impl HubSource {
+    /// A source over `db`; a cluster silent for longer than `stale_after` is stale.
+    pub fn new(db: Db, stale_after: Duration) -> HubSource {
+        HubSource {
+            db,
+            stale_after,
+            compliant_at: Arc::default(),
+        }
+    }
+
+    fn stale_before(&self) -> i64 {
+        crate::http::now_ms() - i64::try_from(self.stale_after.as_millis()).unwrap_or(i64::MAX)
+    }
+
+    /// The histogram of clusters, of one environment (and cluster type) or all.
+    async fn groups(&self, environment: Option<&str>, cluster_type: Option<&str>) -> Result<Vec<Group>> {
+        let mut sql = "SELECT environment, cluster_type, position, state, \
+                       CASE WHEN last_seen < $1 THEN 1 ELSE 0 END AS stale, COUNT(*) FROM clusters"
+            .to_owned();
+        if environment.is_some() {
+            sql.push_str(" WHERE environment = $2");
+            if cluster_type.is_some() {
+                sql.push_str(" AND cluster_type = $3");
+            }
+        }
+        // In the order of the `clusters_status` index (environment, cluster_type, state, position,
+        // last_seen), which holds every column read: the count never reads the table.
+        sql.push_str(" GROUP BY environment, cluster_type, state, position, CASE WHEN last_seen < $1 THEN 1 ELSE 0 END");
+        let mut q = sqlx::query(&sql).bind(self.stale_before());
+        if let Some(env) = environment {
+            q = q.bind(env);
+            if let Some(ct) = cluster_type {
+                q = q.bind(ct);
+            }
+        }
+        let rows = q.fetch_all(self.db.pool()).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(Group {
+                    environment: r.try_get(0)?,
+                    cluster_type: r.try_get(1)?,
+                    position: r.try_get(2)?,
+                    state: r.try_get(3)?,
+                    stale: r.try_get::<i64, _>(4)? != 0,
+                    count: r.try_get(5)?,
+                })
+            })
+            .collect()
+    }
+
+    /// The newest stored GitOps commit of every environment.
+    async fn heads(&self) -> Result<BTreeMap<String, CommitRow>> {
+        let rows = sqlx::query(
+            "SELECT g.environment, g.sha, g.position, g.committed_at, g.promoted_commit FROM gitops_commits g \
+             JOIN (SELECT environment, MAX(position) AS top FROM gitops_commits GROUP BY environment) h \
+             ON h.environment = g.environment AND h.top = g.position",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut out = BTreeMap::new();
+        for r in &rows {
+            let row = CommitRow {
+                environment: r.try_get(0)?,
+                sha: r.try_get(1)?,
+                position: r.try_get(2)?,
+                committed_at: r.try_get(3)?,
+                promoted: r.try_get(4)?,
+            };
+            out.insert(row.environment.clone(), row);
+        }
+        Ok(out)
+    }
+
+    /// The environments of the control plane.
+    async fn known_environments(&self) -> Result<BTreeSet<String>> {
+        let rows = sqlx::query("SELECT name FROM environments")
+            .fetch_all(self.db.pool())
+            .await?;
+        rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    }
+
+    /// (environment, cluster type) → deployment targets, for the open placements.
+    async fn open_placements(&self) -> Result<BTreeMap<(String, String), u64>> {
+        let rows = sqlx::query(
+            "SELECT environment, cluster_type, SUM(CASE WHEN deployment_target <> '' THEN 1 ELSE 0 END) \
+             FROM placements WHERE to_position IS NULL GROUP BY environment, cluster_type",
+        )
+        .fetch_all(self.db.pool())
+        .await?;
+        let mut out = BTreeMap::new();
+        for r in &rows {
+            let n: i64 = r.try_get(2)?;
+            out.insert(
+                (r.try_get(0)?, r.try_get(1)?),
+                u64::try_from(n).unwrap_or_default(),
+            );
+        }
+        Ok(out)
+    }
+
+    async fn fleet_map(&self, filter: &FleetFilter) -> Result<FleetMap> {
+        let page = filter
+            .page
+            .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
+        // With an environment filter only its clusters are counted (the other columns are not
+        // shown); the environments' names then come from an index-only DISTINCT.
+        let groups = self.groups(filter.environment.as_deref(), None).await?;
+        let heads = self.heads().await?;
+        let placements = self.open_placements().await?;
+        let mut names = self.known_environments().await?;
+        names.extend(groups.iter().map(|g| g.environment.clone()));
+        if filter.environment.is_some() {
+            for r in sqlx::query("SELECT DISTINCT environment FROM clusters")
+                .fetch_all(self.db.pool())
+                .await?
+            {
+                names.insert(r.try_get(0)?);
+            }
+        }
+        names.extend(placements.keys().map(|(env, _)| env.clone()));
+        let all_environments = promotion_order(names);
+
+        // (environment, cluster type) → cell.
+        let mut cells: BTreeMap<(&str, &str), Cell> = BTreeMap::new();
+        for ((env, ct), targets) in &placements {
+            cells.entry((env, ct)).or_default().deployment_targets = *targets;
+        }
+        let mut by_cell: BTreeMap<(&str, &str), Vec<&Group>> = BTreeMap::new();
+        for g in &groups {
+            by_cell
+                .entry((&g.environment, &g.cluster_type))
+                .or_default()
+                .push(g);
+        }
+        for ((env, ct), gs) in &by_cell {
+            let target = heads.get(*env).map(|h| h.position);
+            cells.entry((env, ct)).or_default().counts = counts(gs.iter().copied(), target);
+        }
+
+        let shown: Vec<&String> = all_environments
+            .iter()
+            .filter(|env| filter.environment.as_ref().is_none_or(|name| *env == name))
+            .collect();
+        let needle = filter
+            .cluster_type
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        let mut rows: BTreeMap<&str, Vec<Option<Cell>>> = BTreeMap::new();
+        let mut environments = Vec::with_capacity(shown.len());
+        for (column, env) in shown.iter().enumerate() {
+            let mut total = StateCounts::default();
+            let mut cluster_types = 0;
+            for ((_, ct), cell) in cells
+                .range((env.as_str(), "")..)
+                .take_while(|((e, _), _)| e == env)
+            {
+                cluster_types += 1;
+                total.merge(&cell.counts);
+                if needle.is_some_and(|n| !ct.contains(n)) {
+                    continue;
+                }
+                rows.entry(ct).or_insert_with(|| vec![None; shown.len()])[column] = Some(cell.clone());
+            }
+            let head = heads.get(env.as_str());
+            environments.push(EnvironmentSummary {
+                name: (*env).clone(),
+                control_plane_commit: head.and_then(|h| h.promoted.clone()),
+                gitops_commit: head.map(|h| h.sha.clone()),
+                gitops_commit_at: head.map(|h| seconds(h.committed_at)),
+                counts: total,
+                cluster_types,
+            });
+        }
+        let matching: Vec<(&str, Vec<Option<Cell>>)> = rows
+            .into_iter()
+            .filter(|(_, cells)| {
+                filter
+                    .state
+                    .is_none_or(|state| cells.iter().flatten().any(|cell| cell.state() == state))
+            })
+            .collect();
+        let rows = page
+            .slice(&matching)
+            .iter()
+            .map(|(name, cells)| ClusterTypeRow {
+                name: (*name).to_owned(),
+                cells: cells.clone(),
+            })
+            .collect();
+        Ok(FleetMap {
+            all_environments,
+            environments,
+            rows,
+            total_rows: matching.len() as u64,
+            page,
+        })
+    }
+
+    /// When the last of the required clusters of `environment` first reported compliant at the
+    /// commit at `position` or a later one (the same measure as the API's lead time).
+    async fn last_compliant(&self, environment: &str, position: i64) -> Result<Option<i64>> {
+        let key = (environment.to_owned(), position);
+        if let Some(known) = self
+            .compliant_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+        {
+            return Ok(Some(*known));
+        }
+        let row = sqlx::query(
+            "SELECT MAX(t) FROM (SELECT r.cluster_id, MIN(r.event_time) AS t FROM reports r \
+             JOIN clusters c ON c.id = r.cluster_id \
+             JOIN gitops_commits g ON g.environment = c.environment AND g.sha = r.commit_sha \
+             WHERE c.environment = $1 AND r.state = 'compliant' AND r.drives = 1 AND g.position >= $2 \
+             AND c.last_seen >= $3 GROUP BY r.cluster_id) firsts",
+        )
+        .bind(environment)
+        .bind(position)
+        .bind(self.stale_before())
+        .fetch_one(self.db.pool())
+        .await?;
+        let at = row.try_get::<Option<i64>, _>(0)?;
+        if let Some(at) = at {
+            self.compliant_at
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(key, at);
+        }
+        Ok(at)
+    }
+
+    /// The failed clusters first, then the ones still waited for, relative to `position`.
+    async fn blockers(&self, environment: &str, position: i64) -> Result<Vec<Blocker>> {
+        let rel = query::relative_sql("$2", "$3");
+        let sql = format!(
+            "SELECT name, cluster_type, {rel} AS relative, message FROM clusters \
+             WHERE environment = $1 AND ({rel}) IN ('failed', 'reconciling', 'behind') \
+             ORDER BY CASE ({rel}) WHEN 'failed' THEN 0 ELSE 1 END, name LIMIT {BLOCKERS_SHOWN}"
+        );
+        let rows = sqlx::query(&sql)
+            .bind(environment)
+            .bind(self.stale_before())
+            .bind(position)
+            .fetch_all(self.db.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let relative: String = r.try_get(2)?;
+                Ok(Blocker {
+                    cluster: r.try_get(0)?,
+                    cluster_type: r.try_get(1)?,
+                    state: Some(if relative == "failed" {
+                        State::Failed
+                    } else {
+                        State::Reconciling
+                    }),
+                    message: r.try_get::<Option<String>, _>(3)?.filter(|m| !m.is_empty()),
+                })
+            })
+            .collect()
+    }
+
+    async fn promotion_view(&self, filter: &PromotionFilter) -> Result<PromotionView> {
+        let page = filter.page.unwrap_or(Page::new(1, 20));
+        let (limit, offset) = limit_offset(page);
+        let total: i64 = sqlx::query("SELECT COUNT(DISTINCT promoted_commit) FROM gitops_commits")
+            .fetch_one(self.db.pool())
+            .await?
+            .try_get(0)?;
+        let commits: Vec<(String, i64)> = sqlx::query(&format!(
+            "SELECT promoted_commit, MIN(committed_at) FROM gitops_commits WHERE promoted_commit IS NOT NULL \
+             GROUP BY promoted_commit ORDER BY 2 DESC, MAX(position) DESC, 1 LIMIT {limit} OFFSET {offset}"
+        ))
+        .fetch_all(self.db.pool())
+        .await?
+        .iter()
+        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+        .collect::<Result<_>>()?;
+        let heads = self.heads().await?;
+        let mut names = self.known_environments().await?;
+        names.extend(heads.keys().cloned());
+        let environments = promotion_order(names);
+
+        // (control-plane commit, environment) → the first GitOps commit carrying it.
+        let mut first: BTreeMap<(String, String), CommitRow> = BTreeMap::new();
+        if !commits.is_empty() {
+            let placeholders = (1..=commits.len())
+                .map(|i| format!("${i}"))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let sql = format!(
+                "SELECT environment, sha, position, committed_at, promoted_commit FROM gitops_commits \
+                 WHERE promoted_commit IN ({placeholders}) ORDER BY environment, position"
+            );
+            let mut q = sqlx::query(&sql);
+            for (sha, _) in &commits {
+                q = q.bind(sha);
+            }
+            for r in q.fetch_all(self.db.pool()).await? {
+                let row = CommitRow {
+                    environment: r.try_get(0)?,
+                    sha: r.try_get(1)?,
+                    position: r.try_get(2)?,
+                    committed_at: r.try_get(3)?,
+                    promoted: r.try_get(4)?,
+                };
+                let key = (row.promoted.clone().unwrap_or_default(), row.environment.clone());
+                first.entry(key).or_insert(row);
+            }
+        }
+
+        let mut groups_of: BTreeMap<&str, Vec<Group>> = BTreeMap::new();
+        for env in &environments {
+            if first.keys().any(|(_, e)| e == env) {
+                groups_of.insert(env, self.groups(Some(env), None).await?);
+            }
+        }
+
+        let mut rows = Vec::with_capacity(commits.len());
+        for (commit, first_seen) in &commits {
+            let mut stages = Vec::with_capacity(environments.len());
+            for env in &environments {
+                let Some(gitops) = first.get(&(commit.clone(), env.clone())) else {
+                    stages.push(None);
+                    continue;
+                };
+                let groups = groups_of.get(env.as_str()).map(Vec::as_slice).unwrap_or_default();
+                let counts = counts(groups.iter(), Some(gitops.position));
+                let head = heads.get(env);
+                let superseded = head.is_some_and(|h| h.promoted.as_deref() != Some(commit.as_str()));
+                let all_compliant = counts.compliant > 0 && counts.failed == 0 && counts.reconciling == 0;
+                let compliant_at = if all_compliant {
+                    self.last_compliant(env, gitops.position).await?.map(seconds)
+                } else {
+                    None
+                };
+                let waiting = counts.failed + counts.reconciling;
+                // Only the environment's current commit is worth a query for its blockers: an
+                // older one is compliant or superseded.
+                let blockers = if waiting > 0 && (!superseded || counts.failed > 0) && compliant_at.is_none()
+                {
+                    self.blockers(env, gitops.position).await?
+                } else {
+                    Vec::new()
+                };
+                stages.push(Some(Stage {
+                    pinned_at: None,
+                    gitops_commit: Some(gitops.sha.clone()),
+                    rendered_at: Some(seconds(gitops.committed_at)),
+                    delivered_at: Some(seconds(gitops.committed_at)),
+                    compliant_at,
+                    counts,
+                    total_blockers: if blockers.is_empty() { 0 } else { waiting },
+                    blockers,
+                    superseded: superseded && compliant_at.is_none(),
+                }));
+            }
+            rows.push(PromotionRow {
+                commit: commit.clone(),
+                subject: String::new(),
+                author: None,
+                committed_at: Some(seconds(*first_seen)),
+                stages,
+            });
+        }
+        Ok(PromotionView {
+            environments,
+            commits: rows,
+            total_commits: u64::try_from(total).unwrap_or_default(),
+            page,
+        })
+    }
+
+    fn summary(row: &AnyRow, stale_before: i64, target: Option<i64>) -> Result<ClusterSummary> {
+        let last_seen: i64 = row.try_get("last_seen")?;
+        let state: Option<String> = row.try_get("state")?;
+        Ok(ClusterSummary {
+            name: row.try_get("name")?,
+            environment: row.try_get("environment")?,
+            cluster_type: row.try_get("cluster_type")?,
+            state: Some(cluster_state(
+                last_seen < stale_before,
+                state.as_deref(),
+                row.try_get("position")?,
+                target,
+            )),
+            revision: row.try_get("commit_sha")?,
+            message: row
+                .try_get::<Option<String>, _>("message")?
+                .filter(|m| !m.is_empty()),
+            last_report_at: Some(seconds(last_seen)),
+        })
+    }
+
+    async fn cluster_type_page(
+        &self,
+        environment: &str,
+        name: &str,
+        cluster_query: &ClusterQuery,
+    ) -> Result<Option<ClusterTypePage>> {
+        let page = cluster_query
+            .page
+            .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
+        let targets = sqlx::query(
+            "SELECT deployment_target, workload, source FROM placements \
+             WHERE environment = $1 AND cluster_type = $2 AND to_position IS NULL ORDER BY deployment_target",
+        )
+        .bind(environment)
+        .bind(name)
+        .fetch_all(self.db.pool())
+        .await?;
+        let groups = self.groups(Some(environment), Some(name)).await?;
+        if targets.is_empty() && groups.is_empty() {
+            return Ok(None);
+        }
+        let head = query::head(&self.db, environment).await?;
+        let target = head.as_ref().map(|h| h.position);
+        let counts = counts(groups.iter(), target);
+
+        let mut deployment_targets = Vec::new();
+        let mut reconcilers = BTreeSet::new();
+        for r in &targets {
+            let dt: String = r.try_get(0)?;
+            if dt.is_empty() {
+                continue;
+            }
+            let source = reconciler_source(r.try_get::<Option<String>, _>(2)?.as_deref());
+            if let Some(s) = &source {
+                reconcilers.insert(s.kind.clone());
+            }
+            let source = source.unwrap_or_default();
+            deployment_targets.push(DeploymentTargetInfo {
+                name: dt,
+                workload: r.try_get::<Option<String>, _>(1)?.unwrap_or_default(),
+                namespace: None,
+                source: ReconcilerSource {
+                    repo: source.url.unwrap_or_default(),
+                    branch: source.branch.or(source.revision).unwrap_or_default(),
+                    path: source.path.unwrap_or_default(),
+                },
+            });
+        }
+
+        let stale_before = self.stale_before();
+        // Without a GitOps head, the clusters' own states are listed (see `cluster_state`);
+        // the SQL twin then compares against position -1, which every known commit passes.
+        let target_sql = target.unwrap_or(-1);
+        let mut condition = String::new();
+        if let Some(state) = cluster_query.state {
+            condition = format!(" AND {}", state_condition(state, "$3", "$4", target.is_some()));
+        }
+        let total_clusters = match cluster_query.state {
+            Some(state) => counts.get(state),
+            None => counts.total(),
+        };
+        let (limit, offset) = limit_offset(page);
+        let sql = format!(
+            "SELECT name, environment, cluster_type, last_seen, state, position, commit_sha, message FROM clusters \
+             WHERE environment = $1 AND cluster_type = $2{condition} ORDER BY {} LIMIT {limit} OFFSET {offset}",
+            severity_order("$3", "$4")
+        );
+        let rows = sqlx::query(&sql)
+            .bind(environment)
+            .bind(name)
+            .bind(stale_before)
+            .bind(target_sql)
+            .fetch_all(self.db.pool())
+            .await?;
+        let clusters = rows
+            .iter()
+            .map(|r| HubSource::summary(r, stale_before, target))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(ClusterTypePage {
+            environment: environment.to_owned(),
+            name: name.to_owned(),
+            labels: BTreeMap::new(),
+            labels_unavailable: Some(LABELS_UNAVAILABLE.to_owned()),
+            reconciler: (!reconcilers.is_empty())
+                .then(|| reconcilers.into_iter().collect::<Vec<_>>().join(", ")),
+            gitops_commit: head.map(|h| h.sha),
+            deployment_targets,
+            config: Vec::new(),
+            config_unavailable: Some(CONFIG_UNAVAILABLE.to_owned()),
+            counts,
+            clusters,
+            total_clusters,
+            page,
+        }))
+    }
+
+    async fn workload_page(&self, name: &str, page: Page) -> Result<Option<WorkloadPage>> {
+        let total: i64 = sqlx::query(
+            "SELECT COUNT(*) FROM placements WHERE workload = $1 AND deployment_target <> '' AND to_position IS NULL",
+        )
+        .bind(name)
+        .fetch_one(self.db.pool())
+        .await?
+        .try_get(0)?;
+        if total == 0 {
+            let ever: i64 = sqlx::query("SELECT COUNT(*) FROM placements WHERE workload = $1")
+                .bind(name)
+                .fetch_one(self.db.pool())
+                .await?
+                .try_get(0)?;
+            if ever == 0 {
+                return Ok(None);
+            }
+        }
+        let (limit, offset) = limit_offset(page);
+        let rows = sqlx::query(&format!(
+            "SELECT p.environment, p.cluster_type, p.deployment_target, p.source, p.from_sha, f.committed_at \
+             FROM placements p LEFT JOIN gitops_commits f ON f.environment = p.environment AND f.sha = p.from_sha \
+             WHERE p.workload = $1 AND p.deployment_target <> '' AND p.to_position IS NULL \
+             ORDER BY p.environment, p.cluster_type, p.deployment_target LIMIT {limit} OFFSET {offset}"
+        ))
+        .bind(name)
+        .fetch_all(self.db.pool())
+        .await?;
+        let heads = self.heads().await?;
+        let mut placements = Vec::with_capacity(rows.len());
+        let mut repo = None;
+        for r in &rows {
+            let environment: String = r.try_get(0)?;
+            let cluster_type: String = r.try_get(1)?;
+            let source = reconciler_source(r.try_get::<Option<String>, _>(3)?.as_deref());
+            if repo.is_none() {
+                repo = source.as_ref().and_then(|s| s.url.clone());
+            }
+            let groups = self.groups(Some(&environment), Some(&cluster_type)).await?;
+            let target = heads.get(&environment).map(|h| h.position);
+            placements.push(Placement {
+                counts: counts(groups.iter(), target),
+                environment,
+                cluster_type,
+                deployment_target: r.try_get(2)?,
+                version: source.and_then(|s| s.revision.or(s.branch)),
+                gitops_commit: Some(r.try_get(4)?),
+                since: r.try_get::<Option<i64>, _>(5)?.map(seconds),
+            });
+        }
+        Ok(Some(WorkloadPage {
+            name: name.to_owned(),
+            source: repo,
+            placements,
+            total_placements: u64::try_from(total).unwrap_or_default(),
+            page,
+        }))
+    }
+
+    async fn cluster_page(&self, environment: &str, name: &str, page: Page) -> Result<Option<ClusterPage>> {
+        let Some(row) = sqlx::query(
+            "SELECT id, name, environment, cluster_type, last_seen, state, position, commit_sha, message \
+             FROM clusters WHERE environment = $1 AND name = $2",
+        )
+        .bind(environment)
+        .bind(name)
+        .fetch_optional(self.db.pool())
+        .await?
+        else {
+            return Ok(None);
+        };
+        let id: i64 = row.try_get("id")?;
+        let head = query::head(&self.db, environment).await?;
+        let cluster = HubSource::summary(&row, self.stale_before(), head.map(|h| h.position))?;
+        let total: i64 = sqlx::query("SELECT COUNT(*) FROM reports WHERE cluster_id = $1")
+            .bind(id)
+            .fetch_one(self.db.pool())
+            .await?
+            .try_get(0)?;
+        let (limit, offset) = limit_offset(page);
+        let rows = sqlx::query(&format!(
+            "SELECT received_at, commit_sha, state, message, object FROM reports WHERE cluster_id = $1 \
+             ORDER BY event_time DESC, id DESC LIMIT {limit} OFFSET {offset}"
+        ))
+        .bind(id)
+        .fetch_all(self.db.pool())
+        .await?;
+        let reports = rows
+            .iter()
+            .map(|r| {
+                let state: String = r.try_get(2)?;
+                let message: String = r.try_get(3)?;
+                let object: String = r.try_get(4)?;
+                Ok(Report {
+                    at: seconds(r.try_get(0)?),
+                    revision: Some(r.try_get::<String, _>(1)?).filter(|s| !s.is_empty()),
+                    state: Some(match state.as_str() {
+                        "compliant" => State::Compliant,
+                        "failed" => State::Failed,
+                        _ => State::Reconciling,
+                    }),
+                    message: Some(if message.is_empty() {
+                        object
+                    } else {
+                        format!("{object}: {message}")
+                    }),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(ClusterPage {
+            cluster,
+            reports,
+            total_reports: u64::try_from(total).unwrap_or_default(),
+            page,
+        }))
+    }
+
+    /// Changes whenever a report or a GitOps commit is stored, in every replica: the newest
+    /// report id plus the number of GitOps commits and environments (all only grow).
+    async fn current_version(&self) -> Result<u64> {
+        let row = sqlx::query(
+            "SELECT (SELECT COALESCE(MAX(id), 0) FROM reports), (SELECT COUNT(*) FROM gitops_commits), \
+             (SELECT COUNT(*) FROM environments), (SELECT COUNT(*) FROM placements)",
+        )
+        .fetch_one(self.db.pool())
+        .await?;
+        let mut version = 0u64;
+        for i in 0..4 {
+            let n: i64 = row.try_get(i)?;
+            version = version.wrapping_add(u64::try_from(n).unwrap_or_default());
+        }
+        Ok(version)
+    }
+}
+
+impl FleetSource for HubSource {
+    async fn fleet(&self, filter: &FleetFilter) -> std::result::Result<FleetMap, SourceError> {
+        unwrap_err(self.fleet_map(filter).await)
+    }
+
+    async fn promotions(&self, filter: &PromotionFilter) -> std::result::Result<PromotionView, SourceError> {
+        unwrap_err(self.promotion_view(filter).await)
+    }
+
+    async fn cluster_type(
+        &self,
+        environment: &str,
+        name: &str,
+        query: &ClusterQuery,
+    ) -> std::result::Result<Option<ClusterTypePage>, SourceError> {
+        unwrap_err(self.cluster_type_page(environment, name, query).await)
+    }
+
+    async fn workload(
+        &self,
+        name: &str,
+        page: Page,
+    ) -> std::result::Result<Option<WorkloadPage>, SourceError> {
+        unwrap_err(self.workload_page(name, page).await)
+    }
+
+    async fn cluster(
+        &self,
+        environment: &str,
+        name: &str,
+        page: Page,
+    ) -> std::result::Result<Option<ClusterPage>, SourceError> {
+        unwrap_err(self.cluster_page(environment, name, page).await)
+    }
+
+    async fn version(&self) -> std::result::Result<u64, SourceError> {
+        unwrap_err(self.current_version().await)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn environments_come_in_promotion_order() {
+        let names = ["prod", "alpha", "stage", "dev"]
+            .map(str::to_owned)
+            .into_iter()
+            .collect();
+        assert_eq!(promotion_order(names), ["dev", "stage", "prod", "alpha"]);
+    }
+
+    #[test]
+    fn states_relative_to_the_head_or_reported() {
+        assert_eq!(
+            cluster_state(false, Some("compliant"), Some(3), Some(3)),
+            State::Compliant
+        );
+        assert_eq!(
+            cluster_state(false, Some("compliant"), Some(2), Some(3)),
+            State::Reconciling
+        );
+        assert_eq!(
+            cluster_state(false, Some("failed"), Some(3), Some(3)),
+            State::Failed
+        );
+        assert_eq!(
+            cluster_state(true, Some("failed"), Some(3), Some(3)),
+            State::Stale
+        );
+        assert_eq!(cluster_state(false, Some("failed"), None, None), State::Failed);
+        assert_eq!(cluster_state(false, None, None, None), State::Reconciling);
+    }
+}
