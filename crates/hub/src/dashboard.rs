@@ -1,5 +1,5 @@
 //! The fleet dashboard served by the hub: [`kalypso_dashboard::router`] over a
-//! [`HubSource`](crate::fleet_source::HubSource), merged with the API's router so that one
+//! [`HubSource`], merged with the API's router so that one
 //! port serves the pages at `/`, the API under `/api/v1` and `/healthz`, `/readyz`.
 //!
 //! The pages are read-only, but they show what the API shows, so they are protected the same

@@ -2,7 +2,7 @@
 //! [`kalypso_dashboard::FleetSource`], so that `kalypso hub` serves the dashboard at `/` from
 //! the same tables the API reads.
 //!
-//! It exists apart from [`query`](crate::query) because the dashboard asks different, wider
+//! It exists apart from [`query`] because the dashboard asks different, wider
 //! questions (every environment × every cluster type at once, control-plane commits across
 //! environments) and wants typed view models rather than JSON. The rules are shared: a
 //! cluster's state relative to a commit is [`query::classify`] (in Rust, over a histogram
