@@ -256,7 +256,10 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
             None => (Outcome::Stored, true),
             Some(l) => {
                 let same = l.state == r.state.as_str() && l.commit == r.commit && l.message == r.message;
-                if r.event_time > l.time {
+                // Flux stamps events to the second: a different report of the same second
+                // came later (Progressing, then Succeeded), so it wins; the same one again is
+                // a retry.
+                if r.event_time > l.time || (r.event_time == l.time && !same) {
                     (Outcome::Stored, !same)
                 } else if same {
                     (Outcome::Duplicate, false)
@@ -300,7 +303,7 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
              VALUES {} ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
              revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
              reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
-             WHERE excluded.event_time > latest.event_time",
+             WHERE excluded.event_time >= latest.event_time",
             values(dirty.len(), 10)
         );
         let mut q = sqlx::query(&sql);

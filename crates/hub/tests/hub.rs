@@ -254,6 +254,23 @@ async fn duplicates_scenario(url: &str) {
     let detail = get(&mut c, "/api/v1/clusters/dev/drone-1").await;
     assert_eq!(detail["history"]["total"], 3);
     assert_eq!(detail["objects"][0]["state"], "failed");
+
+    // Flux stamps events to the second: a different report of the same second arrived later
+    // and wins (a failure fixed within the second); the same report again is a retry.
+    let same_second = flux(
+        "kustomization-succeeded.json",
+        "drone-1",
+        "drone",
+        FIXTURE_SHA,
+        "2026-11-26T09:00:00Z",
+    );
+    let r = post(&mut c, "/api/v1/events/flux", &same_second).await;
+    assert_eq!(r.json()["result"], "stored");
+    let r = post(&mut c, "/api/v1/events/flux", &same_second).await;
+    assert_eq!(r.json()["result"], "duplicate");
+    let detail = get(&mut c, "/api/v1/clusters/dev/drone-1").await;
+    assert_eq!(detail["objects"][0]["state"], "compliant");
+    assert_eq!(detail["history"]["total"], 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
