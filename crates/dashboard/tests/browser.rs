@@ -6,85 +6,32 @@
 //! message, unless `KALYPSO_SKIP_BROWSER_TESTS=1` is set. Nothing is downloaded. Each test
 //! saves screenshots of the pages it visits under `target/dashboard-screenshots/`.
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
+use fantoccini::Locator;
 use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet, synthetic_fleet};
 use kalypso_dashboard::memory::FleetData;
 use kalypso_dashboard::model::{Report, State};
 use kalypso_dashboard::{MemorySource, Options, router_with};
+use kalypso_testkit::browser::Browser;
 use serde_json::json;
 
-/// Finds a binary: the environment variable, else the Debian path, else `PATH`.
-fn binary(variable: &str, names: &[&str]) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(variable) {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
-    }
-    for name in names {
-        let debian = Path::new("/usr/bin").join(name);
-        if debian.is_file() {
-            return Some(debian);
-        }
-        if let Some(paths) = std::env::var_os("PATH") {
-            for dir in std::env::split_paths(&paths) {
-                let candidate = dir.join(name);
-                if candidate.is_file() {
-                    return Some(candidate);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Where screenshots go: `<target>/dashboard-screenshots`.
-fn screenshot_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            // <target>/<profile>/deps/browser-<hash>
-            std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        })
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let dir = target.join("dashboard-screenshots");
-    std::fs::create_dir_all(&dir).expect("screenshot folder");
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A chromedriver process, ended when dropped.
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// The dashboard served over the demo fleet, and a browser looking at it.
+/// The dashboard served over a fleet in memory, and a browser looking at it (the browser's
+/// helpers through `Deref`).
 struct Harness {
     source: Arc<MemorySource>,
-    base: String,
-    client: Client,
-    _driver: Driver,
-    _profile: tempfile::TempDir,
+    browser: Browser,
+}
+
+impl std::ops::Deref for Harness {
+    type Target = Browser;
+
+    fn deref(&self) -> &Browser {
+        &self.browser
+    }
 }
 
 impl Harness {
@@ -96,21 +43,6 @@ impl Harness {
 
     /// Starts everything over the fleet `fleet` makes.
     async fn start_with(fleet: impl FnOnce() -> FleetData) -> Option<Harness> {
-        let chromium = binary("KALYPSO_CHROMIUM", &["chromium", "chromium-browser"]);
-        let chromedriver = binary("KALYPSO_CHROMEDRIVER", &["chromedriver"]);
-        let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
-            if std::env::var("KALYPSO_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
-                eprintln!("browser test skipped: chromium or chromedriver not installed");
-                return None;
-            }
-            panic!(
-                "the dashboard's browser tests need Chromium and chromedriver: install Debian's \
-                 packages (apt-get install -y chromium chromium-driver), or point \
-                 KALYPSO_CHROMIUM and KALYPSO_CHROMEDRIVER at the binaries, or set \
-                 KALYPSO_SKIP_BROWSER_TESTS=1 to skip these tests"
-            );
-        };
-
         let source = Arc::new(MemorySource::new(fleet()));
         let app = router_with(
             Arc::clone(&source),
@@ -123,95 +55,12 @@ impl Harness {
         tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
         });
-
-        let port = free_port();
-        let driver = Driver(
-            Command::new(&chromedriver)
-                .arg(format!("--port={port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display())),
-        );
-        let driver_addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(driver_addr).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-
-        let profile = tempfile::tempdir().expect("profile folder");
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_owned(),
-            json!({
-                "binary": chromium,
-                "args": [
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--hide-scrollbars",
-                    "--window-size=1280,900",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://{driver_addr}"))
-            .await
-            .expect("a chromedriver session");
-        Some(Harness {
-            source,
-            base: format!("http://{addr}"),
-            client,
-            _driver: driver,
-            _profile: profile,
-        })
-    }
-
-    async fn goto(&self, path: &str) {
-        self.client
-            .goto(&format!("{}{path}", self.base))
-            .await
-            .expect("navigation");
-    }
-
-    async fn js(&self, script: &str) -> serde_json::Value {
-        self.client.execute(script, Vec::new()).await.expect("script")
-    }
-
-    async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .text()
-            .await
-            .expect("text")
-    }
-
-    async fn screenshot(&self, name: &str) {
-        let png = self.client.screenshot().await.expect("screenshot");
-        std::fs::write(screenshot_dir().join(format!("{name}.png")), png).expect("write png");
-    }
-
-    /// The `data-state` of the fleet-map cell of `env` × `ct`.
-    async fn cell_state(&self, env: &str, ct: &str) -> Option<String> {
-        let script = format!(
-            "var a = document.querySelector('a[href=\"/environments/{env}/cluster-types/{ct}\"]');\
-             return a ? a.closest('td').dataset.state : null;"
-        );
-        self.js(&script).await.as_str().map(str::to_owned)
+        let browser = Browser::start(&format!("http://{addr}"), "the dashboard's browser tests").await?;
+        Some(Harness { source, browser })
     }
 
     async fn close(self) {
-        let _ = self.client.close().await;
+        self.browser.close().await;
     }
 }
 

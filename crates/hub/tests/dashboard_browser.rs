@@ -10,194 +10,15 @@
 //! `target/dashboard-screenshots/hub-*.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::path::Path;
+use std::time::Duration;
 
-use fantoccini::{Client, ClientBuilder, Locator};
-use hyper_util::client::legacy::connect::HttpConnector;
 use kalypso_git::{AuthSettings, RetryPolicy};
 use kalypso_hub::client::Client as HubClient;
 use kalypso_hub::{DashboardMode, GitSettings, HubConfig, HubState};
+use kalypso_testkit::browser::Browser;
 use kalypso_testkit::{init_bare, write_files};
 use serde_json::{Value, json};
-
-// ---------------------------------------------------------------------------------------
-// The browser (the same discovery and settings as kalypso-dashboard's browser tests)
-
-/// Finds a binary: the environment variable, else the Debian path, else `PATH`.
-fn binary(variable: &str, names: &[&str]) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os(variable) {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
-    }
-    for name in names {
-        let debian = Path::new("/usr/bin").join(name);
-        if debian.is_file() {
-            return Some(debian);
-        }
-        if let Some(paths) = std::env::var_os("PATH") {
-            for dir in std::env::split_paths(&paths) {
-                let candidate = dir.join(name);
-                if candidate.is_file() {
-                    return Some(candidate);
-                }
-            }
-        }
-    }
-    None
-}
-
-/// Where screenshots go: `<target>/dashboard-screenshots`.
-fn screenshot_dir() -> PathBuf {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::current_exe()
-                .ok()
-                .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        })
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let dir = target.join("dashboard-screenshots");
-    std::fs::create_dir_all(&dir).expect("screenshot folder");
-    dir
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
-
-/// A chromedriver process, ended when dropped.
-struct Driver(Child);
-
-impl Drop for Driver {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-struct Browser {
-    client: Client,
-    base: String,
-    _driver: Driver,
-    _profile: tempfile::TempDir,
-}
-
-impl Browser {
-    /// A headless Chromium session looking at `base`; `None` when the browser is missing and
-    /// the tests may be skipped.
-    async fn start(base: &str) -> Option<Browser> {
-        let chromium = binary("KALYPSO_CHROMIUM", &["chromium", "chromium-browser"]);
-        let chromedriver = binary("KALYPSO_CHROMEDRIVER", &["chromedriver"]);
-        let (Some(chromium), Some(chromedriver)) = (chromium, chromedriver) else {
-            if std::env::var("KALYPSO_SKIP_BROWSER_TESTS").is_ok_and(|v| v == "1") {
-                eprintln!("browser test skipped: chromium or chromedriver not installed");
-                return None;
-            }
-            panic!(
-                "the hub's dashboard browser tests need Chromium and chromedriver: install Debian's \
-                 packages (apt-get install -y chromium chromium-driver), or point \
-                 KALYPSO_CHROMIUM and KALYPSO_CHROMEDRIVER at the binaries, or set \
-                 KALYPSO_SKIP_BROWSER_TESTS=1 to skip these tests"
-            );
-        };
-        let port = free_port();
-        let driver = Driver(
-            Command::new(&chromedriver)
-                .arg(format!("--port={port}"))
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .unwrap_or_else(|e| panic!("cannot start {}: {e}", chromedriver.display())),
-        );
-        let driver_addr = SocketAddr::from(([127, 0, 0, 1], port));
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(driver_addr).is_err() {
-            assert!(Instant::now() < deadline, "chromedriver did not start");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        let profile = tempfile::tempdir().expect("profile folder");
-        let mut capabilities = serde_json::Map::new();
-        capabilities.insert(
-            "goog:chromeOptions".to_owned(),
-            json!({
-                "binary": chromium,
-                "args": [
-                    "--headless",
-                    "--no-sandbox",
-                    "--disable-gpu",
-                    "--disable-dev-shm-usage",
-                    "--no-first-run",
-                    "--disable-background-networking",
-                    "--disable-component-update",
-                    "--disable-sync",
-                    "--hide-scrollbars",
-                    "--window-size=1280,900",
-                    format!("--user-data-dir={}", profile.path().display()),
-                ],
-            }),
-        );
-        let client = ClientBuilder::new(HttpConnector::new())
-            .capabilities(capabilities)
-            .connect(&format!("http://{driver_addr}"))
-            .await
-            .expect("a chromedriver session");
-        Some(Browser {
-            client,
-            base: base.to_owned(),
-            _driver: driver,
-            _profile: profile,
-        })
-    }
-
-    async fn goto(&self, path: &str) {
-        self.client
-            .goto(&format!("{}{path}", self.base))
-            .await
-            .expect("navigation");
-    }
-
-    async fn js(&self, script: &str) -> Value {
-        self.client.execute(script, Vec::new()).await.expect("script")
-    }
-
-    async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .text()
-            .await
-            .expect("text")
-    }
-
-    async fn title(&self) -> String {
-        self.client.title().await.expect("title")
-    }
-
-    async fn screenshot(&self, name: &str) {
-        let png = self.client.screenshot().await.expect("screenshot");
-        std::fs::write(screenshot_dir().join(format!("hub-{name}.png")), png).expect("write png");
-    }
-
-    /// The `data-state` of the fleet-map cell of `env` × `ct`.
-    async fn cell_state(&self, env: &str, ct: &str) -> Option<String> {
-        let script = format!(
-            "var a = document.querySelector('a[href=\"/environments/{env}/cluster-types/{ct}\"]');\
-             return a ? a.closest('td').dataset.state : null;"
-        );
-        self.js(&script).await.as_str().map(str::to_owned)
-    }
-
-    async fn close(self) {
-        let _ = self.client.close().await;
-    }
-}
 
 // ---------------------------------------------------------------------------------------
 // The hub, its repositories and its clusters
@@ -415,7 +236,7 @@ async fn fleet(dir: &Path) -> (Hub, Commits) {
 async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down() {
     let tmp = tempfile::tempdir().unwrap();
     let (hub, commits) = fleet(tmp.path()).await;
-    let Some(b) = Browser::start(&format!("http://{}", hub.addr)).await else {
+    let Some(b) = Browser::start(&format!("http://{}", hub.addr), "the hub's dashboard browser tests").await else {
         return;
     };
 
@@ -432,7 +253,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
     }
     let header = b.text("table").await;
     assert!(header.contains("dev") && header.contains("prod"), "{header}");
-    b.screenshot("fleet-map").await;
+    b.screenshot("hub-fleet-map").await;
 
     // A Flux failure while the page is open turns its cell to failed without a reload.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -471,7 +292,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         "the page was reloaded instead of updated"
     );
     assert_eq!(b.cell_state("prod", "drone").await.as_deref(), Some("compliant"));
-    b.screenshot("fleet-map-live-update").await;
+    b.screenshot("hub-fleet-map-live-update").await;
 
     // The promotion view says what blocks: P2 in dev, failed on drone-2 with its message.
     b.goto("/promotions").await;
@@ -501,7 +322,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         prod_waiting.as_str().unwrap_or_default().contains("large-p1"),
         "{prod_waiting}"
     );
-    b.screenshot("promotions").await;
+    b.screenshot("hub-promotions").await;
 
     // Drill-down: the cluster type (deployment targets and reconciler sources).
     b.goto("/").await;
@@ -530,7 +351,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
     assert!(labels.contains("Not known to the hub"), "{labels}");
     let config = b.text("section[aria-labelledby=config]").await;
     assert!(config.contains("Not known to the hub"), "{config}");
-    b.screenshot("cluster-type").await;
+    b.screenshot("hub-cluster-type").await;
 
     // The workload: where it runs.
     b.goto("/workloads/hello").await;
@@ -538,7 +359,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
     for needle in ["dev", "prod", "drone", "large", "hello-dev", "hello-prod"] {
         assert!(placements.contains(needle), "{needle}: {placements}");
     }
-    b.screenshot("workload").await;
+    b.screenshot("hub-workload").await;
 
     // The cluster and its report history.
     b.goto("/environments/dev/clusters/drone-2").await;
@@ -548,7 +369,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         reports.contains("Kustomization/flux-system/platform") && reports.contains("health check failed"),
         "{reports}"
     );
-    b.screenshot("cluster").await;
+    b.screenshot("hub-cluster").await;
 
     // The Flux message's script is shown literally and does not run, on every page showing it.
     for (path, title) in [
@@ -598,7 +419,7 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         assert_eq!(b.title().await, "Not found · Kalypso fleet", "{path}");
         assert_eq!(b.text(".error-page .message").await, message, "{path}");
     }
-    b.screenshot("not-found").await;
+    b.screenshot("hub-not-found").await;
     b.close().await;
 }
 

@@ -19,6 +19,7 @@
 //! Nothing here reaches beyond 127.0.0.1. Helpers panic on failure: they are for tests.
 #![allow(clippy::unwrap_used, clippy::missing_panics_doc)]
 
+pub mod browser;
 pub mod cases;
 mod example;
 mod fake_github;
