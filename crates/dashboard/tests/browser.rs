@@ -7,17 +7,16 @@
 //! saves screenshots of the pages it visits under `target/dashboard-screenshots/`.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use fantoccini::Locator;
 use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
-use fantoccini::Locator;
 use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet, synthetic_fleet};
 use kalypso_dashboard::memory::FleetData;
 use kalypso_dashboard::model::{Report, State};
 use kalypso_dashboard::{MemorySource, Options, router_with};
 use kalypso_testkit::browser::Browser;
-use serde_json::json;
 
 /// The dashboard served over a fleet in memory, and a browser looking at it (the browser's
 /// helpers through `Deref`).

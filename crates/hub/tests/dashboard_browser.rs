@@ -10,15 +10,17 @@
 //! `target/dashboard-screenshots/hub-*.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
+use std::net::SocketAddr;
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use fantoccini::Locator;
 use kalypso_git::{AuthSettings, RetryPolicy};
 use kalypso_hub::client::Client as HubClient;
 use kalypso_hub::{DashboardMode, GitSettings, HubConfig, HubState};
 use kalypso_testkit::browser::Browser;
 use kalypso_testkit::{init_bare, write_files};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------
 // The hub, its repositories and its clusters
@@ -236,7 +238,12 @@ async fn fleet(dir: &Path) -> (Hub, Commits) {
 async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down() {
     let tmp = tempfile::tempdir().unwrap();
     let (hub, commits) = fleet(tmp.path()).await;
-    let Some(b) = Browser::start(&format!("http://{}", hub.addr), "the hub's dashboard browser tests").await else {
+    let Some(b) = Browser::start(
+        &format!("http://{}", hub.addr),
+        "the hub's dashboard browser tests",
+    )
+    .await
+    else {
         return;
     };
 

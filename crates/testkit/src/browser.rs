@@ -80,7 +80,9 @@ pub struct Browser {
 
 impl std::fmt::Debug for Browser {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Browser").field("base", &self.base).finish_non_exhaustive()
+        f.debug_struct("Browser")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
     }
 }
 
