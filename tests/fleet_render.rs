@@ -2,8 +2,9 @@
 //! incremental render (with the render cache) produces exactly the tree a full render does,
 //! touching only the files whose content changed.
 //!
-//! The fleet comes from the benchmark generator (`tests/data/fleetgen/fleetgen.py`, a copy of
-//! `../shared/bench/fleetgen.py`; deterministic), at a size that keeps the test quick but
+//! The fleet comes from the benchmark generator (`tests/data/fleetgen/fleetgen.py`, a verbatim
+//! copy of the shared benchmark generator whose origin tests/data/fleetgen/README.md notes;
+//! deterministic), at a size that keeps the test quick but
 //! gives every thread plenty of assignments.
 #![allow(clippy::unwrap_used)]
 
