@@ -5,54 +5,26 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::process::Command;
 
-/// The contents of the ```` ```sh ```` blocks of a Markdown text, in order.
-fn sh_blocks(markdown: &str) -> Vec<String> {
-    let mut blocks = Vec::new();
-    let mut current: Option<String> = None;
-    for line in markdown.lines() {
-        match &mut current {
-            None if line.trim_end() == "```sh" => current = Some(String::new()),
-            Some(block) if line.trim_end() == "```" => {
-                blocks.push(std::mem::take(block));
-                current = None;
-            }
-            Some(block) => {
-                block.push_str(line);
-                block.push('\n');
-            }
-            None => {}
-        }
-    }
-    blocks
-}
+use kalypso_testkit::run_doc_script;
 
 #[test]
 fn the_promotion_walkthrough_runs_as_written() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/promotion.md")).unwrap();
-    let blocks = sh_blocks(&doc);
-    assert!(blocks.len() >= 6, "the walk-through has its steps");
-    let script = format!("set -eu\n{}", blocks.join("\n"));
     let work = tempfile::tempdir().unwrap();
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
-        .port();
-    let bin = Path::new(env!("CARGO_BIN_EXE_kalypso")).parent().unwrap();
-    let path = format!("{}:{}", bin.display(), std::env::var("PATH").unwrap_or_default());
-    let output = Command::new("bash")
-        .arg("-c")
-        .arg(&script)
-        .current_dir(root)
-        .env("PATH", path)
-        .env("WORK", work.path())
-        .env("HUB_PORT", port.to_string())
-        .env_remove("GITHUB_AUTH_TOKEN")
-        .output()
-        .unwrap();
+        .port()
+        .to_string();
+    let output = run_doc_script(
+        root,
+        "docs/promotion.md",
+        6,
+        Path::new(env!("CARGO_BIN_EXE_kalypso")),
+        &[("WORK", work.path().to_str().unwrap()), ("HUB_PORT", &port)],
+    );
     let hub_log = std::fs::read_to_string(work.path().join("hub.log")).unwrap_or_default();
     assert!(
         output.status.success(),

@@ -13,6 +13,7 @@
 //!   example as git repositories ([`ExampleRepos`]);
 //! - JSON data as Go decodes it ([`go_json`]), and the in-repository test data
 //!   ([`data_dir`]);
+//! - documentation walk-throughs run as scripts ([`run_doc_script`]);
 //! - the pieces of a data-driven test harness ([`cases`]: case folders, expected files,
 //!   blessing).
 //!
@@ -21,6 +22,7 @@
 
 pub mod browser;
 pub mod cases;
+mod doc_script;
 mod example;
 mod fake_github;
 mod folders;
@@ -29,6 +31,7 @@ mod go_json;
 mod http_git;
 mod run;
 
+pub use doc_script::{run_doc_script, sh_blocks};
 pub use example::{
     ExampleRepos, commit_files, data_dir, example_control_plane, pin, replace_in, workspace_root,
 };
