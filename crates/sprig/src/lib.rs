@@ -2,11 +2,12 @@
 //! for kalypso-gotmpl, in two versions: v3.2.3 ([`funcs`]) and v2.22.0 ([`funcs_for`] with
 //! [`Version::V2`]), the version the Kalypso scheduler links.
 //!
-//! v2.22.0 differs from v3 in three ways ([`V3_ONLY`] and [`Version::V2`] list them): the
+//! v2.22.0 differs from v3 in four ways ([`V3_ONLY`] and [`Version::V2`] list them): the
 //! functions added in v3 do not exist; `int`, `int64`, `add`, `add1`, `sub`, `mul`, `div`,
 //! `mod`, `max`, `biggest`, `min` and `slice` parse strings as decimal (`int "010"` is 10,
-//! v3's spf13/cast reads it as octal 8); and `trunc` with a negative length panics instead of
-//! keeping the end of the string.
+//! v3's spf13/cast reads it as octal 8); `trunc` with a negative length panics instead of
+//! keeping the end of the string; and `semver`/`semverCompare` use Masterminds/semver v1.5.0,
+//! whose constraints differ from v3's (`semver_v1`).
 //!
 //! Only deterministic functions are provided: nothing that reads the clock, random numbers,
 //! the process environment (`env`, `expandenv`) or generates keys. Templates rendered in a
@@ -28,6 +29,7 @@ mod numeric;
 mod paths;
 mod regex;
 mod semver;
+mod semver_v1;
 mod strings;
 mod url;
 mod util;
@@ -186,6 +188,7 @@ pub fn funcs_for(version: Version) -> FuncMap {
             m.remove(name);
         }
         numeric::register_int_math(&mut m, cast::to_int64_v2);
+        semver_v1::register_all(&mut m);
         util::register(
             &mut m,
             &["slice"],

@@ -11,14 +11,14 @@ use std::any::Any;
 use std::cmp::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use kalypso_gotmpl::{Func, FuncError, FuncMap, Obj, Object, Str, Type, UintKind, Value};
+use kalypso_gotmpl::{Func, FuncError, FuncMap, IntKind, Obj, Object, Str, Type, UintKind, Value};
 
 use crate::regex::{GoRegex, compile};
 use crate::util::{arg_str, func, register, split};
 
-const SEMVER_REGEX: &str = r"v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?";
-const CV_REGEX: &str = r"v?([0-9|x|X|\*]+)(\.[0-9|x|X|\*]+)?(\.[0-9|x|X|\*]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?";
-const OPS: &str = r"=||!=|>|<|>=|=>|<=|=<|~|~>|\^";
+pub(crate) const SEMVER_REGEX: &str = r"v?([0-9]+)(\.[0-9]+)?(\.[0-9]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?";
+pub(crate) const CV_REGEX: &str = r"v?([0-9|x|X|\*]+)(\.[0-9|x|X|\*]+)?(\.[0-9|x|X|\*]+)?(-([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?(\+([0-9A-Za-z\-]+(\.[0-9A-Za-z\-]+)*))?";
+pub(crate) const OPS: &str = r"=||!=|>|<|>=|=>|<=|=<|~|~>|\^";
 
 const INVALID_SEMVER: &str = "Invalid Semantic Version";
 
@@ -54,12 +54,20 @@ fn regex_unavailable() -> FuncError {
 /// A parsed semantic version (Masterminds/semver's `Version`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct Version {
-    major: u64,
-    minor: u64,
-    patch: u64,
-    pre: String,
-    metadata: String,
-    original: String,
+    pub(crate) major: u64,
+    pub(crate) minor: u64,
+    pub(crate) patch: u64,
+    pub(crate) pre: String,
+    pub(crate) metadata: String,
+    pub(crate) original: String,
+}
+
+/// Which Masterminds/semver a version object behaves like: v1.5.0 (Sprig v2.22.0, see
+/// [`crate::semver_v1`]) or v3.2.0 (Sprig v3).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Library {
+    V1,
+    V3,
 }
 
 fn bytes_str(b: Option<&[u8]>) -> String {
@@ -145,7 +153,7 @@ impl Version {
         s
     }
 
-    fn compare(&self, o: &Version) -> Ordering {
+    pub(crate) fn compare(&self, o: &Version) -> Ordering {
         self.major
             .cmp(&o.major)
             .then(self.minor.cmp(&o.minor))
@@ -465,12 +473,17 @@ fn semver_compare(constraint: &str, version: &[u8]) -> Result<bool, FuncError> {
 struct VersionObject {
     version: Version,
     pointer: bool,
+    library: Library,
 }
 
 const POINTER_TYPE: &str = "*semver.Version";
 
-fn version_value(version: Version, pointer: bool) -> Value {
-    Value::Object(Arc::new(VersionObject { version, pointer }))
+pub(crate) fn version_value(version: Version, pointer: bool, library: Library) -> Value {
+    Value::Object(Arc::new(VersionObject {
+        version,
+        pointer,
+        library,
+    }))
 }
 
 fn version_of(v: &Value) -> Option<&Version> {
@@ -496,37 +509,50 @@ impl Object for VersionObject {
     fn method(&self, name: &str) -> Option<Func> {
         let v = self.version.clone();
         let ptr = || Type::Named(Str::from(POINTER_TYPE));
-        let u64v = |n: u64| Value::Uint(n, UintKind::Uint64);
+        let library = self.library;
+        // v1.5.0's segments are int64, v3's uint64.
+        let segment = move |n: u64| match library {
+            Library::V1 => Value::Int(i64::try_from(n).unwrap_or(i64::MAX), IntKind::Int64),
+            Library::V3 => Value::Uint(n, UintKind::Uint64),
+        };
+        let valid = move |text: &str, invalid: &str| -> Result<(), FuncError> {
+            match library {
+                Library::V1 if crate::semver_v1::valid_label(text) => Ok(()),
+                Library::V1 => Err(FuncError::new(invalid)),
+                Library::V3 if invalid.contains("Prerelease") => validate_prerelease(text),
+                Library::V3 => validate_metadata(text),
+            }
+        };
         Some(match name {
-            "Major" => func(vec![], move |_| Ok(u64v(v.major))),
-            "Minor" => func(vec![], move |_| Ok(u64v(v.minor))),
-            "Patch" => func(vec![], move |_| Ok(u64v(v.patch))),
+            "Major" => func(vec![], move |_| Ok(segment(v.major))),
+            "Minor" => func(vec![], move |_| Ok(segment(v.minor))),
+            "Patch" => func(vec![], move |_| Ok(segment(v.patch))),
             "Prerelease" => func(vec![], move |_| Ok(Value::string(v.pre.as_str()))),
             "Metadata" => func(vec![], move |_| Ok(Value::string(v.metadata.as_str()))),
             "Original" if self.pointer => func(vec![], move |_| Ok(Value::string(v.original.as_str()))),
             "String" => func(vec![], move |_| Ok(Value::string(v.render()))),
-            "IncPatch" => func(vec![], move |_| Ok(version_value(v.inc_patch(), false))),
-            "IncMinor" => func(vec![], move |_| Ok(version_value(v.inc_minor(), false))),
-            "IncMajor" => func(vec![], move |_| Ok(version_value(v.inc_major(), false))),
+            "IncPatch" => func(vec![], move |_| Ok(version_value(v.inc_patch(), false, library))),
+            "IncMinor" => func(vec![], move |_| Ok(version_value(v.inc_minor(), false, library))),
+            "IncMajor" => func(vec![], move |_| Ok(version_value(v.inc_major(), false, library))),
             "SetPrerelease" => func(vec![Type::String], move |a| {
                 let pre = arg_str(a, 0).to_string();
                 if !pre.is_empty() {
-                    validate_prerelease(&pre)?;
+                    valid(&pre, "Invalid Prerelease string")?;
                 }
                 let mut next = v.clone();
                 next.pre = pre;
                 let prefix = v.v_prefix();
-                Ok(version_value(next.with_original(prefix), false))
+                Ok(version_value(next.with_original(prefix), false, library))
             }),
             "SetMetadata" => func(vec![Type::String], move |a| {
                 let meta = arg_str(a, 0).to_string();
                 if !meta.is_empty() {
-                    validate_metadata(&meta)?;
+                    valid(&meta, "Invalid Metadata string")?;
                 }
                 let mut next = v.clone();
                 next.metadata = meta;
                 let prefix = v.v_prefix();
-                Ok(version_value(next.with_original(prefix), false))
+                Ok(version_value(next.with_original(prefix), false, library))
             }),
             "Compare" | "LessThan" | "GreaterThan" | "Equal" if self.pointer => {
                 let which = name.to_owned();
@@ -580,7 +606,11 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["semver"],
         func(vec![Type::String], |a| {
-            Ok(version_value(Version::parse(arg_str(a, 0).as_bytes())?, true))
+            Ok(version_value(
+                Version::parse(arg_str(a, 0).as_bytes())?,
+                true,
+                Library::V3,
+            ))
         }),
     );
     register(
