@@ -10,6 +10,13 @@
 //!
 //! [`git_repository`] and [`kustomization`] build the objects (pure); [`apply`] and
 //! [`delete`] write them with server-side apply and delete them.
+//!
+//! API versions: the original creates `v1beta2` GitRepositories and Kustomizations. With
+//! [`AUTO`] (the default) the operator asks the cluster which versions it serves
+//! ([`resolve_api_versions`]) and creates the original's when they are served, so that
+//! `kubectl get` and tools reading the objects see what they saw before; a cluster whose Flux
+//! no longer serves `v1beta2` gets the preferred served version, with a warning. A cluster
+//! without Flux is an error at start, naming the missing API group.
 
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -39,10 +46,108 @@ impl Default for FluxSettings {
             namespace: "flux-system".to_owned(),
             secret: Some("gh-repo-secret".to_owned()),
             interval: "10s".to_owned(),
-            source_api_version: "source.toolkit.fluxcd.io/v1".to_owned(),
-            kustomize_api_version: "kustomize.toolkit.fluxcd.io/v1".to_owned(),
+            source_api_version: AUTO.to_owned(),
+            kustomize_api_version: AUTO.to_owned(),
         }
     }
+}
+
+/// An API version setting meaning "the original's version when the cluster serves it, else
+/// the cluster's preferred one" ([`resolve_api_versions`]).
+pub const AUTO: &str = "auto";
+
+/// The API group of GitRepository.
+pub const SOURCE_GROUP: &str = "source.toolkit.fluxcd.io";
+
+/// The API group of Kustomization.
+pub const KUSTOMIZE_GROUP: &str = "kustomize.toolkit.fluxcd.io";
+
+/// The version of both groups the original scheduler creates (its `controllers/flux.go`
+/// imports `source-controller/api/v1beta2` and `kustomize-controller/api/v1beta2`).
+pub const ORIGINAL_VERSION: &str = "v1beta2";
+
+/// What a cluster serves of one API group: its versions and the preferred one.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServedGroup {
+    /// Every served version (`v1`, `v1beta2`...).
+    pub versions: Vec<String>,
+    /// The preferred version, if the server names one.
+    pub preferred: Option<String>,
+}
+
+/// Chooses the `apiVersion` (`group/version`) for `group` from a setting and what the cluster
+/// serves (`None`: the group is not served at all). Returns the choice and, when it is not
+/// the original's, a warning saying so. Pure, so that every case is tested without a cluster.
+pub fn choose_api_version(
+    setting: &str,
+    group: &str,
+    served: Option<&ServedGroup>,
+) -> Result<(String, Option<String>), String> {
+    if setting != AUTO {
+        return Ok((setting.to_owned(), None));
+    }
+    let Some(served) = served.filter(|s| !s.versions.is_empty()) else {
+        return Err(format!(
+            "the cluster does not serve the API group {group}: is Flux installed? \
+             (install Flux, or run the operator with --source external or --source git)"
+        ));
+    };
+    if served.versions.iter().any(|v| v == ORIGINAL_VERSION) {
+        return Ok((format!("{group}/{ORIGINAL_VERSION}"), None));
+    }
+    let version = served
+        .preferred
+        .clone()
+        .filter(|p| served.versions.contains(p))
+        .unwrap_or_else(|| served.versions[0].clone());
+    let warning = format!(
+        "the cluster's Flux does not serve {group}/{ORIGINAL_VERSION}, the version the original \
+         scheduler creates; creating {group}/{version} objects instead (same fields; tools that \
+         read {ORIGINAL_VERSION} objects must read {version})"
+    );
+    Ok((format!("{group}/{version}"), Some(warning)))
+}
+
+/// Asks the API server what it serves of `group` (`GET /apis/<group>`); `None` when it does
+/// not serve the group at all.
+pub async fn served_group(client: &Client, group: &str) -> Result<Option<ServedGroup>, kube::Error> {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIGroup;
+    let request = http::Request::get(format!("/apis/{group}"))
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    match client.request::<APIGroup>(request).await {
+        Ok(found) => Ok(Some(ServedGroup {
+            versions: found.versions.into_iter().map(|v| v.version).collect(),
+            preferred: found.preferred_version.map(|v| v.version),
+        })),
+        Err(kube::Error::Api(status)) if status.code == 404 => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Replaces [`AUTO`] API versions in `settings` by what the cluster serves (see
+/// [`choose_api_version`]); logs the warning when a version other than the original's is
+/// used. Settings without `auto` are returned unchanged, without asking the cluster.
+pub async fn resolve_api_versions(client: &Client, settings: &FluxSettings) -> Result<FluxSettings, String> {
+    let mut resolved = settings.clone();
+    for (group, version) in [
+        (SOURCE_GROUP, &mut resolved.source_api_version),
+        (KUSTOMIZE_GROUP, &mut resolved.kustomize_api_version),
+    ] {
+        if version != AUTO {
+            continue;
+        }
+        let served = served_group(client, group)
+            .await
+            .map_err(|e| format!("cannot ask the cluster which versions of {group} it serves: {e}"))?;
+        let (chosen, warning) = choose_api_version(version, group, served.as_ref())?;
+        if let Some(warning) = warning {
+            tracing::warn!("{warning}");
+        }
+        tracing::info!(api_version = %chosen, "Flux objects of {group}");
+        *version = chosen;
+    }
+    Ok(resolved)
 }
 
 /// One git source and where Flux applies it.
@@ -218,8 +323,86 @@ mod tests {
     }
 
     #[test]
+    fn the_originals_version_is_chosen_when_served() {
+        let both = ServedGroup {
+            versions: vec!["v1".into(), "v1beta2".into(), "v1beta1".into()],
+            preferred: Some("v1".into()),
+        };
+        assert_eq!(
+            choose_api_version(AUTO, SOURCE_GROUP, Some(&both)),
+            Ok(("source.toolkit.fluxcd.io/v1beta2".to_owned(), None))
+        );
+        let v1_only = ServedGroup {
+            versions: vec!["v1".into()],
+            preferred: Some("v1".into()),
+        };
+        let (chosen, warning) = choose_api_version(AUTO, KUSTOMIZE_GROUP, Some(&v1_only)).unwrap();
+        assert_eq!(chosen, "kustomize.toolkit.fluxcd.io/v1");
+        assert!(
+            warning
+                .unwrap()
+                .contains("does not serve kustomize.toolkit.fluxcd.io/v1beta2")
+        );
+        let error = choose_api_version(AUTO, SOURCE_GROUP, None).unwrap_err();
+        assert!(
+            error.contains("does not serve the API group source.toolkit.fluxcd.io"),
+            "{error}"
+        );
+        assert!(choose_api_version(AUTO, SOURCE_GROUP, Some(&ServedGroup::default())).is_err());
+        // An explicit setting is taken as it is, without asking.
+        assert_eq!(
+            choose_api_version("source.toolkit.fluxcd.io/v1", SOURCE_GROUP, None),
+            Ok(("source.toolkit.fluxcd.io/v1".to_owned(), None))
+        );
+    }
+
+    #[tokio::test]
+    async fn served_versions_are_discovered_from_the_api_server() {
+        use crate::fixtures::mock_client;
+        let (client, mut server) = mock_client();
+        let settings = FluxSettings::default();
+        let asking = tokio::spawn(async move { resolve_api_versions(&client, &settings).await });
+        server
+            .expect_ok_with(
+                "GET",
+                "/apis/source.toolkit.fluxcd.io",
+                &json!({"kind": "APIGroup", "apiVersion": "v1", "name": "source.toolkit.fluxcd.io",
+                    "versions": [{"groupVersion": "source.toolkit.fluxcd.io/v1", "version": "v1"},
+                                 {"groupVersion": "source.toolkit.fluxcd.io/v1beta2", "version": "v1beta2"}],
+                    "preferredVersion": {"groupVersion": "source.toolkit.fluxcd.io/v1", "version": "v1"}}),
+            )
+            .await;
+        server
+            .expect_ok_with(
+                "GET",
+                "/apis/kustomize.toolkit.fluxcd.io",
+                &json!({"kind": "APIGroup", "apiVersion": "v1", "name": "kustomize.toolkit.fluxcd.io",
+                    "versions": [{"groupVersion": "kustomize.toolkit.fluxcd.io/v1", "version": "v1"}],
+                    "preferredVersion": {"groupVersion": "kustomize.toolkit.fluxcd.io/v1", "version": "v1"}}),
+            )
+            .await;
+        let resolved = asking.await.unwrap().unwrap();
+        assert_eq!(resolved.source_api_version, "source.toolkit.fluxcd.io/v1beta2");
+        assert_eq!(resolved.kustomize_api_version, "kustomize.toolkit.fluxcd.io/v1");
+        server.expect_nothing_more().await;
+
+        let (client, mut server) = mock_client();
+        let asking =
+            tokio::spawn(async move { resolve_api_versions(&client, &FluxSettings::default()).await });
+        server
+            .expect_error("GET", "/apis/source.toolkit.fluxcd.io", 404, "NotFound")
+            .await;
+        let error = asking.await.unwrap().unwrap_err();
+        assert!(error.contains("is Flux installed?"), "{error}");
+    }
+
+    #[test]
     fn objects_have_the_originals_settings() {
-        let s = FluxSettings::default();
+        let s = FluxSettings {
+            source_api_version: "source.toolkit.fluxcd.io/v1".into(),
+            kustomize_api_version: "kustomize.toolkit.fluxcd.io/v1".into(),
+            ..FluxSettings::default()
+        };
         let repo = serde_json::to_value(git_repository(&s, &source(Some("abc")))).expect("json");
         assert_eq!(repo["apiVersion"], "source.toolkit.fluxcd.io/v1");
         assert_eq!(repo["kind"], "GitRepository");

@@ -123,6 +123,9 @@ pub enum Error {
     /// The endpoints could not be served.
     #[error(transparent)]
     Http(#[from] http::Error),
+    /// The Flux API versions could not be settled (no Flux, or discovery failed).
+    #[error("{0}")]
+    Flux(String),
     /// `KALYPSO_SPRIG` names no Sprig version.
     #[error("{0}")]
     Sprig(String),
@@ -146,6 +149,12 @@ pub async fn run(
         .list(&ListParams::default().limit(1))
         .await
         .map_err(Error::CrdsMissing)?;
+    let mut config = config;
+    if config.source == Source::Flux {
+        config.flux = crate::flux::resolve_api_versions(&client, &config.flux)
+            .await
+            .map_err(Error::Flux)?;
+    }
 
     let metrics = Arc::new(Metrics::default());
     let mut registry = Registry::default();

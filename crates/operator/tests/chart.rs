@@ -252,6 +252,8 @@ fn the_chart_renders_with_the_originals_values() {
     assert_eq!(args[0], "operator");
     assert!(args.contains(&"--leader-elect"));
     assert!(args.contains(&"--health-probe-bind-address=:8081"));
+    assert!(args.contains(&"--assignments=true"), "{args:?}");
+    assert!(args.contains(&"--flux-source-api-version=auto"), "{args:?}");
     assert_eq!(container["env"][0]["name"], "GITHUB_AUTH_TOKEN");
     assert_eq!(
         container["env"][0]["valueFrom"]["secretKeyRef"]["name"],
@@ -282,10 +284,10 @@ fn the_chart_renders_with_the_originals_values() {
             .any(|r| r["apiGroups"][0] == "kustomize.toolkit.fluxcd.io")
     );
     assert!(
-        !rules.iter().any(|r| r["resources"]
+        rules.iter().any(|r| r["resources"]
             .as_array()
             .is_some_and(|rs| rs.iter().any(|x| x == "assignments"))),
-        "no Assignment rights unless --assignments"
+        "Assignment rights by default: the operator writes them, as the original does"
     );
     assert!(
         !rules.iter().any(|r| r["resources"]
@@ -327,13 +329,16 @@ fn a_missing_control_plane_url_is_an_error_and_external_mode_needs_no_flux() {
 
     let docs = render_all(
         &helm,
-        "operator:\n  source: external\n  assignments: true\n  controlPlaneRepo: true\n  leaderElect: false\n  delivery: push\n  debounce: 1s\n  resync: 1m\n  concurrency: 2\n  logFormat: text\n  logLevel: debug\n  githubApiUrl: ''\n  flux: {namespace: flux-system, secret: '', interval: 10s, sourceApiVersion: a/v1, kustomizeApiVersion: b/v1}\n  extraArgs: []\n  extraEnv: []\n",
+        "operator:\n  source: external\n  assignments: false\n  controlPlaneRepo: true\n  leaderElect: false\n  delivery: push\n  debounce: 1s\n  resync: 1m\n  concurrency: 2\n  logFormat: text\n  logLevel: debug\n  githubApiUrl: ''\n  flux: {namespace: flux-system, secret: '', interval: 10s, sourceApiVersion: a/v1, kustomizeApiVersion: b/v1}\n  extraArgs: []\n  extraEnv: []\n",
     );
     assert!(!docs.iter().any(|d| d["kind"] == "GitRepository"));
     let role = find(&docs, "ClusterRole", "kalypso-kalypso-scheduler-manager-role");
     let text = role.to_string();
     assert!(!text.contains("fluxcd"), "{text}");
-    assert!(text.contains("assignments"));
+    assert!(
+        !text.contains("assignments"),
+        "no Assignment rights with assignments: false"
+    );
     let deployment = find(
         &docs,
         "Deployment",
@@ -341,7 +346,7 @@ fn a_missing_control_plane_url_is_an_error_and_external_mode_needs_no_flux() {
     );
     let args = deployment["spec"]["template"]["spec"]["containers"][0]["args"].to_string();
     assert!(!args.contains("--leader-elect"));
-    assert!(args.contains("--assignments"));
+    assert!(args.contains("--assignments=false"));
     assert!(args.contains("--source=external"));
 }
 

@@ -72,14 +72,17 @@ pub(crate) struct OperatorArgs {
     /// Reconcile interval of the Flux objects.
     #[arg(long, value_name = "DURATION", default_value = "10s")]
     flux_interval: String,
-    /// apiVersion of Flux GitRepositories.
-    #[arg(long, value_name = "API", default_value = "source.toolkit.fluxcd.io/v1")]
+    /// apiVersion of Flux GitRepositories. `auto`: the original's
+    /// (`source.toolkit.fluxcd.io/v1beta2`) when the cluster serves it, else the cluster's
+    /// preferred version, with a warning.
+    #[arg(long, value_name = "API", default_value = "auto")]
     flux_source_api_version: String,
-    /// apiVersion of Flux Kustomizations.
-    #[arg(long, value_name = "API", default_value = "kustomize.toolkit.fluxcd.io/v1")]
+    /// apiVersion of Flux Kustomizations (`auto` as for --flux-source-api-version).
+    #[arg(long, value_name = "API", default_value = "auto")]
     flux_kustomize_api_version: String,
-    /// Also write Assignment and AssignmentPackage objects (the original's internal kinds).
-    #[arg(long)]
+    /// Write Assignment and AssignmentPackage objects, as the original does, so that
+    /// `kubectl get assignments` shows what it showed (`--assignments false`: do not).
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     assignments: bool,
     /// Deliver new content only after it has not changed for this long.
     #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]

@@ -288,7 +288,11 @@ mod tests {
     fn context(client: kube::Client) -> Arc<Context> {
         Arc::new(Context {
             shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
-            flux: FluxSettings::default(),
+            flux: FluxSettings {
+                source_api_version: "source.toolkit.fluxcd.io/v1".into(),
+                kustomize_api_version: "kustomize.toolkit.fluxcd.io/v1".into(),
+                ..FluxSettings::default()
+            },
             retry_after: Duration::from_secs(30),
         })
     }
