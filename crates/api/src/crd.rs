@@ -4,13 +4,17 @@
 //! `CustomResource` and schemars' `JsonSchema`, which generates the root types
 //! ([`ClusterType`], [`Template`], ...) and their
 //! `CustomResourceDefinition`s. This module holds what those derives need besides the specs:
-//! the status types, the schema of template manifests (strings or objects, as both eras of
-//! control planes have them), and [`definitions`], the CRDs of every kind in one list.
+//! the status types, the schema of template manifests (strings), and [`definitions`], the
+//! CRDs of every kind in one list.
 //!
 //! The CRDs are field- and version-compatible with the original operator's: same group,
 //! version, kinds, plural names (`baserepoes`, `gitopsrepoes`), namespaced scope and status
-//! subresources. They accept everything the original's accept; what they add (conditions on
-//! every kind, printer columns, the `kalypso` category) is additive.
+//! subresources, and the same validation: they accept what the original's accept and refuse
+//! what they refuse (the same required fields, manifests as strings), so an object applied by
+//! Flux exists in both or in neither, with one exception: `spec` itself is required (kube's
+//! typed objects cannot hold an object without one, and the original does nothing with such
+//! an object but fail its reconcile). What they add (conditions on every kind, printer
+//! columns, the `kalypso` category) is additive.
 
 use std::borrow::Cow;
 
@@ -90,8 +94,10 @@ fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
-/// A template manifest is a Go template string, or (in control planes from before 2023-03)
-/// a YAML object: the schema accepts any value and preserves it.
+/// A template manifest in a cluster is a Go template string, as the original's CRD requires
+/// (`items: {type: string}`). Control-plane folders from before 2023-03 may still hold YAML
+/// objects (kalypso reads both when it reads files), but no cluster running the original
+/// accepts them, so neither does this schema.
 impl JsonSchema for Manifest {
     fn inline_schema() -> bool {
         true
@@ -103,8 +109,8 @@ impl JsonSchema for Manifest {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({
-            "description": "A Go template string, or a YAML object whose string leaves are templates.",
-            "x-kubernetes-preserve-unknown-fields": true
+            "description": "A Go template (text/template with Sprig) of one Kubernetes manifest.",
+            "type": "string"
         })
     }
 }
@@ -139,8 +145,73 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         Workload::crd(),
         WorkloadRegistration::crd(),
     ];
+    for crd in &mut crds {
+        require_as_the_original(crd);
+    }
     crds.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     crds
+}
+
+/// Fields the original's CRDs require although kalypso's types give them defaults: the
+/// defaults keep reading files lenient (the core reports a missing selector as an error naming
+/// the field), while in a cluster an object the original would refuse is refused too. Each
+/// entry: kind, the path of the object schema from the root (`[]` steps into array items), and
+/// the required field.
+const REQUIRED_AS_IN_THE_ORIGINAL: &[(&str, &[&str], &str)] = &[
+    ("BaseRepo", &["spec"], "path"),
+    ("GitOpsRepo", &["spec"], "path"),
+    ("DeploymentTarget", &["spec"], "manifests"),
+    ("Workload", &["spec", "deploymentTargets", "[]"], "manifests"),
+    ("SchedulingPolicy", &["spec"], "clusterTypeSelector"),
+    ("SchedulingPolicy", &["spec"], "deploymentTargetSelector"),
+    (
+        "SchedulingPolicy",
+        &["spec", "clusterTypeSelector"],
+        "labelSelector",
+    ),
+    (
+        "SchedulingPolicy",
+        &["spec", "deploymentTargetSelector"],
+        "labelSelector",
+    ),
+];
+
+fn require_as_the_original(crd: &mut CustomResourceDefinition) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaProps, JSONSchemaPropsOrArray,
+    };
+    let kind = crd.spec.names.kind.clone();
+    for version in &mut crd.spec.versions {
+        let Some(root) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        else {
+            continue;
+        };
+        for (_, path, field) in REQUIRED_AS_IN_THE_ORIGINAL.iter().filter(|(k, ..)| *k == kind) {
+            let mut schema: Option<&mut JSONSchemaProps> = Some(&mut *root);
+            for step in *path {
+                schema = schema.and_then(|s| {
+                    if *step == "[]" {
+                        match s.items.as_mut() {
+                            Some(JSONSchemaPropsOrArray::Schema(items)) => Some(&mut **items),
+                            _ => None,
+                        }
+                    } else {
+                        s.properties.as_mut().and_then(|p| p.get_mut(*step))
+                    }
+                });
+            }
+            if let Some(schema) = schema {
+                let required = schema.required.get_or_insert_with(Vec::new);
+                if !required.iter().any(|r| r == field) {
+                    required.push((*field).to_owned());
+                    required.sort();
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -194,11 +265,10 @@ mod tests {
     }
 
     #[test]
-    fn template_manifests_accept_strings_and_objects() {
+    fn template_manifests_are_strings_as_in_the_original() {
         let spec = spec_schema("Template");
         let items = &spec["properties"]["manifests"]["items"];
-        assert_eq!(items["x-kubernetes-preserve-unknown-fields"], true, "{spec:#}");
-        assert!(items.get("type").is_none(), "{items:#}");
+        assert_eq!(items["type"], "string", "{spec:#}");
         assert_eq!(
             spec["properties"]["type"]["enum"],
             serde_json::json!(["reconciler", "namespace", "config"])
@@ -214,6 +284,34 @@ mod tests {
         );
         let env = spec_schema("Environment");
         assert_eq!(env["required"], serde_json::json!(["controlPlane"]));
+        for kind in ["BaseRepo", "GitOpsRepo"] {
+            assert_eq!(
+                spec_schema(kind)["required"],
+                serde_json::json!(["branch", "path", "repo"]),
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            spec_schema("DeploymentTarget")["required"],
+            serde_json::json!(["environment", "manifests"])
+        );
+        let target = &spec_schema("Workload")["properties"]["deploymentTargets"]["items"];
+        assert_eq!(
+            target["required"],
+            serde_json::json!(["environment", "manifests", "name"])
+        );
+        let policy = spec_schema("SchedulingPolicy");
+        assert_eq!(
+            policy["required"],
+            serde_json::json!(["clusterTypeSelector", "deploymentTargetSelector"])
+        );
+        for selector in ["clusterTypeSelector", "deploymentTargetSelector"] {
+            assert_eq!(
+                policy["properties"][selector]["required"],
+                serde_json::json!(["labelSelector"]),
+                "{selector}"
+            );
+        }
         let selector = &spec_schema("SchedulingPolicy")["properties"]["clusterTypeSelector"]["properties"]["labelSelector"];
         assert_eq!(selector["x-kubernetes-map-type"], "atomic");
         let package = spec_schema("AssignmentPackage");
