@@ -93,7 +93,8 @@ enum Command {
     /// Run the daemon: poll the control plane (and accept GitHub push webhooks), re-render
     /// environments whose input commits changed, and deliver them.
     ///
-    /// Serves /healthz, /readyz, /metrics (Prometheus), /status and /webhook; logs JSON;
+    /// Serves /healthz, /readyz, /metrics (Prometheus), /status (per environment: the last
+    /// result, and the errors of a failed render) and /webhook; logs JSON;
     /// stops gracefully on SIGTERM or ctrl-c. Configured by a kalypso.yaml file.
     Serve(commands::ServeArgs),
     /// Promote a main-branch commit to an environment: pin it in the environment branch's

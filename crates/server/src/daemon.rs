@@ -330,6 +330,7 @@ impl Poller {
                                     result: "delivered".to_owned(),
                                     detail: details.join("; "),
                                     last_success: Some(now),
+                                    diagnostics: Vec::new(),
                                 },
                             );
                             self.last.insert(name.to_owned(), resolved.revisions.clone());
@@ -358,6 +359,8 @@ impl Poller {
                             tracing::error!(environment = name, revisions = %resolved.revisions, "{detail}");
                             let mut status = error_status(state, name, &revisions, &detail);
                             status.result = "render_failed".to_owned();
+                            status.diagnostics =
+                                env_report.diagnostics.errors().map(|d| d.to_string()).collect();
                             state.set_status(name, status);
                             self.last.insert(name.to_owned(), resolved.revisions.clone());
                             report
@@ -390,6 +393,7 @@ fn error_status(state: &AppState, name: &str, revisions: &str, detail: &str) -> 
         result: "error".to_owned(),
         detail: detail.to_owned(),
         last_success: state.status(name).and_then(|s| s.last_success),
+        diagnostics: Vec::new(),
     }
 }
 

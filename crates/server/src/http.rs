@@ -32,6 +32,10 @@ pub struct EnvStatus {
     pub detail: String,
     /// Unix time of the last successful delivery.
     pub last_success: Option<u64>,
+    /// When the last render failed: every error, as `render` prints it (code, file, line,
+    /// object, field and message), so that `/status` says why, not only that.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
 }
 
 struct Shared {

@@ -279,6 +279,10 @@ fn polls_render_only_when_inputs_change() {
         let broken = daemon.poll_once().await;
         assert!(matches!(&broken.environments[..], [(_, EnvPoll::RenderFailed(1))]), "{broken:?}");
         assert_eq!(daemon.poll_once().await.environments, [("dev".to_owned(), EnvPoll::Unchanged)]);
+        let status = call(&state, get("/status")).await.1;
+        assert!(status.contains("\"result\":\"render_failed\""), "{status}");
+        assert!(status.contains("\"diagnostics\":[\"error["), "/status says why: {status}");
+        assert!(status.contains("gone"), "/status names the missing template: {status}");
         let metrics = call(&state, get("/metrics")).await.1;
         assert!(metrics.contains("kalypso_failures_total{environment=\"dev\",result=\"render\"} 1"), "{metrics}");
         assert_eq!(commit_count(&repos.gitops, "dev"), 2);
