@@ -22,15 +22,17 @@ pub(crate) const OPS: &str = r"=||!=|>|<|>=|=>|<=|=<|~|~>|\^";
 
 const INVALID_SEMVER: &str = "Invalid Semantic Version";
 
-struct Regexes {
-    version: Arc<GoRegex>,
-    constraint: Arc<GoRegex>,
-    range: Arc<GoRegex>,
+/// The library's regular expressions (v1.5.0 uses the same `version`, `constraint` and
+/// `range` patterns).
+pub(crate) struct Regexes {
+    pub(crate) version: Arc<GoRegex>,
+    pub(crate) constraint: Arc<GoRegex>,
+    pub(crate) range: Arc<GoRegex>,
     find: Arc<GoRegex>,
     valid: Arc<GoRegex>,
 }
 
-fn regexes() -> Option<&'static Regexes> {
+pub(crate) fn regexes() -> Option<&'static Regexes> {
     static CELL: OnceLock<Option<Regexes>> = OnceLock::new();
     CELL.get_or_init(|| {
         let c = |p: String| compile(p.as_bytes()).ok();
@@ -47,7 +49,7 @@ fn regexes() -> Option<&'static Regexes> {
     .as_ref()
 }
 
-fn regex_unavailable() -> FuncError {
+pub(crate) fn regex_unavailable() -> FuncError {
     FuncError::new("semver: internal regular expression failed to compile")
 }
 
@@ -602,26 +604,30 @@ pub(crate) fn marshal_json(o: &Obj) -> Option<String> {
 
 /// Registers `semver` and `semverCompare`.
 pub(crate) fn register_all(m: &mut FuncMap) {
+    register_with(m, Library::V3, Version::parse, semver_compare);
+}
+
+/// Registers `semver` and `semverCompare` with one library's version parser and constraint
+/// check.
+pub(crate) fn register_with(
+    m: &mut FuncMap,
+    library: Library,
+    parse: fn(&[u8]) -> Result<Version, FuncError>,
+    compare: fn(&str, &[u8]) -> Result<bool, FuncError>,
+) {
     register(
         m,
         &["semver"],
-        func(vec![Type::String], |a| {
-            Ok(version_value(
-                Version::parse(arg_str(a, 0).as_bytes())?,
-                true,
-                Library::V3,
-            ))
+        func(vec![Type::String], move |a| {
+            Ok(version_value(parse(arg_str(a, 0).as_bytes())?, true, library))
         }),
     );
     register(
         m,
         &["semverCompare"],
-        func(vec![Type::String, Type::String], |a| {
+        func(vec![Type::String, Type::String], move |a| {
             let constraint = arg_str(a, 0).to_string();
-            Ok(Value::Bool(semver_compare(
-                &constraint,
-                arg_str(a, 1).as_bytes(),
-            )?))
+            Ok(Value::Bool(compare(&constraint, arg_str(a, 1).as_bytes())?))
         }),
     );
 }

@@ -15,31 +15,12 @@
 
 use std::cmp::Ordering;
 
-use kalypso_gotmpl::{FuncError, FuncMap, Value};
+use kalypso_gotmpl::{FuncError, FuncMap};
 
-use crate::regex::{GoRegex, compile};
-use crate::semver::{CV_REGEX, Library, OPS, SEMVER_REGEX, Version, version_value};
-use crate::util::{arg_str, func, register};
-use std::sync::{Arc, OnceLock};
-
-struct Regexes {
-    version: Arc<GoRegex>,
-    constraint: Arc<GoRegex>,
-    range: Arc<GoRegex>,
-}
+use crate::semver::{Library, Regexes, Version, regex_unavailable, register_with};
 
 fn regexes() -> Result<&'static Regexes, FuncError> {
-    static CELL: OnceLock<Option<Regexes>> = OnceLock::new();
-    CELL.get_or_init(|| {
-        let c = |p: String| compile(p.as_bytes()).ok();
-        Some(Regexes {
-            version: c(format!("^{SEMVER_REGEX}$"))?,
-            constraint: c(format!(r"^\s*({OPS})\s*({CV_REGEX})\s*$"))?,
-            range: c(format!(r"\s*({CV_REGEX})\s+-\s+({CV_REGEX})\s*"))?,
-        })
-    })
-    .as_ref()
-    .ok_or_else(|| FuncError::new("semver: internal regular expression failed to compile"))
+    crate::semver::regexes().ok_or_else(regex_unavailable)
 }
 
 fn group(m: &[Option<&[u8]>], i: usize) -> String {
@@ -197,31 +178,7 @@ fn semver_compare(constraint: &str, version: &[u8]) -> Result<bool, FuncError> {
 
 /// Replaces `semver` and `semverCompare` with Sprig v2.22.0's.
 pub(crate) fn register_all(m: &mut FuncMap) {
-    register(
-        m,
-        &["semver"],
-        func(vec![kalypso_gotmpl::Type::String], |a| {
-            Ok(version_value(
-                parse_version(arg_str(a, 0).as_bytes())?,
-                true,
-                Library::V1,
-            ))
-        }),
-    );
-    register(
-        m,
-        &["semverCompare"],
-        func(
-            vec![kalypso_gotmpl::Type::String, kalypso_gotmpl::Type::String],
-            |a| {
-                let constraint = arg_str(a, 0).to_string();
-                Ok(Value::Bool(semver_compare(
-                    &constraint,
-                    arg_str(a, 1).as_bytes(),
-                )?))
-            },
-        ),
-    );
+    register_with(m, Library::V1, parse_version, semver_compare);
 }
 
 #[cfg(test)]
