@@ -258,17 +258,18 @@ fn compare_pre_part(s: &str, o: &str) -> Ordering {
     }
 }
 
-/// One operator-and-version constraint.
+/// One operator-and-version constraint: the operator, the version it compares with, and which
+/// parts were wildcards (both libraries parse into this; they check it differently).
 #[derive(Debug)]
-struct Constraint {
-    con: Version,
-    op: String,
-    minor_dirty: bool,
-    patch_dirty: bool,
-    dirty: bool,
+pub(crate) struct Constraint {
+    pub(crate) con: Version,
+    pub(crate) op: String,
+    pub(crate) minor_dirty: bool,
+    pub(crate) patch_dirty: bool,
+    pub(crate) dirty: bool,
 }
 
-fn is_x(s: &str) -> bool {
+pub(crate) fn is_x(s: &str) -> bool {
     matches!(s, "x" | "*" | "X")
 }
 

@@ -17,7 +17,7 @@ use std::cmp::Ordering;
 
 use kalypso_gotmpl::{FuncError, FuncMap};
 
-use crate::semver::{Library, Regexes, Version, regex_unavailable, register_with};
+use crate::semver::{Constraint, Library, Regexes, Version, is_x, regex_unavailable, register_with};
 
 fn regexes() -> Result<&'static Regexes, FuncError> {
     crate::semver::regexes().ok_or_else(regex_unavailable)
@@ -71,21 +71,6 @@ pub(crate) fn valid_label(text: &str) -> bool {
         .all(|part| !part.is_empty() && part.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
 }
 
-/// One v1.5.0 constraint: an operator, the version it compares with, and which parts were
-/// wildcards.
-#[derive(Debug)]
-struct Constraint {
-    op: String,
-    con: Version,
-    minor_dirty: bool,
-    patch_dirty: bool,
-    dirty: bool,
-}
-
-fn is_x(s: &str) -> bool {
-    matches!(s, "x" | "*" | "X")
-}
-
 fn parse_constraint(c: &str) -> Result<Constraint, FuncError> {
     let re = regexes()?;
     let Some(m) = re.constraint.submatch(c.as_bytes()) else {
@@ -116,43 +101,42 @@ fn parse_constraint(c: &str) -> Result<Constraint, FuncError> {
     })
 }
 
-impl Constraint {
-    fn check(&self, v: &Version) -> bool {
-        let c = &self.con;
-        if self.op == "!=" && !self.dirty {
-            return v.compare(c) != Ordering::Equal;
-        }
-        // Every other v1.5.0 constraint function starts with this (its issue 21).
-        if !v.pre.is_empty() && c.pre.is_empty() {
-            return false;
-        }
-        match self.op.as_str() {
-            "" | "=" if self.dirty => self.tilde(v),
-            "" | "=" => v.compare(c) == Ordering::Equal,
-            "!=" if self.dirty => c.major != v.major || (c.minor != v.minor && !self.minor_dirty),
-            ">" => v.compare(c) == Ordering::Greater,
-            ">=" | "=>" => v.compare(c) != Ordering::Less,
-            "<" | "<=" | "=<" if self.dirty => {
-                !(v.major > c.major || (v.minor > c.minor && !self.minor_dirty))
-            }
-            "<" => v.compare(c) == Ordering::Less,
-            "<=" | "=<" => v.compare(c) != Ordering::Greater,
-            "~" | "~>" => self.tilde(v),
-            "^" => v.compare(c) != Ordering::Less && v.major == c.major,
-            _ => false,
-        }
+/// v1.5.0's check of one constraint (`constraints.go`, the `constraint*` functions).
+fn check(constraint: &Constraint, v: &Version) -> bool {
+    let c = &constraint.con;
+    let (dirty, minor_dirty) = (constraint.dirty, constraint.minor_dirty);
+    if constraint.op == "!=" && !dirty {
+        return v.compare(c) != Ordering::Equal;
     }
+    // Every other v1.5.0 constraint function starts with this (its issue 21).
+    if !v.pre.is_empty() && c.pre.is_empty() {
+        return false;
+    }
+    match constraint.op.as_str() {
+        "" | "=" if dirty => tilde(constraint, v),
+        "" | "=" => v.compare(c) == Ordering::Equal,
+        "!=" => c.major != v.major || (c.minor != v.minor && !minor_dirty),
+        ">" => v.compare(c) == Ordering::Greater,
+        ">=" | "=>" => v.compare(c) != Ordering::Less,
+        "<" | "<=" | "=<" if dirty => !(v.major > c.major || (v.minor > c.minor && !minor_dirty)),
+        "<" => v.compare(c) == Ordering::Less,
+        "<=" | "=<" => v.compare(c) != Ordering::Greater,
+        "~" | "~>" => tilde(constraint, v),
+        "^" => v.compare(c) != Ordering::Less && v.major == c.major,
+        _ => false,
+    }
+}
 
-    fn tilde(&self, v: &Version) -> bool {
-        let c = &self.con;
-        if v.compare(c) == Ordering::Less {
-            return false;
-        }
-        if c.major == 0 && c.minor == 0 && c.patch == 0 && !self.minor_dirty && !self.patch_dirty {
-            return true;
-        }
-        v.major == c.major && (v.minor == c.minor || self.minor_dirty)
+/// v1.5.0's `constraintTilde`.
+fn tilde(constraint: &Constraint, v: &Version) -> bool {
+    let c = &constraint.con;
+    if v.compare(c) == Ordering::Less {
+        return false;
     }
+    if c.major == 0 && c.minor == 0 && c.patch == 0 && !constraint.minor_dirty && !constraint.patch_dirty {
+        return true;
+    }
+    v.major == c.major && (v.minor == c.minor || constraint.minor_dirty)
 }
 
 /// v1.5.0's `NewConstraint`: hyphen ranges rewritten, `||` groups of `,`-separated terms.
@@ -173,7 +157,7 @@ fn parse_constraints(text: &str) -> Result<Vec<Vec<Constraint>>, FuncError> {
 fn semver_compare(constraint: &str, version: &[u8]) -> Result<bool, FuncError> {
     let groups = parse_constraints(constraint)?;
     let v = parse_version(version)?;
-    Ok(groups.iter().any(|and| and.iter().all(|c| c.check(&v))))
+    Ok(groups.iter().any(|and| and.iter().all(|c| check(c, &v))))
 }
 
 /// Replaces `semver` and `semverCompare` with Sprig v2.22.0's.
