@@ -18,7 +18,7 @@
 //! render removes the staging folder left beside it ([`crate::output::recover`], which also
 //! handles file systems without `RENAME_EXCHANGE`). Durability against power loss is the
 //! file system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the
-//! output folder, and `.git` is never read (only linked into the new tree).
+//! output folder, and the files of `.git` are never read or written, only linked into the new tree.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -563,6 +563,13 @@ struct Staging(PathBuf);
 
 impl Drop for Staging {
     fn drop(&mut self) {
+        // A fleet's tree has hundreds of cluster-type folders: removed in parallel.
+        if let Ok(entries) = fs::read_dir(&self.0) {
+            let paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            paths.par_iter().for_each(|path| {
+                let _ = output::remove_all(path);
+            });
+        }
         let _ = output::remove_all(&self.0);
     }
 }

@@ -46,15 +46,22 @@ fn cli_child() {
 /// A command running `kalypso render CONTROL-PLANE --env dev --out OUT` in a child process,
 /// with its render cache in `cache`.
 fn render(control_plane: &Path, out: &Path, cache: &Path) -> Command {
-    let args = [
+    render_with(control_plane, out, cache, true)
+}
+
+/// [`render`], printing what it did unless `quiet`.
+fn render_with(control_plane: &Path, out: &Path, cache: &Path, quiet: bool) -> Command {
+    let mut args = vec![
         "render".to_owned(),
         control_plane.display().to_string(),
         "--env".to_owned(),
         "dev".to_owned(),
         "--out".to_owned(),
         out.display().to_string(),
-        "--quiet".to_owned(),
     ];
+    if quiet {
+        args.push("--quiet".to_owned());
+    }
     let mut command = Command::new(std::env::current_exe().unwrap());
     command
         .args([
@@ -420,4 +427,37 @@ fn a_render_stopped_by_the_file_size_limit_leaves_the_old_tree() {
     assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
     assert_eq!(setup.holds("after the next render"), 1);
     assert_eq!(leftovers(setup.out().parent().unwrap()), Vec::<String>::new());
+}
+
+/// The files a swap carries over are new links to the same files, so the render cache must
+/// still know them as clean: a render after a swap re-renders nothing when nothing changed.
+#[test]
+fn the_render_cache_stays_valid_across_swaps() {
+    let setup = Setup::new();
+    let rendered = |plane: &Path| {
+        let done = render_with(plane, &setup.out(), &setup.cache(), false)
+            .output()
+            .unwrap();
+        assert!(done.status.success(), "{}", String::from_utf8_lossy(&done.stderr));
+        String::from_utf8_lossy(&done.stdout).into_owned()
+    };
+    rendered(&setup.planes[1]);
+    // C is B with one target fewer: the tree is swapped, and every other assignment is clean
+    // (not rendered, its files carried over as links).
+    let c = setup.root.path().join("plane-c");
+    control_plane(&c, 3, 40, 119, 5);
+    let swapped = rendered(&c);
+    assert!(
+        swapped.contains(" 0 changed, 9 deleted,") && swapped.contains("; 0 assignment(s) re-rendered)"),
+        "{swapped}"
+    );
+    let again = rendered(&c);
+    assert!(
+        again.contains("(0 added, 0 changed, 0 deleted,") && again.contains("; 0 assignment(s) re-rendered)"),
+        "the cache knows the carried-over files: {again}"
+    );
+    // Back to B: only the removed target's assignments are rendered again.
+    let back = rendered(&setup.planes[1]);
+    assert!(back.contains("; 3 assignment(s) re-rendered)"), "{back}");
+    assert_eq!(setup.holds("after the renders"), 1);
 }
