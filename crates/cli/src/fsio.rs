@@ -1,11 +1,24 @@
 //! File-system edges: reading control-plane folders into source trees, reading a GitOps
 //! folder into a tree, and writing a new tree over it safely.
 //!
-//! Writing is all-or-nothing as far as the file system allows: every new or changed file is
-//! first written next to its destination under a temporary name, and only when all of them
-//! are on disk are they renamed into place and stale files removed. If staging fails, the
-//! temporaries are removed and the folder is exactly as it was. No write ever follows a
-//! symbolic link out of the output folder, and `.git` is never read or touched.
+//! Writing is all-or-nothing for the whole tree, whatever happens to the process:
+//!
+//! - a missing or empty output folder is built beside its destination
+//!   (`.<name>.kalypso-new-<pid>`, see [`FreshTree`]) and renamed into place;
+//! - an existing tree is replaced the same way ([`write_update`], [`write_tree`]): a staging
+//!   folder beside it receives the complete new tree (everything the update rules keep —
+//!   unchanged files, root files, dot-folders, `.git` — as hard links to the same files, so
+//!   nothing is copied and nothing in the old tree is moved; new and changed files written
+//!   afresh; deleted paths left out), then the two are exchanged in one atomic
+//!   `renameat2(RENAME_EXCHANGE)` and the old tree is removed. The output path stays the same
+//!   folder name (the folder is a new one), and a tree that does not change is not touched.
+//!
+//! A failure before the swap removes the staging folder and leaves the output as it was; a
+//! kill at any instant leaves the output holding the old tree or the new one, and the next
+//! render removes the staging folder left beside it ([`crate::output::recover`], which also
+//! handles file systems without `RENAME_EXCHANGE`). Durability against power loss is the
+//! file system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the
+//! output folder, and the files of `.git` are never read or written, only linked into the new tree.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -18,6 +31,8 @@ use kalypso_core::tree::{Blob, Change, Rules, Tree, diff};
 use rayon::prelude::*;
 use rustix::fs::{self as rfs, Mode, OFlags};
 use rustix::io::Errno;
+
+use crate::output;
 
 /// Errors of reading and writing folders; each names the path.
 #[derive(Debug, thiserror::Error)]
@@ -227,7 +242,17 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
         let files: Vec<(&str, &[u8])> = new.iter().map(|(p, b)| (p.as_str(), &b[..])).collect();
         write_fresh(dir, &files)?;
     } else {
-        write_changes(dir, new, &changes)?;
+        let mut known_dirs = HashSet::new();
+        for (path, _) in &changes {
+            check_no_symlinks(dir, path, &mut known_dirs)?;
+        }
+        let leave_out: HashSet<String> = changes.iter().map(|(p, _)| p.clone()).collect();
+        let writes: Vec<(&str, &[u8])> = changes
+            .iter()
+            .filter(|(_, c)| *c != Change::Deleted)
+            .filter_map(|(p, _)| new.get(p).map(|b| (p.as_str(), &b[..])))
+            .collect();
+        swap_in(dir, &leave_out, &writes, true)?;
     }
     Ok(stats)
 }
@@ -311,11 +336,7 @@ impl FreshTree {
             }
         }
         fs::create_dir_all(&parent).map_err(write_err(&parent))?;
-        let name = dir
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "out".to_owned());
-        let staging = parent.join(format!(".{name}.kalypso-new-{}", std::process::id()));
+        let staging = output::staging_path(dir);
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
         }
@@ -456,97 +477,151 @@ impl Drop for FreshTree {
     }
 }
 
-/// Applies `changes` to an existing tree: stage, then rename, then delete.
-fn write_changes(dir: &Path, new: &Tree, changes: &[(String, Change)]) -> Result<(), FsError> {
-    let mut known_dirs = HashSet::new();
-    for (path, _) in changes {
-        check_no_symlinks(dir, path, &mut known_dirs)?;
+/// Replaces the tree at `dir` by a new one in one step: every file and folder of `dir`
+/// except those in `leave_out` (relative paths) is hard-linked (folders re-made) into a
+/// staging folder beside it, `writes` are written there, folders emptied by `leave_out` are
+/// pruned when `prune`, and the staging folder is swapped with `dir` by one
+/// `renameat2(RENAME_EXCHANGE)`; the old tree is then removed. A failure before the swap
+/// removes the staging folder and leaves `dir` as it was; a kill at any instant leaves `dir`
+/// holding the old tree or the new one (the next render removes what is left beside it:
+/// [`crate::output::recover`]).
+fn swap_in(
+    dir: &Path,
+    leave_out: &HashSet<String>,
+    writes: &[(&str, &[u8])],
+    prune: bool,
+) -> Result<(), FsError> {
+    let staging = output::staging_path(dir);
+    output::remove_all(&staging).map_err(write_err(&staging))?;
+    let guard = Staging(staging.clone());
+    let meta = fs::metadata(dir).map_err(read_err(dir))?;
+    fs::create_dir(&staging).map_err(write_err(&staging))?;
+    fs::set_permissions(&staging, meta.permissions()).map_err(write_err(&staging))?;
+    link_tree(dir, &staging, "", leave_out)?;
+    let mut by_folder: BTreeMap<&str, Vec<(&str, &[u8])>> = BTreeMap::new();
+    for (rel, bytes) in writes {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        by_folder.entry(folder).or_default().push((name, bytes));
     }
-    let writes: Vec<&str> = changes
-        .iter()
-        .filter(|(_, c)| *c != Change::Deleted)
-        .map(|(p, _)| p.as_str())
-        .collect();
-
-    // Create missing folders, remembering the outermost ones so a failure can undo them.
-    let mut created: Vec<PathBuf> = Vec::new();
-    let mut staged: Vec<(PathBuf, PathBuf)> = Vec::new();
-    let stage = (|| {
-        for sub in parent_dirs(writes.iter().copied()) {
-            let path = dir.join(sub);
-            match fs::symlink_metadata(&path) {
-                Ok(meta) if meta.is_dir() => {}
-                Ok(_) => {
-                    return Err(FsError::Write {
-                        path,
-                        cause: io::Error::other("exists and is not a folder"),
-                    });
-                }
-                Err(_) => {
-                    fs::create_dir(&path).map_err(write_err(&path))?;
-                    if !created.iter().any(|c| path.starts_with(c)) {
-                        created.push(path);
-                    }
-                }
+    let by_folder: Vec<_> = by_folder.into_iter().collect();
+    by_folder.par_iter().try_for_each(|(folder, files)| {
+        let target = staging.join(folder);
+        if !folder.is_empty() {
+            fs::create_dir_all(&target).map_err(write_err(&target))?;
+        }
+        for (name, bytes) in files {
+            let path = target.join(name);
+            let mut file = fs::File::create_new(&path).map_err(write_err(&path))?;
+            file.write_all(bytes).map_err(write_err(&path))?;
+        }
+        Ok::<(), FsError>(())
+    })?;
+    if prune {
+        // Deepest first, so that a folder emptied by removing its sub-folders goes too.
+        let mut emptied: Vec<&str> = parent_dirs(leave_out.iter().map(String::as_str))
+            .into_iter()
+            .collect();
+        emptied.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+        for rel in emptied {
+            let full = staging.join(rel);
+            if fs::read_dir(&full).is_ok_and(|mut d| d.next().is_none()) {
+                fs::remove_dir(&full).map_err(write_err(&full))?;
             }
         }
-        staged = writes
-            .par_iter()
-            .map(|rel| {
-                let target = dir.join(rel);
-                let name = target
-                    .file_name()
-                    .map(|n| n.to_string_lossy().into_owned())
-                    .unwrap_or_default();
-                let temp = target.with_file_name(format!(".{name}.kalypso-tmp"));
-                let content = new.get(rel).map(|b| &b[..]).unwrap_or_default();
-                let mut file = fs::File::create(&temp).map_err(write_err(&temp))?;
-                file.write_all(content).map_err(write_err(&temp))?;
-                Ok((temp, target))
-            })
-            .collect::<Vec<Result<_, FsError>>>()
-            .into_iter()
-            .collect::<Result<Vec<_>, FsError>>()?;
-        Ok(())
-    })();
-    if let Err(e) = stage {
-        for rel in &writes {
-            let target = dir.join(rel);
-            let name = target
-                .file_name()
-                .map(|n| n.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let _ = fs::remove_file(target.with_file_name(format!(".{name}.kalypso-tmp")));
-        }
-        for path in &created {
-            let _ = fs::remove_dir_all(path);
-        }
-        return Err(e);
     }
-    for (temp, target) in &staged {
-        fs::rename(temp, target).map_err(write_err(target))?;
-    }
-    let mut emptied = BTreeSet::new();
-    for (path, change) in changes {
-        if *change == Change::Deleted {
-            let target = dir.join(path);
-            fs::remove_file(&target).map_err(write_err(&target))?;
-            emptied.extend(parent_dirs(std::iter::once(path.as_str())));
+    match rfs::renameat_with(rfs::CWD, &staging, rfs::CWD, dir, rfs::RenameFlags::EXCHANGE) {
+        Ok(()) => {}
+        Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+            // No RENAME_EXCHANGE on this file system: park the old tree, move the new one in.
+            // A kill in between leaves `dir` missing, and the next render puts the parked
+            // tree back (`output::recover`).
+            let parked = output::parked_path(dir);
+            fs::rename(dir, &parked).map_err(write_err(dir))?;
+            if let Err(e) = fs::rename(&staging, dir) {
+                let _ = fs::rename(&parked, dir);
+                return Err(FsError::Write {
+                    path: dir.to_owned(),
+                    cause: e,
+                });
+            }
+            fs::rename(&parked, &staging).map_err(write_err(&parked))?;
+        }
+        Err(e) => {
+            return Err(FsError::Write {
+                path: dir.to_owned(),
+                cause: e.into(),
+            });
         }
     }
-    // Deepest first, so that a folder emptied by removing its sub-folders goes too.
-    let mut emptied: Vec<&str> = emptied.into_iter().collect();
-    emptied.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
-    for rel in emptied {
-        let full = dir.join(rel);
-        if fs::read_dir(&full)
-            .map(|mut d| d.next().is_none())
-            .unwrap_or(false)
-        {
-            fs::remove_dir(&full).map_err(write_err(&full))?;
-        }
-    }
+    // `staging` now holds the old tree; the guard removes it.
+    drop(guard);
     Ok(())
+}
+
+/// Removes a staging folder when dropped (after a failure, or the old tree after a swap).
+struct Staging(PathBuf);
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        // A fleet's tree has hundreds of cluster-type folders: removed in parallel.
+        if let Ok(entries) = fs::read_dir(&self.0) {
+            let paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+            paths.par_iter().for_each(|path| {
+                let _ = output::remove_all(path);
+            });
+        }
+        let _ = output::remove_all(&self.0);
+    }
+}
+
+/// Whether `name` is a temporary file that kalypso versions before 0.2 left beside the files
+/// they replaced when killed; they are not carried into the new tree.
+fn is_old_temporary(name: &str) -> bool {
+    name.starts_with('.') && name.ends_with(".kalypso-tmp")
+}
+
+/// Re-creates the tree at `src` (below relative path `rel`) in `dst`: folders made with the
+/// same permissions, everything else hard-linked (a regular file that cannot be linked is
+/// copied), except the paths in `leave_out`.
+fn link_tree(src: &Path, dst: &Path, rel: &str, leave_out: &HashSet<String>) -> Result<(), FsError> {
+    let entries: Vec<fs::DirEntry> = fs::read_dir(src)
+        .map_err(read_err(src))?
+        .collect::<Result<_, _>>()
+        .map_err(read_err(src))?;
+    entries.par_iter().try_for_each(|entry| {
+        let name = entry.file_name();
+        let name_str = name.to_string_lossy();
+        let child_rel = if rel.is_empty() {
+            name_str.clone().into_owned()
+        } else {
+            format!("{rel}/{name_str}")
+        };
+        if leave_out.contains(&child_rel) || is_old_temporary(&name_str) {
+            return Ok(());
+        }
+        let from = entry.path();
+        let to = dst.join(&name);
+        let kind = entry.file_type().map_err(read_err(&from))?;
+        if kind.is_dir() {
+            let meta = fs::symlink_metadata(&from).map_err(read_err(&from))?;
+            fs::create_dir(&to).map_err(write_err(&to))?;
+            link_tree(&from, &to, &child_rel, leave_out)?;
+            // After the content: a read-only folder is made read-only last.
+            fs::set_permissions(&to, meta.permissions()).map_err(write_err(&to))
+        } else {
+            match fs::hard_link(&from, &to) {
+                Ok(()) => Ok(()),
+                // Another user's file under `fs.protected_hardlinks`, or too many links.
+                Err(e)
+                    if kind.is_file()
+                        && matches!(Errno::from_io_error(&e), Some(Errno::PERM | Errno::MLINK)) =>
+                {
+                    fs::copy(&from, &to).map(drop).map_err(write_err(&to))
+                }
+                Err(e) => Err(FsError::Write { path: to, cause: e }),
+            }
+        }
+    })
 }
 
 /// Brings the folder at `dir` up to date with a layout without reading it whole: applies the
@@ -651,23 +726,18 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
     }
     stats.deleted += doomed_files.len();
 
-    let new: Tree = writes
-        .iter()
-        .map(|(p, b)| ((*p).to_owned(), (*b).clone()))
-        .collect();
-    let changes: Vec<(String, Change)> = writes
-        .iter()
-        .map(|(p, _)| ((*p).to_owned(), Change::Modified))
-        .collect();
-    if !changes.is_empty() {
-        write_changes(dir, &new, &changes)?;
+    if writes.is_empty() && doomed_files.is_empty() && doomed_dirs.is_empty() {
+        return Ok(stats);
     }
-    for path in &doomed_files {
-        fs::remove_file(path).map_err(write_err(path))?;
-    }
-    for path in &doomed_dirs {
-        fs::remove_dir_all(path).map_err(write_err(path))?;
-    }
+    let relative = |path: &PathBuf| {
+        path.strip_prefix(dir)
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
+    let mut leave_out: HashSet<String> = doomed_files.iter().chain(&doomed_dirs).map(relative).collect();
+    leave_out.extend(writes.iter().map(|(p, _)| (*p).to_owned()));
+    let writes: Vec<(&str, &[u8])> = writes.iter().map(|(p, b)| (*p, &b[..])).collect();
+    swap_in(dir, &leave_out, &writes, false)?;
     Ok(stats)
 }
 

@@ -9,6 +9,7 @@ mod commands;
 pub mod control_plane;
 pub mod fsio;
 mod hub_client;
+pub mod output;
 mod progress;
 pub mod render_cache;
 
@@ -52,6 +53,11 @@ enum Command {
     /// no longer scheduled are deleted, everything else is written. Only files whose content
     /// changes are touched. If anything fails, OUT is left exactly as it was and every problem
     /// is listed.
+    ///
+    /// OUT must be missing, empty or a GitOps tree (else the render is refused; `--force`
+    /// overrides). The new tree is staged beside OUT and swapped in at once, so OUT always
+    /// holds the old tree or the new one, even if kalypso is killed; one render at a time may
+    /// write to OUT (a lock file `.<OUT>.kalypso-lock` beside it).
     Render(RenderArgs),
     /// Check a control plane without writing anything; the exit code tells the result.
     ///
@@ -243,6 +249,10 @@ struct RenderArgs {
     /// Render every assignment and compare every file, without reading or writing the cache.
     #[arg(long)]
     no_cache: bool,
+    /// Write into OUT even if it is neither empty nor a GitOps tree: its folders that are not
+    /// scheduled cluster types are deleted (root files and dot-folders are kept).
+    #[arg(long)]
+    force: bool,
 }
 
 #[derive(Debug, Args)]

@@ -214,6 +214,59 @@ impl RenderCache {
         changed
     }
 
+    /// Takes the stamps of the files of `targets` (cluster type, deployment target) again,
+    /// after their folder was replaced by a tree of new hard links to the same files (which
+    /// changes their change times only); an entry whose files are gone or differ in anything
+    /// but the change time is dropped. Returns the cluster types whose entries changed.
+    pub fn restamp<'t>(
+        &mut self,
+        out: &Path,
+        targets: impl IntoIterator<Item = (&'t str, &'t str)>,
+    ) -> BTreeSet<String> {
+        let targets: Vec<(&str, &str)> = targets.into_iter().collect();
+        let fresh: Vec<Option<Vec<Stamp>>> = targets
+            .par_iter()
+            .map(|(ct, dt)| {
+                let entry = self.get(ct, dt)?;
+                let folder = out.join(ct).join(dt);
+                entry
+                    .files
+                    .iter()
+                    .map(|f| {
+                        let now = Stamp::of(&folder.join(&f.name))?;
+                        let old = f.stamp;
+                        (now.size == old.size && now.mtime_ns == old.mtime_ns && now.inode == old.inode)
+                            .then_some(now)
+                    })
+                    .collect()
+            })
+            .collect();
+        let mut changed = BTreeSet::new();
+        for ((ct, dt), stamps) in targets.into_iter().zip(fresh) {
+            let Some(known) = self.entries.get_mut(ct) else {
+                continue;
+            };
+            match stamps {
+                Some(stamps) => {
+                    if let Some(entry) = known.get_mut(dt) {
+                        for (file, stamp) in entry.files.iter_mut().zip(stamps) {
+                            if file.stamp != stamp {
+                                file.stamp = stamp;
+                                changed.insert(ct.to_owned());
+                            }
+                        }
+                    }
+                }
+                None => {
+                    if known.remove(dt).is_some() {
+                        changed.insert(ct.to_owned());
+                    }
+                }
+            }
+        }
+        changed
+    }
+
     /// Number of assignments known.
     pub fn len(&self) -> usize {
         self.entries.values().map(HashMap::len).sum()

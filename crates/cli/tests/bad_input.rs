@@ -75,6 +75,33 @@ struct CaseFile {
     /// Text that no run may print on standard error.
     #[serde(default)]
     stderr_excludes: Vec<String>,
+    /// Whether `[OUT]` starts as a copy of the seed (default); `false`: it does not exist
+    /// (the case's `root/` may still put something there).
+    #[serde(default = "yes")]
+    seed: bool,
+    /// Folders (relative to `[ROOT]`) made the root of a git clone before the runs: a `.git`
+    /// folder holding `HEAD` is put in each (git cannot store a `.git` folder in `root/`).
+    #[serde(default)]
+    git: Vec<String>,
+    /// Symbolic links made before the runs: `[link, target]`, the link relative to `[ROOT]`,
+    /// the target as written (placeholders expanded).
+    #[serde(default)]
+    links: Vec<[String; 2]>,
+    /// Whether another process (this test, writing pid 4242 into the lock file) holds the
+    /// lock of `[OUT]` during the runs.
+    #[serde(default)]
+    locked: bool,
+    /// Paths (relative to `[ROOT]`) that must exist after the runs.
+    #[serde(default)]
+    present: Vec<String>,
+    /// Paths (relative to `[ROOT]`) that must not exist after the runs (leftovers cleaned up).
+    #[serde(default)]
+    absent: Vec<String>,
+}
+
+/// The default of [`CaseFile::seed`].
+fn yes() -> bool {
+    true
 }
 
 /// One run of the command in a case.
@@ -102,14 +129,22 @@ struct Sandbox {
 impl Sandbox {
     /// A sandbox whose control plane is a copy of `input`.
     fn new(input: &Path) -> Sandbox {
+        Sandbox::with_seed(input, true)
+    }
+
+    /// A sandbox whose control plane is a copy of `input`, with the seeded output folder
+    /// if `seed`.
+    fn with_seed(input: &Path, seed: bool) -> Sandbox {
         let sandbox = Sandbox {
             root: tempfile::tempdir().unwrap(),
         };
         copy_files(input, &sandbox.dir());
-        copy_files(
-            &workspace_root().join("tests/cases/bad-input-seed"),
-            &sandbox.out(),
-        );
+        if seed {
+            copy_files(
+                &workspace_root().join("tests/cases/bad-input-seed"),
+                &sandbox.out(),
+            );
+        }
         fs::create_dir_all(sandbox.path().join("cache")).unwrap();
         sandbox
     }
@@ -255,10 +290,22 @@ fn check_case(dir: &Path) -> Result<(), String> {
     if case.fails.is_none() && case.runs.is_empty() {
         return Err("case.yaml has neither `fails` nor `runs`".to_owned());
     }
-    let sandbox = Sandbox::new(&dir.join("input"));
+    let sandbox = Sandbox::with_seed(&dir.join("input"), case.seed);
     if dir.join("root").is_dir() {
         copy_files(&dir.join("root"), sandbox.path());
     }
+    for clone in &case.git {
+        let git = sandbox.path().join(clone).join(".git");
+        fs::create_dir_all(&git).unwrap();
+        fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+    }
+    for [link, target] in &case.links {
+        let link = sandbox.path().join(link);
+        fs::create_dir_all(link.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(sandbox.expand(target), link).unwrap();
+    }
+    // Held until the runs are over, as another kalypso would.
+    let _lock = case.locked.then(|| hold_lock(&sandbox.out()));
     let mut outcomes = match case.fails {
         Some(errors) => sandbox.fails(errors)?,
         None => Vec::new(),
@@ -282,17 +329,30 @@ fn check_case(dir: &Path) -> Result<(), String> {
             }
         }
     }
-    // The output folder after the runs, folders included (nothing left behind).
+    // The output folder after the runs, folders included (nothing left behind), except
+    // `.git` (which `present` checks).
     let expected_out = dir.join("expected-out");
     if expected_out.is_dir() {
+        let mut actual = snapshot(&sandbox.out());
+        actual.retain(|path, _| path != ".git" && !path.starts_with(".git/"));
         if cases::blessing() {
             fs::remove_dir_all(&expected_out).unwrap();
             copy_files(&sandbox.out(), &expected_out);
-        } else if snapshot(&sandbox.out()) != snapshot(&expected_out) {
+            let _ = fs::remove_dir_all(expected_out.join(".git"));
+        } else if actual != snapshot(&expected_out) {
             problems.push(format!(
-                "the output folder differs from expected-out/: {:#?}",
-                snapshot(&sandbox.out())
+                "the output folder differs from expected-out/: {actual:#?}"
             ));
+        }
+    }
+    for path in &case.present {
+        if fs::symlink_metadata(sandbox.path().join(path)).is_err() {
+            problems.push(format!("{path} must exist after the runs"));
+        }
+    }
+    for path in &case.absent {
+        if fs::symlink_metadata(sandbox.path().join(path)).is_ok() {
+            problems.push(format!("{path} must not exist after the runs"));
         }
     }
     if problems.is_empty() {
@@ -300,6 +360,17 @@ fn check_case(dir: &Path) -> Result<(), String> {
     } else {
         Err(problems.join("\n"))
     }
+}
+
+/// Holds the lock of the output folder `out` as another kalypso would: its lock file beside
+/// it, locked, holding a process id (4242, so that the message is the same in every run).
+fn hold_lock(out: &Path) -> fs::File {
+    let name = out.file_name().unwrap().to_string_lossy();
+    let path = out.with_file_name(format!(".{name}.kalypso-lock"));
+    let file = fs::File::create(path).unwrap();
+    fs::write(out.with_file_name(format!(".{name}.kalypso-lock")), "4242").unwrap();
+    file.lock().unwrap();
+    file
 }
 
 /// Compares a stream with its expected file; a stream that printed nothing has no file.

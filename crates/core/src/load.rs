@@ -290,6 +290,25 @@ fn strip_location(message: &str) -> &str {
 
 /// What a document that is not a mapping is, for messages; `None` for an empty (`null`)
 /// document, which Flux skips too.
+/// The message for a mapping that lacks `apiVersion` or `kind` (or has them, but not as
+/// strings).
+fn missing_type_meta(api_version: Option<&str>, kind: Option<&str>, name: &str) -> String {
+    let missing = match (api_version, kind) {
+        (None, None) => "apiVersion and kind",
+        (None, Some(_)) => "apiVersion",
+        _ => "kind",
+    };
+    let what = if name.is_empty() {
+        "document".to_owned()
+    } else {
+        format!("document (metadata.name {name:?})")
+    };
+    format!(
+        "{what} has no {missing} (as strings), so it is not a Kubernetes object: Flux cannot apply a file that \
+         holds it, and skipping it would drop the object it describes from the output"
+    )
+}
+
 fn non_object_shape(text: &str) -> Option<&'static str> {
     match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
         Ok(serde_yaml_ng::Value::Null) => None,
@@ -337,17 +356,6 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     };
     let api_version = meta.api_version.as_ref().and_then(serde_yaml_ng::Value::as_str);
     let kind_name = meta.kind.as_ref().and_then(serde_yaml_ng::Value::as_str);
-    let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
-        diagnostics.push(
-            Diagnostic::warning(
-                "not-an-object",
-                "document has no apiVersion or kind, so it is not a Kubernetes object; it is skipped, \
-                 but Flux cannot apply a file that holds it",
-            )
-            .at(&origin),
-        );
-        return None;
-    };
     let name = meta
         .metadata
         .as_ref()
@@ -355,6 +363,20 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
         .and_then(|n| n.as_str())
         .unwrap_or_default()
         .to_owned();
+    let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
+        // An error, not a warning: skipping the document would drop the object it was meant
+        // to be (a ClusterType, a Workload...) and the render would delete its folders.
+        diagnostics.push(
+            Diagnostic::error("not-an-object", missing_type_meta(api_version, kind_name, &name))
+                .at(&origin)
+                .field(if api_version.is_none() {
+                    "apiVersion"
+                } else {
+                    "kind"
+                }),
+        );
+        return None;
+    };
     let Some(kind) = Kind::from_type_meta(api_version, kind_name) else {
         let ours = Kind::ALL
             .into_iter()
@@ -752,10 +774,10 @@ fn warn_unknown_target_fields(
             ];
             let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
             diagnostics.push(
-                Diagnostic::warning(
+                Diagnostic::error(
                     "unknown-field",
                     format!(
-                        "a deployment target has no such field; it is ignored (misspelled? the fields are {})",
+                        "a deployment target has no such field (misspelled? the fields are {})",
                         TARGET_FIELDS.join(", ")
                     ),
                 )
@@ -819,13 +841,10 @@ fn parse_document<T: DeserializeOwned>(
     for path in unknown.into_iter().filter(|p| is_unknown_field(kind, p)) {
         let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
-            Diagnostic::warning(
-                "unknown-field",
-                format!("{kind} has no such field; it is ignored (misspelled?)"),
-            )
-            .at(&origin.at_line(line))
-            .on(kind, name)
-            .field(path_string(&path)),
+            Diagnostic::error("unknown-field", format!("{kind} has no such field (misspelled?)"))
+                .at(&origin.at_line(line))
+                .on(kind, name)
+                .field(path_string(&path)),
         );
     }
     match result {
@@ -926,27 +945,26 @@ mod tests {
         assert_eq!(objects.len(), 1, "only the complete policy loads");
         let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
         let missing = "required field is missing: the original scheduler's CRD requires";
-        assert_eq!(errors.len(), 4, "{errors:#?}");
+        assert_eq!(errors.len(), 5, "{errors:#?}");
         assert!(errors[0].starts_with(&format!(
             "error[invalid-object]: dev/f.yaml:4: SchedulingPolicy \"missing\": spec.clusterTypeSelector: {missing} clusterTypeSelector"
         )), "{errors:#?}");
         assert!(
-            errors[1].contains("SchedulingPolicy \"typo\": spec.clusterTypeSelector: "),
+            errors[1].contains(
+                "SchedulingPolicy \"typo\": spec.clusterTypeSelecter: SchedulingPolicy has no such field"
+            ),
             "{errors:#?}"
         );
-        assert!(errors[2].starts_with("error[invalid-object]: dev/f.yaml:21: SchedulingPolicy \"inner\": spec.deploymentTargetSelector.labelSelector: "), "{errors:#?}");
         assert!(
-            errors[3].contains("\"inner\": spec.clusterTypeSelector.labelSelector: "),
+            errors[2].contains("SchedulingPolicy \"typo\": spec.clusterTypeSelector: "),
             "{errors:#?}"
         );
-        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
-        assert_eq!(
-            warnings,
-            [
-                "warning[unknown-field]: dev/f.yaml:14: SchedulingPolicy \"typo\": spec.clusterTypeSelecter: \
-              SchedulingPolicy has no such field; it is ignored (misspelled?)"
-            ]
+        assert!(errors[3].starts_with("error[invalid-object]: dev/f.yaml:21: SchedulingPolicy \"inner\": spec.deploymentTargetSelector.labelSelector: "), "{errors:#?}");
+        assert!(
+            errors[4].contains("\"inner\": spec.clusterTypeSelector.labelSelector: "),
+            "{errors:#?}"
         );
+        assert_eq!(d.warnings().count(), 0, "{d}");
     }
 
     #[test]
@@ -967,7 +985,7 @@ mod tests {
     }
 
     #[test]
-    fn warns_about_unknown_top_level_and_metadata_fields() {
+    fn unknown_top_level_and_metadata_fields_are_errors() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: x\n  lables: {a: b}\n\
              \x20 uid: u\n  creationTimestamp: null\n\
@@ -976,22 +994,22 @@ mod tests {
              dta: {A: b}\n",
         );
         assert_eq!(objects.len(), 2);
-        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
         assert_eq!(
-            warnings,
+            errors,
             [
-                "warning[unknown-field]: dev/f.yaml:5: ClusterType \"x\": metadata.lables: ClusterType has no \
-                 such field; it is ignored (misspelled?)",
-                "warning[unknown-field]: dev/f.yaml:10: ClusterType \"x\": specs: ClusterType has no \
-                 such field; it is ignored (misspelled?)",
-                "warning[unknown-field]: dev/f.yaml:16: ConfigMap \"m\": dta: ConfigMap has no \
-                 such field; it is ignored (misspelled?)",
+                "error[unknown-field]: dev/f.yaml:5: ClusterType \"x\": metadata.lables: ClusterType has no \
+                 such field (misspelled?)",
+                "error[unknown-field]: dev/f.yaml:10: ClusterType \"x\": specs: ClusterType has no \
+                 such field (misspelled?)",
+                "error[unknown-field]: dev/f.yaml:16: ConfigMap \"m\": dta: ConfigMap has no \
+                 such field (misspelled?)",
             ]
         );
     }
 
     #[test]
-    fn warns_about_unknown_spec_fields_at_their_line() {
+    fn unknown_spec_fields_are_errors_at_their_line() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata: {name: x}\n\
              spec: {reconciler: a, namespaceService: b, configType: c, reconcilr: d}\n---\n\
@@ -999,20 +1017,20 @@ mod tests {
              spec:\n  reconciler: a\n  namespaceService: b\n  configType: c\n  configTyp: d\n",
         );
         assert_eq!(objects.len(), 2);
-        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
         assert_eq!(
-            warnings,
+            errors,
             [
-                "warning[unknown-field]: dev/f.yaml:4: ClusterType \"x\": spec.reconcilr: ClusterType has no \
-                 such field; it is ignored (misspelled?)",
-                "warning[unknown-field]: dev/f.yaml:13: ClusterType \"y\": spec.configTyp: ClusterType has no \
-                 such field; it is ignored (misspelled?)"
+                "error[unknown-field]: dev/f.yaml:4: ClusterType \"x\": spec.reconcilr: ClusterType has no \
+                 such field (misspelled?)",
+                "error[unknown-field]: dev/f.yaml:13: ClusterType \"y\": spec.configTyp: ClusterType has no \
+                 such field (misspelled?)"
             ]
         );
     }
 
     #[test]
-    fn warns_about_unknown_fields_of_deployment_targets() {
+    fn unknown_fields_of_deployment_targets_are_errors() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Workload\nmetadata: {name: w}\nspec:\n  \
              deploymentTargets:\n    - name: a\n      environment: dev\n    - name: b\n      environment: stage\n      \
@@ -1021,8 +1039,8 @@ mod tests {
         assert_eq!(objects.len(), 1);
         assert_eq!(
             d.to_string().trim_end(),
-            "warning[unknown-field]: dev/f.yaml:10: Workload \"w\": spec.deploymentTargets[1].enviroment: a \
-             deployment target has no such field; it is ignored (misspelled? the fields are name, labels, \
+            "error[unknown-field]: dev/f.yaml:10: Workload \"w\": spec.deploymentTargets[1].enviroment: a \
+             deployment target has no such field (misspelled? the fields are name, labels, \
              environment, manifests, configSchemas)"
         );
     }
@@ -1044,13 +1062,32 @@ mod tests {
     }
 
     #[test]
-    fn documents_without_type_are_warnings() {
-        let (objects, d) = load("name: x\nspec: {}\n");
+    fn documents_without_type_are_errors_naming_the_missing_field() {
+        let head = "apiVersion: scheduler.kalypso.io/v1alpha1\n";
+        let (objects, d) = load(&format!(
+            "name: x\nspec: {{}}\n---\n{head}metadata: {{name: large}}\nspec: {{}}\n---\n\
+             kind: ClusterType\nmetadata: {{name: small}}\n---\n{head}kind: [ClusterType]\nmetadata: {{name: n}}\n"
+        ));
         assert!(objects.is_empty());
-        assert!(!d.has_errors());
-        assert!(
-            d.to_string()
-                .starts_with("warning[not-an-object]: dev/f.yaml:1: document has no apiVersion")
+        let shown: Vec<String> = d.iter().map(ToString::to_string).collect();
+        let tail = "(as strings), so it is not a Kubernetes object: Flux cannot apply a file that holds it, and \
+                    skipping it would drop the object it describes from the output";
+        assert_eq!(
+            shown,
+            [
+                format!(
+                    "error[not-an-object]: dev/f.yaml:1: apiVersion: document has no apiVersion and kind {tail}"
+                ),
+                format!(
+                    "error[not-an-object]: dev/f.yaml:4: kind: document (metadata.name \"large\") has no kind {tail}"
+                ),
+                format!(
+                    "error[not-an-object]: dev/f.yaml:8: apiVersion: document (metadata.name \"small\") has no apiVersion {tail}"
+                ),
+                format!(
+                    "error[not-an-object]: dev/f.yaml:11: kind: document (metadata.name \"n\") has no kind {tail}"
+                ),
+            ]
         );
     }
 

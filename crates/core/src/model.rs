@@ -274,7 +274,7 @@ impl Namespace {
         }
     }
 
-    /// Warns about workload sources that do not line up with the WorkloadRegistrations: a
+    /// Reports (as errors: the Workloads they hold would be dropped from the output) workload sources that do not line up with the WorkloadRegistrations: a
     /// registration without a source tree (none of its Workloads can be loaded) and a tree
     /// that no registration names (its Workloads are ignored). Both are silent in the
     /// original, where they only show as deployment targets that never appear.
@@ -286,9 +286,9 @@ impl Namespace {
         for (name, registration) in &self.registrations {
             if !workloads.contains_key(name) {
                 diagnostics.push(
-                    Diagnostic::warning(
+                    Diagnostic::error(
                         "workloads-missing",
-                        format!("no workload files for this registration (expected in workloads/{name}/); none of its Workloads are loaded"),
+                        format!("no workload files for this registration (expected in workloads/{name}/); none of its Workloads could be loaded"),
                     )
                     .at(&registration.origin)
                     .on(Kind::WorkloadRegistration, name),
@@ -304,10 +304,10 @@ impl Namespace {
                     format!("there are {}", known.join(", "))
                 };
                 diagnostics.push(
-                    Diagnostic::warning(
+                    Diagnostic::error(
                         "workloads-unregistered",
                         format!(
-                            "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder are ignored"
+                            "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder would be ignored"
                         ),
                     )
                     .at(&Origin::new(tree.label(), 0)),
@@ -395,7 +395,7 @@ mod tests {
     }
 
     #[test]
-    fn warns_about_workload_sources_without_registration_and_vice_versa() {
+    fn workload_sources_without_registration_and_vice_versa_are_errors() {
         let mut ns = Namespace::new("dev");
         let mut d = Diagnostics::new();
         let registration = |name: &str| {
@@ -419,10 +419,10 @@ mod tests {
         assert_eq!(
             shown,
             [
-                "warning[workloads-missing]: main/r.yaml:1: WorkloadRegistration \"lost\": no workload files for \
-                 this registration (expected in workloads/lost/); none of its Workloads are loaded",
-                "warning[workloads-unregistered]: workloads/orphan: no WorkloadRegistration is named \"orphan\" \
-                 (there are app, lost), so the Workloads in this folder are ignored",
+                "error[workloads-missing]: main/r.yaml:1: WorkloadRegistration \"lost\": no workload files for \
+                 this registration (expected in workloads/lost/); none of its Workloads could be loaded",
+                "error[workloads-unregistered]: workloads/orphan: no WorkloadRegistration is named \"orphan\" \
+                 (there are app, lost), so the Workloads in this folder would be ignored",
             ]
         );
     }

@@ -8,6 +8,7 @@
 //! (each package written as soon as it is rendered) and renamed into place at the end.
 
 use std::collections::HashSet;
+use std::fs;
 use std::process::ExitCode;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +23,7 @@ use rayon::prelude::*;
 use super::report;
 use crate::control_plane::{check_output, read_inputs};
 use crate::fsio::{FreshTree, FsError, WriteStats, write_update};
+use crate::output::{self, OutputError, OutputLock};
 use crate::progress::Progress;
 use crate::render_cache::{CachedAssignment, CachedFile, RenderCache, Stamp, cache_file, default_cache_dir};
 use crate::{GlobalArgs, RenderArgs};
@@ -31,6 +33,20 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("reading the control plane");
     let inputs = read_inputs(&args.control_plane, &args.env)?;
     check_output(&args.control_plane, &args.env, &args.out)?;
+    // The output folder: locked for this render, cleaned of what killed renders left, and
+    // refused unless it is a GitOps tree (see `crate::output`).
+    let shown = args.out.display().to_string();
+    let out = output::real_path(&args.out, &shown)?;
+    let _lock = OutputLock::acquire(&out, &shown)?;
+    output::recover(&out)?;
+    if fs::symlink_metadata(&out).is_ok() {
+        if output::is_mount_point(&out) {
+            return Err(OutputError::MountPoint { out: shown }.into());
+        }
+        if !args.force && !FreshTree::fits(&out)? {
+            output::check_gitops_tree(&out, &shown)?;
+        }
+    }
     let mut diagnostics = Diagnostics::new();
     progress.stage("parsing the control plane");
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
@@ -53,9 +69,10 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     };
     // A missing or empty output folder is written while rendering; otherwise the render cache
     // says which assignments are clean.
-    let fresh = if FreshTree::fits(&args.out)? {
+    let _cache_lock = cache_path.as_deref().map(OutputLock::acquire_cache).transpose()?;
+    let fresh = if FreshTree::fits(&out)? {
         let cluster_types = environment.namespace.cluster_types.keys().map(String::as_str);
-        Some(FreshTree::create(&args.out, cluster_types)?)
+        Some(FreshTree::create(&out, cluster_types)?)
     } else {
         None
     };
@@ -76,7 +93,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                 let cluster_type = jobs[0].assignment.cluster_type.as_str();
                 cache
                     .clean_targets(
-                        &args.out,
+                        &out,
                         cluster_type,
                         jobs.iter()
                             .map(|job| (job.assignment.deployment_target.as_str(), job.fingerprint)),
@@ -146,6 +163,9 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("writing");
     let written = writer.map(FreshWriter::finish);
     let writing = || format!("writing the new tree into {}", args.out.display());
+    // Whether an existing tree was replaced: the files carried over into it are new links
+    // of the same inodes, whose change times the render cache must take again.
+    let mut swapped = false;
     let (mut stats, entries) = match (fresh, written) {
         (Some(tree), Some(written)) => {
             let (files_written, entries) = written.with_context(writing)?;
@@ -178,9 +198,10 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                     files.push((format!("{ct}/{dt}/{name}"), blob.clone()));
                 }
             }
-            let stats = write_update(&args.out, &rules, &files).with_context(writing)?;
+            let stats = write_update(&out, &rules, &files).with_context(writing)?;
+            swapped = stats.added + stats.modified + stats.deleted > 0;
             let entries = if cache_path.is_some() {
-                stamp_packages(&args.out, &rendered)
+                stamp_packages(&out, &rendered)
             } else {
                 Vec::new()
             };
@@ -193,7 +214,10 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     // entries changed are saved.
     progress.stage("saving the render cache");
     if let Some(path) = &cache_path {
-        let changed = cache.update(|ct, dt| rules.is_scheduled(ct, dt), entries);
+        let mut changed = cache.update(|ct, dt| rules.is_scheduled(ct, dt), entries);
+        if swapped {
+            changed.extend(cache.restamp(&out, clean.iter().copied()));
+        }
         if let Err(e) = cache.save(path, &changed)
             && !global.quiet
         {

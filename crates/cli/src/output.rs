@@ -1,0 +1,607 @@
+//! Output-folder safety for `kalypso render --out OUT`: what may be written over, who may
+//! write, and what an interrupted render left behind.
+//!
+//! A render replaces OUT's whole tree at once (see [`crate::fsio`]): the new tree is staged
+//! in a sibling folder `.<name>.kalypso-new-<pid>` and swapped with OUT in one atomic
+//! `renameat2(RENAME_EXCHANGE)`. Three things make that safe, and live here:
+//!
+//! - **A lock**: `.<name>.kalypso-lock` beside OUT, held with an exclusive `flock` for the
+//!   whole render and holding the writer's process id, so that a second render into the same
+//!   folder fails at once ("another kalypso is writing to OUT (pid N)") instead of racing the
+//!   first. The kernel releases it when the process ends, however it ends, so a killed render
+//!   never leaves a stale lock; the file itself is removed by the render that held it. The
+//!   render cache of OUT is locked the same way ([`OutputLock::acquire_cache`]).
+//! - **Recovery**: under the lock, [`recover`] removes the staging folders a killed render
+//!   left beside OUT, and puts the old tree back if a render was killed between the two
+//!   renames of the fallback swap (file systems without `RENAME_EXCHANGE`). A kill at any
+//!   instant therefore leaves OUT holding the old tree or the new one, and the next render
+//!   cleans up.
+//! - **Recognition**: the update rules delete every folder of OUT that is not a scheduled
+//!   cluster type, so [`check_gitops_tree`] refuses an OUT that is neither empty nor a GitOps
+//!   tree as kalypso or the original scheduler write it (unless `--force`).
+//!
+//! The lock and the staging folder live beside OUT rather than inside it so that OUT stays a
+//! plain GitOps tree (usually a git clone's root: `.git`, root files and dot-folders are
+//! carried over into the new tree by hard links, never moved).
+
+use std::ffi::OsString;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+/// The files a deployment-target folder of a GitOps tree holds (kalypso's and the original's,
+/// including the original's `config.yaml` before 2023-03-31).
+pub const TARGET_FILES: [&str; 5] = [
+    "reconciler.yaml",
+    "namespace.yaml",
+    "platform-config.yaml",
+    "platform-config.sh",
+    "config.yaml",
+];
+
+/// The file the original scheduler writes the promoted commit to.
+const PROMOTED_COMMIT: &str = ".github/tracking/Promoted_Commit_Id";
+
+/// Problems with the output folder itself (as opposed to writing its files).
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    /// Another process holds the lock.
+    #[error(
+        "another kalypso is writing to {out} ({holder}); wait for it to finish (the lock is released when \
+         that process ends)"
+    )]
+    Locked {
+        /// The output folder (or render cache) as the user named it.
+        out: String,
+        /// `pid N`, or what is known of the holder.
+        holder: String,
+    },
+    /// The folder is not a GitOps tree.
+    #[error(
+        "refusing to render into {out}: it is not empty and is not a GitOps tree written by kalypso or the \
+         Kalypso Scheduler ({why}); render into a new or empty folder, or pass --force to replace its content \
+         by the GitOps tree (root files and dot-folders are kept, every other folder is deleted)"
+    )]
+    NotGitOps {
+        /// The output folder as the user named it.
+        out: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// The folder is a mount point: it cannot be replaced by a rename.
+    #[error(
+        "cannot render into {out}: it is a mount point, which kalypso cannot replace atomically (the new \
+         tree is staged beside it and swapped in by a rename); render into a folder inside it"
+    )]
+    MountPoint {
+        /// The output folder as the user named it.
+        out: String,
+    },
+    /// The output path is a symbolic link to nothing.
+    #[error("cannot render into {out}: it is a symbolic link to {target}, which does not exist")]
+    DanglingLink {
+        /// The output folder as the user named it.
+        out: String,
+        /// Where the link points.
+        target: String,
+    },
+    /// Any other file-system failure, naming the path.
+    #[error("{what} {path}: {cause}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// The path.
+        path: PathBuf,
+        /// The cause.
+        cause: io::Error,
+    },
+}
+
+fn io_err<'p>(what: &'static str, path: &'p Path) -> impl FnOnce(io::Error) -> OutputError + 'p {
+    move |cause| OutputError::Io {
+        what,
+        path: path.to_owned(),
+        cause,
+    }
+}
+
+/// The parent folder and the file name of `path` (`.` and `out` when it has none).
+fn split(path: &Path) -> (PathBuf, OsString) {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_owned(),
+        _ => PathBuf::from("."),
+    };
+    let name = path
+        .file_name()
+        .map(OsString::from)
+        .unwrap_or_else(|| OsString::from("out"));
+    (parent, name)
+}
+
+/// The sibling of `path` named `.<name>.kalypso-<suffix>`.
+pub fn sibling(path: &Path, suffix: &str) -> PathBuf {
+    let (parent, name) = split(path);
+    let mut file = OsString::from(".");
+    file.push(&name);
+    file.push(".kalypso-");
+    file.push(suffix);
+    parent.join(file)
+}
+
+/// The staging folder of this process for `out`.
+pub fn staging_path(out: &Path) -> PathBuf {
+    sibling(out, &format!("new-{}", std::process::id()))
+}
+
+/// Where the fallback swap parks the old tree of `out`.
+pub fn parked_path(out: &Path) -> PathBuf {
+    sibling(out, &format!("old-{}", std::process::id()))
+}
+
+/// `path` with symbolic links resolved when it exists (so that the lock, the swap and the
+/// cache all act on the real folder and a link to it stays a link), else as given. A link to
+/// nothing is an error.
+pub fn real_path(path: &Path, shown: &str) -> Result<PathBuf, OutputError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if meta.file_type().is_symlink() => match fs::canonicalize(path) {
+            Ok(real) => Ok(real),
+            Err(_) => Err(OutputError::DanglingLink {
+                out: shown.to_owned(),
+                target: fs::read_link(path)
+                    .map(|t| t.display().to_string())
+                    .unwrap_or_default(),
+            }),
+        },
+        _ => Ok(path.to_owned()),
+    }
+}
+
+/// An exclusive lock on an output folder (or a render cache), held until dropped.
+#[derive(Debug)]
+pub struct OutputLock {
+    file: File,
+    path: PathBuf,
+    /// Parent folders made for the lock, deepest first; removed again if still empty.
+    made_parents: Vec<PathBuf>,
+}
+
+impl OutputLock {
+    /// Locks the output folder `out` (`shown` is how the user named it); fails at once if
+    /// another process holds the lock. Missing parent folders are made (and removed on drop
+    /// if nothing was put in them).
+    pub fn acquire(out: &Path, shown: &str) -> Result<OutputLock, OutputError> {
+        OutputLock::lock(&sibling(out, "lock"), shown)
+    }
+
+    /// Locks the render cache folder `cache`.
+    pub fn acquire_cache(cache: &Path) -> Result<OutputLock, OutputError> {
+        let shown = format!("the render cache {}", cache.display());
+        OutputLock::lock(&sibling(cache, "lock"), &shown)
+    }
+
+    fn lock(path: &Path, shown: &str) -> Result<OutputLock, OutputError> {
+        let (parent, _) = split(path);
+        let mut made_parents = Vec::new();
+        let mut missing = parent.as_path();
+        while fs::symlink_metadata(missing).is_err() {
+            made_parents.push(missing.to_owned());
+            match missing.parent() {
+                Some(p) if !p.as_os_str().is_empty() => missing = p,
+                _ => break,
+            }
+        }
+        let made = |e| {
+            remove_empty(&made_parents);
+            e
+        };
+        fs::create_dir_all(&parent)
+            .map_err(io_err("cannot create", &parent))
+            .map_err(made)?;
+        // A lock file can be removed by its holder between our open and our lock: then we
+        // hold a lock on a file nobody else sees, so check that the path is still our file.
+        let file = loop {
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .custom_flags(libc_nofollow())
+                .mode(0o644)
+                .open(path)
+                .map_err(io_err("cannot open the lock file", path))
+                .map_err(made)?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    let mut text = String::new();
+                    let _ = file.read_to_string(&mut text);
+                    let holder = match text.trim().parse::<u32>() {
+                        Ok(pid) => format!("pid {pid}"),
+                        Err(_) => "pid unknown".to_owned(),
+                    };
+                    // Not ours: leave the file and the folders alone.
+                    return Err(OutputError::Locked {
+                        out: shown.to_owned(),
+                        holder,
+                    });
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(made(OutputError::Io {
+                        what: "cannot lock",
+                        path: path.to_owned(),
+                        cause: e,
+                    }));
+                }
+            }
+            let ours = file.metadata().map(|m| (m.dev(), m.ino())).ok();
+            let there = fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
+            if ours.is_some() && ours == there {
+                file.set_len(0)
+                    .and_then(|()| file.rewind())
+                    .and_then(|()| write!(file, "{}", std::process::id()))
+                    .map_err(io_err("cannot write the lock file", path))
+                    .map_err(made)?;
+                break file;
+            }
+        };
+        Ok(OutputLock {
+            file,
+            path: path.to_owned(),
+            made_parents,
+        })
+    }
+}
+
+/// `O_NOFOLLOW`: the lock file is never opened through a link.
+fn libc_nofollow() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32
+}
+
+impl Drop for OutputLock {
+    fn drop(&mut self) {
+        // Removed while still held, so nobody can take a lock on a file about to vanish.
+        let _ = fs::remove_file(&self.path);
+        let _ = self.file.unlock();
+        remove_empty(&self.made_parents);
+    }
+}
+
+/// Removes each of `dirs` (in order) that is an empty folder.
+pub fn remove_empty(dirs: &[PathBuf]) {
+    for dir in dirs {
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+/// Cleans up after renders of `out` that were killed: removes their staging folders beside
+/// it, and puts a parked old tree back when `out` is missing (a kill between the two renames
+/// of the fallback swap). Call it holding the lock. Returns how many leftovers it removed.
+pub fn recover(out: &Path) -> Result<usize, OutputError> {
+    let (parent, name) = split(out);
+    let Ok(entries) = fs::read_dir(&parent) else {
+        return Ok(0);
+    };
+    let mut prefix = OsString::from(".");
+    prefix.push(&name);
+    prefix.push(".kalypso-");
+    let prefix = prefix.to_string_lossy().into_owned();
+    let mut staged = Vec::new();
+    let mut parked = Vec::new();
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        let Some(rest) = file.strip_prefix(&prefix) else {
+            continue;
+        };
+        let is_pid = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        if rest.strip_prefix("new-").is_some_and(is_pid) {
+            staged.push(entry.path());
+        } else if rest.strip_prefix("old-").is_some_and(is_pid) {
+            parked.push(entry.path());
+        }
+    }
+    parked.sort();
+    if fs::symlink_metadata(out).is_err()
+        && let Some(old) = parked.pop()
+    {
+        fs::rename(&old, out).map_err(io_err("cannot restore the previous tree from", &old))?;
+    }
+    let removed = staged.len() + parked.len();
+    for path in staged.iter().chain(&parked) {
+        remove_all(path).map_err(io_err(
+            "cannot remove the leftover of an interrupted render",
+            path,
+        ))?;
+    }
+    Ok(removed)
+}
+
+/// Removes a folder (or a file) and everything in it, making read-only folders writable first.
+pub fn remove_all(path: &Path) -> io::Result<()> {
+    match fs::symlink_metadata(path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
+        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path).or_else(|_| {
+            make_writable(path);
+            fs::remove_dir_all(path)
+        }),
+        Ok(_) => fs::remove_file(path),
+    }
+}
+
+/// Gives the owner write and search permission on `dir` and every folder below it (never
+/// following links), so that their entries can be removed.
+fn make_writable(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(meta) = fs::symlink_metadata(dir) else {
+        return;
+    };
+    if !meta.is_dir() {
+        return;
+    }
+    let mode = meta.permissions().mode();
+    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700));
+    if let Ok(entries) = fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|k| k.is_dir()) {
+                make_writable(&entry.path());
+            }
+        }
+    }
+}
+
+/// Whether `out` is on another file system than its parent folder.
+pub fn is_mount_point(out: &Path) -> bool {
+    let (parent, _) = split(out);
+    match (fs::metadata(out), fs::metadata(&parent)) {
+        (Ok(o), Ok(p)) => o.dev() != p.dev(),
+        _ => false,
+    }
+}
+
+/// Refuses an existing, non-empty `out` that is not a GitOps tree: a folder whose non-dot
+/// folders are all cluster-type folders (holding the cluster type's `README.md` or
+/// deployment-target folders, each of which holds a `reconciler.yaml`, `namespace.yaml` or
+/// `platform-config.yaml` or is empty), with at least one of them, or the original's
+/// `.github/tracking/Promoted_Commit_Id`, or a `.git` (a GitOps repository that has no
+/// cluster types yet: there is nothing a render could delete). Root files, dot-folders and
+/// links are never deleted by a render, so they do not count against it.
+pub fn check_gitops_tree(out: &Path, shown: &str) -> Result<(), OutputError> {
+    let entries = match fs::read_dir(out) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(OutputError::Io {
+                what: "cannot read",
+                path: out.to_owned(),
+                cause: e,
+            });
+        }
+    };
+    let mut folders = Vec::new();
+    let mut any = false;
+    let mut has_git = false;
+    for entry in entries {
+        let entry = entry.map_err(io_err("cannot read", out))?;
+        any = true;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(io_err("cannot read", &entry.path()))?;
+        if name == ".git" {
+            has_git = true;
+        }
+        if kind.is_dir() && !name.starts_with('.') {
+            folders.push((name, entry.path()));
+        }
+    }
+    if !any {
+        return Ok(());
+    }
+    folders.sort();
+    let foreign: Vec<String> = folders
+        .par_iter()
+        .map(|(name, path)| foreign_in_cluster_type(name, path))
+        .collect::<Result<Vec<_>, _>>()?
+        .into_iter()
+        .flatten()
+        .collect();
+    let refuse = |why: String| {
+        Err(OutputError::NotGitOps {
+            out: shown.to_owned(),
+            why,
+        })
+    };
+    if !foreign.is_empty() {
+        let mut shown: Vec<String> = foreign.iter().take(3).map(|f| format!("{f}/")).collect();
+        let listed = match foreign.len() {
+            n if n > 3 => format!("{} and {} more", shown.join(", "), n - 3),
+            1 => shown.join(""),
+            _ => {
+                let last = shown.pop().unwrap_or_default();
+                format!("{} and {last}", shown.join(", "))
+            }
+        };
+        let verb = if foreign.len() == 1 {
+            "is a folder"
+        } else {
+            "are folders"
+        };
+        return refuse(format!(
+            "{listed} {verb} of neither a cluster type nor a deployment target, which a render would delete"
+        ));
+    }
+    let promoted = fs::symlink_metadata(out.join(PROMOTED_COMMIT)).is_ok_and(|m| m.is_file());
+    if folders.is_empty() && !promoted && !has_git {
+        return refuse(
+            "it holds no cluster-type folder, no .github/tracking/Promoted_Commit_Id and no .git".to_owned(),
+        );
+    }
+    Ok(())
+}
+
+/// What in the top-level folder `name` (at `path`) is not part of a GitOps tree: the folder
+/// itself when it is neither a cluster type's folder nor empty, else its sub-folders that are
+/// not deployment targets (as `name/sub`).
+fn foreign_in_cluster_type(name: &str, path: &Path) -> Result<Vec<String>, OutputError> {
+    let mut readme = false;
+    let mut targets = 0usize;
+    let mut foreign = Vec::new();
+    let mut empty = true;
+    for entry in fs::read_dir(path).map_err(io_err("cannot read", path))? {
+        let entry = entry.map_err(io_err("cannot read", path))?;
+        empty = false;
+        let inner = entry.file_name().to_string_lossy().into_owned();
+        let kind = entry.file_type().map_err(io_err("cannot read", &entry.path()))?;
+        if inner == "README.md" && kind.is_file() {
+            readme = true;
+        } else if kind.is_dir() {
+            if is_target_folder(&entry.path())? {
+                targets += 1;
+            } else {
+                foreign.push(format!("{name}/{inner}"));
+            }
+        }
+    }
+    if empty {
+        return Ok(Vec::new());
+    }
+    if !readme && targets == 0 {
+        return Ok(vec![name.to_owned()]);
+    }
+    Ok(foreign)
+}
+
+/// Whether `path` is a deployment-target folder: it holds one of [`TARGET_FILES`] or is empty.
+fn is_target_folder(path: &Path) -> Result<bool, OutputError> {
+    for file in TARGET_FILES {
+        if fs::symlink_metadata(path.join(file)).is_ok() {
+            return Ok(true);
+        }
+    }
+    Ok(fs::read_dir(path)
+        .map_err(io_err("cannot read", path))?
+        .next()
+        .is_none())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn files(root: &Path, paths: &[&str]) {
+        for p in paths {
+            let path = root.join(p);
+            if let Some(stripped) = p.strip_suffix('/') {
+                fs::create_dir_all(root.join(stripped)).unwrap();
+            } else {
+                fs::create_dir_all(path.parent().unwrap()).unwrap();
+                fs::write(path, "x").unwrap();
+            }
+        }
+    }
+
+    fn verdict(paths: &[&str]) -> Result<(), String> {
+        let dir = tempfile::tempdir().unwrap();
+        files(dir.path(), paths);
+        check_gitops_tree(dir.path(), "OUT").map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn recognises_gitops_trees_and_refuses_the_rest() {
+        for ok in [
+            &[][..],
+            &["large/README.md"],
+            &[
+                "large/app-t/reconciler.yaml",
+                "small/app-u/namespace.yaml",
+                "README.md",
+            ],
+            &["old/app-t/config.yaml", ".github/workflows/x.yaml"],
+            &["notes.txt", ".github/tracking/Promoted_Commit_Id"],
+            &[".git/HEAD", "README.md"],
+            &["large/README.md", "large/app-t/", "empty/"],
+        ] {
+            assert_eq!(verdict(ok), Ok(()), "{ok:?}");
+        }
+        for (bad, why) in [
+            (&["notes.txt"][..], "holds no cluster-type folder"),
+            (&["Documents/a.txt", ".bashrc"], "Documents/ is a folder"),
+            (&["src/main.rs", "Cargo.toml", ".git/HEAD"], "src/ is a folder"),
+            (
+                &["large/README.md", "large/photos/cat.jpg"],
+                "large/photos/ is a folder",
+            ),
+            (
+                &["a/x", "b/x", "c/x", "d/x", "large/README.md"],
+                "a/, b/, c/ and 1 more are folders",
+            ),
+        ] {
+            let err = verdict(bad).unwrap_err();
+            assert!(err.contains(why), "{bad:?}: {err}");
+            assert!(err.starts_with("refusing to render into OUT"), "{err}");
+        }
+    }
+
+    #[test]
+    fn a_second_lock_fails_naming_the_holder_and_the_file_goes_with_the_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("new/out");
+        let first = OutputLock::acquire(&out, "OUT").unwrap();
+        let lock_file = dir.path().join("new/.out.kalypso-lock");
+        assert_eq!(
+            fs::read_to_string(&lock_file).unwrap(),
+            std::process::id().to_string()
+        );
+        let err = OutputLock::acquire(&out, "OUT").unwrap_err().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "another kalypso is writing to OUT (pid {})",
+                std::process::id()
+            )),
+            "{err}"
+        );
+        assert!(
+            lock_file.exists(),
+            "a failed attempt leaves the holder's file alone"
+        );
+        drop(first);
+        assert!(
+            !dir.path().join("new").exists(),
+            "the lock file and the parent made for it are gone"
+        );
+        drop(OutputLock::acquire(&out, "OUT").unwrap());
+    }
+
+    #[test]
+    fn recovery_removes_staging_folders_and_restores_a_parked_tree() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        files(
+            dir.path(),
+            &[
+                ".out.kalypso-new-12/large/README.md",
+                ".out.kalypso-old-13/large/README.md",
+                ".out.kalypso-lock",
+                ".other.kalypso-new-12/x",
+                ".out.kalypso-new-x/keep",
+            ],
+        );
+        assert_eq!(recover(&out).unwrap(), 1);
+        assert!(out.join("large/README.md").exists(), "the parked tree is back");
+        let mut left: Vec<String> = fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                ".other.kalypso-new-12",
+                ".out.kalypso-lock",
+                ".out.kalypso-new-x",
+                "out"
+            ]
+        );
+    }
+}
