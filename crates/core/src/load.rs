@@ -774,10 +774,10 @@ fn warn_unknown_target_fields(
             ];
             let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
             diagnostics.push(
-                Diagnostic::error(
+                Diagnostic::warning(
                     "unknown-field",
                     format!(
-                        "a deployment target has no such field (misspelled? the fields are {})",
+                        "a deployment target has no such field; it is ignored (misspelled? the fields are {})",
                         TARGET_FIELDS.join(", ")
                     ),
                 )
@@ -841,10 +841,13 @@ fn parse_document<T: DeserializeOwned>(
     for path in unknown.into_iter().filter(|p| is_unknown_field(kind, p)) {
         let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
-            Diagnostic::error("unknown-field", format!("{kind} has no such field (misspelled?)"))
-                .at(&origin.at_line(line))
-                .on(kind, name)
-                .field(path_string(&path)),
+            Diagnostic::warning(
+                "unknown-field",
+                format!("{kind} has no such field; it is ignored (misspelled?)"),
+            )
+            .at(&origin.at_line(line))
+            .on(kind, name)
+            .field(path_string(&path)),
         );
     }
     match result {
@@ -945,26 +948,27 @@ mod tests {
         assert_eq!(objects.len(), 1, "only the complete policy loads");
         let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
         let missing = "required field is missing: the original scheduler's CRD requires";
-        assert_eq!(errors.len(), 5, "{errors:#?}");
+        assert_eq!(errors.len(), 4, "{errors:#?}");
         assert!(errors[0].starts_with(&format!(
             "error[invalid-object]: dev/f.yaml:4: SchedulingPolicy \"missing\": spec.clusterTypeSelector: {missing} clusterTypeSelector"
         )), "{errors:#?}");
         assert!(
-            errors[1].contains(
-                "SchedulingPolicy \"typo\": spec.clusterTypeSelecter: SchedulingPolicy has no such field"
-            ),
+            errors[1].contains("SchedulingPolicy \"typo\": spec.clusterTypeSelector: "),
             "{errors:#?}"
         );
+        assert!(errors[2].starts_with("error[invalid-object]: dev/f.yaml:21: SchedulingPolicy \"inner\": spec.deploymentTargetSelector.labelSelector: "), "{errors:#?}");
         assert!(
-            errors[2].contains("SchedulingPolicy \"typo\": spec.clusterTypeSelector: "),
+            errors[3].contains("\"inner\": spec.clusterTypeSelector.labelSelector: "),
             "{errors:#?}"
         );
-        assert!(errors[3].starts_with("error[invalid-object]: dev/f.yaml:21: SchedulingPolicy \"inner\": spec.deploymentTargetSelector.labelSelector: "), "{errors:#?}");
-        assert!(
-            errors[4].contains("\"inner\": spec.clusterTypeSelector.labelSelector: "),
-            "{errors:#?}"
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
+        assert_eq!(
+            warnings,
+            [
+                "warning[unknown-field]: dev/f.yaml:14: SchedulingPolicy \"typo\": spec.clusterTypeSelecter: \
+              SchedulingPolicy has no such field; it is ignored (misspelled?)"
+            ]
         );
-        assert_eq!(d.warnings().count(), 0, "{d}");
     }
 
     #[test]
@@ -985,7 +989,7 @@ mod tests {
     }
 
     #[test]
-    fn unknown_top_level_and_metadata_fields_are_errors() {
+    fn warns_about_unknown_top_level_and_metadata_fields() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: x\n  lables: {a: b}\n\
              \x20 uid: u\n  creationTimestamp: null\n\
@@ -994,22 +998,22 @@ mod tests {
              dta: {A: b}\n",
         );
         assert_eq!(objects.len(), 2);
-        let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
         assert_eq!(
-            errors,
+            warnings,
             [
-                "error[unknown-field]: dev/f.yaml:5: ClusterType \"x\": metadata.lables: ClusterType has no \
-                 such field (misspelled?)",
-                "error[unknown-field]: dev/f.yaml:10: ClusterType \"x\": specs: ClusterType has no \
-                 such field (misspelled?)",
-                "error[unknown-field]: dev/f.yaml:16: ConfigMap \"m\": dta: ConfigMap has no \
-                 such field (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:5: ClusterType \"x\": metadata.lables: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:10: ClusterType \"x\": specs: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:16: ConfigMap \"m\": dta: ConfigMap has no \
+                 such field; it is ignored (misspelled?)",
             ]
         );
     }
 
     #[test]
-    fn unknown_spec_fields_are_errors_at_their_line() {
+    fn warns_about_unknown_spec_fields_at_their_line() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata: {name: x}\n\
              spec: {reconciler: a, namespaceService: b, configType: c, reconcilr: d}\n---\n\
@@ -1017,20 +1021,20 @@ mod tests {
              spec:\n  reconciler: a\n  namespaceService: b\n  configType: c\n  configTyp: d\n",
         );
         assert_eq!(objects.len(), 2);
-        let errors: Vec<String> = d.errors().map(ToString::to_string).collect();
+        let warnings: Vec<String> = d.warnings().map(ToString::to_string).collect();
         assert_eq!(
-            errors,
+            warnings,
             [
-                "error[unknown-field]: dev/f.yaml:4: ClusterType \"x\": spec.reconcilr: ClusterType has no \
-                 such field (misspelled?)",
-                "error[unknown-field]: dev/f.yaml:13: ClusterType \"y\": spec.configTyp: ClusterType has no \
-                 such field (misspelled?)"
+                "warning[unknown-field]: dev/f.yaml:4: ClusterType \"x\": spec.reconcilr: ClusterType has no \
+                 such field; it is ignored (misspelled?)",
+                "warning[unknown-field]: dev/f.yaml:13: ClusterType \"y\": spec.configTyp: ClusterType has no \
+                 such field; it is ignored (misspelled?)"
             ]
         );
     }
 
     #[test]
-    fn unknown_fields_of_deployment_targets_are_errors() {
+    fn warns_about_unknown_fields_of_deployment_targets() {
         let (objects, d) = load(
             "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Workload\nmetadata: {name: w}\nspec:\n  \
              deploymentTargets:\n    - name: a\n      environment: dev\n    - name: b\n      environment: stage\n      \
@@ -1039,8 +1043,8 @@ mod tests {
         assert_eq!(objects.len(), 1);
         assert_eq!(
             d.to_string().trim_end(),
-            "error[unknown-field]: dev/f.yaml:10: Workload \"w\": spec.deploymentTargets[1].enviroment: a \
-             deployment target has no such field (misspelled? the fields are name, labels, \
+            "warning[unknown-field]: dev/f.yaml:10: Workload \"w\": spec.deploymentTargets[1].enviroment: a \
+             deployment target has no such field; it is ignored (misspelled? the fields are name, labels, \
              environment, manifests, configSchemas)"
         );
     }

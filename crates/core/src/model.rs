@@ -274,9 +274,10 @@ impl Namespace {
         }
     }
 
-    /// Reports (as errors: the Workloads they hold would be dropped from the output) workload sources that do not line up with the WorkloadRegistrations: a
-    /// registration without a source tree (none of its Workloads can be loaded) and a tree
-    /// that no registration names (its Workloads are ignored). Both are silent in the
+    /// Reports workload sources that do not line up with the WorkloadRegistrations: a
+    /// registration without a source tree is an error (none of its Workloads can be loaded,
+    /// and their folders would be deleted from the output); a tree that no registration names
+    /// is a warning (its Workloads are ignored, as in the original, which never applies it). Both are silent in the
     /// original, where they only show as deployment targets that never appear.
     pub fn check_workload_sources(
         &self,
@@ -304,10 +305,10 @@ impl Namespace {
                     format!("there are {}", known.join(", "))
                 };
                 diagnostics.push(
-                    Diagnostic::error(
+                    Diagnostic::warning(
                         "workloads-unregistered",
                         format!(
-                            "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder would be ignored"
+                            "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder are ignored"
                         ),
                     )
                     .at(&Origin::new(tree.label(), 0)),
@@ -395,7 +396,7 @@ mod tests {
     }
 
     #[test]
-    fn workload_sources_without_registration_and_vice_versa_are_errors() {
+    fn a_registration_without_workloads_is_an_error_and_an_unregistered_folder_a_warning() {
         let mut ns = Namespace::new("dev");
         let mut d = Diagnostics::new();
         let registration = |name: &str| {
@@ -421,8 +422,8 @@ mod tests {
             [
                 "error[workloads-missing]: main/r.yaml:1: WorkloadRegistration \"lost\": no workload files for \
                  this registration (expected in workloads/lost/); none of its Workloads could be loaded",
-                "error[workloads-unregistered]: workloads/orphan: no WorkloadRegistration is named \"orphan\" \
-                 (there are app, lost), so the Workloads in this folder would be ignored",
+                "warning[workloads-unregistered]: workloads/orphan: no WorkloadRegistration is named \"orphan\" \
+                 (there are app, lost), so the Workloads in this folder are ignored",
             ]
         );
     }

@@ -58,9 +58,9 @@ pub fn deployment_targets(
         let workload = &delivered.object;
         let Some(registration) = &delivered.registration else {
             diagnostics.push(
-                Diagnostic::error(
+                Diagnostic::warning(
                     "workload-without-registration",
-                    "no WorkloadRegistration delivers this Workload, so it has no workspace and would be ignored \
+                    "no WorkloadRegistration delivers this Workload, so it has no workspace and is ignored \
                      (the original scheduler cannot unfold it either); Workloads belong in the folder a \
                      WorkloadRegistration points at",
                 )
