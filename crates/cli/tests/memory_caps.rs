@@ -3,6 +3,8 @@
 //! abort on a failed allocation or a stack overflow. Memory is the point, so it is checked
 //! by the operating system's limit, not by timing or by counting in the test.
 
+#![allow(clippy::unwrap_used)]
+
 use std::process::{Command, ExitCode};
 
 use clap::Parser;
@@ -41,17 +43,17 @@ fn templates(reconciler: &str) -> String {
 /// Runs `validate` on the valid control plane with `reconciler` as its reconciler template,
 /// under the cap.
 fn validate_capped(reconciler: &str, limits: &[&str]) -> Run {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = tempfile::tempdir().expect("a temporary folder");
     let cp = dir.path().join("control-plane");
     copy_files(
         &workspace_root().join("tests/cases/bad-input/a-valid-control-plane-changes-the-seeded-tree/input"),
         &cp,
     );
-    std::fs::write(cp.join("main/templates.yaml"), templates(reconciler)).unwrap();
+    std::fs::write(cp.join("main/templates.yaml"), templates(reconciler)).expect("templates written");
     let mut args: Vec<String> = limits.iter().map(|s| (*s).to_owned()).collect();
     args.extend([
         "validate".to_owned(),
-        cp.to_str().unwrap().to_owned(),
+        cp.to_str().expect("UTF-8 path").to_owned(),
         "--env".to_owned(),
         "dev".to_owned(),
     ]);
@@ -59,7 +61,7 @@ fn validate_capped(reconciler: &str, limits: &[&str]) -> Run {
         Command::new("prlimit")
             .arg(format!("--as={CAP_BYTES}"))
             .arg("--")
-            .arg(std::env::current_exe().unwrap())
+            .arg(std::env::current_exe().expect("the test binary"))
             .args([
                 "--ignored",
                 "--exact",

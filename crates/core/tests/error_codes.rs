@@ -2,6 +2,8 @@
 //! code documented there is still reported somewhere: the list users and scripts rely on
 //! cannot drift from the code.
 
+#![allow(clippy::unwrap_used)]
+
 use std::collections::BTreeSet;
 use std::path::Path;
 

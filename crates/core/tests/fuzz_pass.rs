@@ -7,6 +7,8 @@
 //! seeded: a failure names the seed and iteration, and reruns the same. Set
 //! `KALYPSO_FUZZ_ITERATIONS` to run longer locally.
 
+#![allow(clippy::unwrap_used)]
+
 use kalypso_core::diag::Diagnostics;
 use kalypso_core::source::{SourceFile, SourceTree};
 use kalypso_gotmpl::Limits;
