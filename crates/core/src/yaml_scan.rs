@@ -70,6 +70,21 @@ fn line_of(mark: u64) -> u32 {
 /// Scans `text`. Syntax errors end the scan silently: the deserializer reports them with its
 /// own message.
 pub(crate) fn scan(text: &str, limits: ScanLimits) -> Scan {
+    // libyaml-safer panics on a block scalar that ends the input without a line break
+    // (libyaml's buffer always has one); a document taken out of a stream may end so.
+    let owned;
+    let text = if text.ends_with('\n') {
+        text
+    } else {
+        owned = format!("{text}\n");
+        &owned
+    };
+    // Should the parser panic on some other input, the scan is skipped: the deserializer,
+    // which uses another parser, reports the document.
+    std::panic::catch_unwind(|| scan_events(text, limits)).unwrap_or_default()
+}
+
+fn scan_events(text: &str, limits: ScanLimits) -> Scan {
     let mut out = Scan::default();
     let mut parser = Parser::new();
     let mut bytes = text.as_bytes();
@@ -295,6 +310,16 @@ mod tests {
         assert_eq!(s.name.as_deref(), Some("t"));
         // Two merge keys are not duplicates.
         assert!(problems("a: &a {x: 1}\nb: &b {y: 1}\nc:\n  <<: *a\n  <<: *b\n").is_empty());
+    }
+
+    #[test]
+    fn block_scalars_at_the_end_of_the_input_are_read() {
+        for text in ["a: |\n  x", "a: >-\n  x\n  y", "a: |", "- |\n  x\n- |"] {
+            let s = scan(text, LIMITS);
+            assert!(s.problems.is_empty(), "{text:?}: {:?}", s.problems);
+        }
+        let s = scan("a: |\n  x\na: |\n  y", LIMITS);
+        assert_eq!(s.problems.len(), 1, "the scan went on to the end");
     }
 
     #[test]
