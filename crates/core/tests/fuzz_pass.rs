@@ -225,6 +225,8 @@ fn the_loader_stays_within_its_limits() {
         },
     );
     cases.push(bomb);
+    // A block scalar that ends the input without a line break once panicked the parser.
+    cases.push("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: |\n    x".to_owned());
     for _ in 0..iterations(600) {
         let seed = &seeds[rng.below(seeds.len())];
         cases.push(mutate(&mut rng, seed, YAML_TOKENS));
