@@ -117,6 +117,8 @@ fuzz_target!(|input: &[u8]| {
         max_steps: 20_000,
         max_depth: 200,
         max_output: 1 << 16,
+        max_alloc: 1 << 22,
+        max_data_depth: 100,
     };
     let mut out = Vec::new();
     let _ = t.execute(&data(), &mut out, &limits);

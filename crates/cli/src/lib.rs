@@ -42,6 +42,19 @@ struct GlobalArgs {
     /// Print only errors.
     #[arg(short, long, global = true)]
     quiet: bool,
+    /// Raise (or lower) a limit on templates or YAML, e.g. `--limit template-output=256M`
+    /// (repeatable; KALYPSO_LIMITS takes a comma-separated list). The limits and their
+    /// defaults: template-output 64M, template-alloc 256M, template-steps 10000000,
+    /// template-depth 100000, data-depth 1000, render-output 4G, yaml-depth 100,
+    /// yaml-document-size 8M, yaml-alias-nodes 100000.
+    #[arg(
+        long = "limit",
+        global = true,
+        env = "KALYPSO_LIMITS",
+        value_name = "NAME=VALUE",
+        value_delimiter = ','
+    )]
+    limits: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -280,6 +293,12 @@ pub fn run(cli: Cli) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::FAILURE;
     }
+    let mut limits = kalypso_core::limits::Limits::default();
+    if let Err(e) = limits.apply(cli.global.limits.iter().map(String::as_str)) {
+        eprintln!("error: {e}");
+        return ExitCode::FAILURE;
+    }
+    kalypso_core::limits::install(limits);
     let pool = match rayon::ThreadPoolBuilder::new()
         .num_threads(cli.global.threads.unwrap_or(0))
         .build()

@@ -38,12 +38,30 @@ impl Origin {
 
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let file = escape(&self.file);
         if self.line > 0 {
-            write!(f, "{}:{}", self.file, self.line)
+            write!(f, "{file}:{}", self.line)
         } else {
-            write!(f, "{}", self.file)
+            write!(f, "{file}")
         }
     }
+}
+
+/// `text` with control characters (newline, ESC...) written as escapes (`\n`, `\u{1b}`),
+/// so that a file or key name cannot break a diagnostic's line or drive the terminal.
+pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if c.is_control() {
+            out.extend(c.escape_debug());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
 }
 
 /// How serious a diagnostic is.
@@ -133,7 +151,7 @@ impl fmt::Display for Diagnostic {
             None => {}
         }
         if let Some(field) = &self.field {
-            write!(f, "{field}: ")?;
+            write!(f, "{}: ", escape(field))?;
         }
         f.write_str(&self.message)
     }

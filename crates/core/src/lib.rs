@@ -13,6 +13,7 @@ pub mod config;
 pub mod diag;
 pub mod explain;
 pub mod fingerprint;
+pub mod limits;
 pub mod load;
 pub mod model;
 pub mod names;
@@ -25,6 +26,7 @@ pub mod selector;
 pub mod source;
 pub mod tree;
 pub mod unfold;
+mod yaml_scan;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{

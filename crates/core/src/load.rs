@@ -62,10 +62,13 @@ fn split_documents(text: &str) -> Vec<Document<'_>> {
         text: &text[start..],
         first_line: start_line,
     });
+    // A part holding only comments, or only the directives (`%YAML 1.2`) of the document
+    // after it, is no document; the parser reads each document without its directives, as
+    // YAML 1.1 and 1.2 parse Kubernetes objects alike.
     docs.retain(|d| {
         d.text
             .lines()
-            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#'))
+            .any(|l| !l.trim().is_empty() && !l.trim_start().starts_with('#') && !l.starts_with('%'))
     });
     docs
 }
@@ -331,8 +334,97 @@ fn known_kinds() -> String {
         .join(", ")
 }
 
+/// Checks a document against the YAML limits and for duplicate keys before it is parsed
+/// (see [`crate::yaml_scan`]); reports what it finds and returns `None` if the document must
+/// not be parsed, or the text to parse: the document's, or with its merge keys (`<<`)
+/// applied.
+fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -> Option<Option<String>> {
+    let limits = crate::limits::current();
+    let object = |kind: Option<&str>, name: Option<&str>| {
+        let kind = Kind::ALL.into_iter().find(|k| Some(k.name()) == kind)?;
+        Some((kind, name.unwrap_or_default().to_owned()))
+    };
+    if doc.text.len() > limits.yaml_document_size {
+        let mut d = Diagnostic::error(
+            "yaml-limit",
+            format!(
+                "the document is {} bytes, more than the yaml-document-size limit ({} bytes); {}",
+                doc.text.len(),
+                limits.yaml_document_size,
+                crate::limits::hint("yaml-document-size")
+            ),
+        )
+        .at(origin);
+        d.object = None;
+        diagnostics.push(d);
+        return None;
+    }
+    let scan = crate::yaml_scan::scan(
+        doc.text,
+        crate::yaml_scan::ScanLimits {
+            depth: limits.yaml_depth,
+            alias_nodes: limits.yaml_alias_nodes,
+        },
+    );
+    if !scan.problems.is_empty() {
+        let object = object(scan.kind.as_deref(), scan.name.as_deref());
+        for p in scan.problems {
+            let (code, message) = match p.limit {
+                Some(limit) => (
+                    "yaml-limit",
+                    format!("{}; {}", p.message, crate::limits::hint(limit)),
+                ),
+                None => ("duplicate-key", p.message),
+            };
+            let mut d = Diagnostic::error(code, message).at(&origin.at_line(doc.first_line + p.line));
+            d.object = object.clone();
+            if !p.field.is_empty() {
+                d = d.field(p.field);
+            }
+            diagnostics.push(d);
+        }
+        return None;
+    }
+    if !scan.has_merge_keys {
+        return Some(None);
+    }
+    // YAML 1.1 merge keys, which Kubernetes tools resolve: merged into the document, which
+    // is then parsed as if written out (lines of later messages are those of the object).
+    let merged = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc.text)
+        .and_then(|mut v| v.apply_merge().map(|()| v))
+        .and_then(|v| serde_yaml_ng::to_string(&v));
+    match merged {
+        Ok(text) => Some(Some(text)),
+        Err(e) => {
+            let mut d = Diagnostic::error(
+                "yaml",
+                format!(
+                    "invalid YAML: a merge key (<<) must refer to a mapping or a list of mappings ({})",
+                    strip_location(&e.to_string())
+                ),
+            )
+            .at(origin);
+            d.object = object(scan.kind.as_deref(), scan.name.as_deref());
+            diagnostics.push(d);
+            None
+        }
+    }
+}
+
 fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostics) -> Option<AnyObject> {
     let origin = file.at_line(content_line(doc));
+    let merged = prescan(doc, &origin, diagnostics)?;
+    let merged_doc;
+    let doc = match &merged {
+        Some(text) => {
+            merged_doc = Document {
+                text,
+                first_line: origin.line,
+            };
+            &merged_doc
+        }
+        None => doc,
+    };
     let meta: TypeMeta = match serde_yaml_ng::from_str(doc.text) {
         Ok(m) => m,
         Err(err) => {

@@ -16,7 +16,9 @@ use kalypso_api::{
 };
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
-use crate::names::{dns_subdomain_error, label_key_error, label_value_error};
+use crate::names::{
+    config_map_key_error, dns_label_error, dns_subdomain_error, label_key_error, label_value_error,
+};
 use crate::source::SourceTree;
 
 /// An object with its metadata, spec and origin.
@@ -323,6 +325,19 @@ impl Namespace {
     }
 }
 
+/// `parent.key`, or `parent["key"]` when the key is not a plain word (`data["a.b"]`).
+fn key_path(parent: &str, key: &str) -> String {
+    if !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        format!("{parent}.{key}")
+    } else {
+        format!("{parent}[{key:?}]")
+    }
+}
+
 /// Checks the name and labels; reports and returns false if the object must be dropped.
 fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
     let meta = object.meta();
@@ -330,6 +345,10 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
     let mut ok = true;
     let name_error = if meta.name.is_empty() {
         Some("required field is missing".to_owned())
+    } else if kind == Kind::Environment {
+        // An environment is a namespace (its Flux objects and everything it holds live there).
+        dns_label_error(&meta.name)
+            .map(|e| format!("an Environment's name is the name of its namespace, which {e}"))
     } else {
         // Names become folder names of the GitOps tree: this also rejects `..` and `/`.
         dns_subdomain_error(&meta.name)
@@ -342,6 +361,19 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
                 .field("metadata.name"),
         );
         ok = false;
+    }
+    if let AnyObject::ConfigMap(config_map) = object {
+        for key in config_map.spec.data.keys() {
+            if let Some(e) = config_map_key_error(key) {
+                diagnostics.push(
+                    Diagnostic::error("invalid-config-key", e)
+                        .at(origin)
+                        .on(kind, &meta.name)
+                        .field(key_path("data", key)),
+                );
+                ok = false;
+            }
+        }
     }
     for (key, value) in &meta.labels {
         for e in [label_key_error(key), label_value_error(value)]

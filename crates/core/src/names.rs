@@ -34,6 +34,57 @@ pub fn dns_subdomain_error(name: &str) -> Option<String> {
     }
 }
 
+/// Why a name is not a DNS-1123 label, or `None`: what Kubernetes requires of namespace
+/// names (at most 63 lowercase alphanumerics and `-`, starting and ending alphanumeric; no
+/// dots).
+pub fn dns_label_error(name: &str) -> Option<String> {
+    if name.is_empty() {
+        return Some("must not be empty".to_owned());
+    }
+    if name.len() > 63 {
+        return Some(format!(
+            "must be no more than 63 characters (is {}): Kubernetes namespace names are DNS-1123 labels",
+            name.len()
+        ));
+    }
+    let valid = name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    (!valid).then(|| {
+        "must be a lowercase RFC 1123 label: lowercase alphanumerics and '-' (no '.'), starting and ending \
+         with an alphanumeric character"
+            .to_owned()
+    })
+}
+
+/// Why a ConfigMap data key is invalid, or `None`: Kubernetes accepts at most 253
+/// alphanumerics, `-`, `_` and `.`, and not `.` or `..`.
+pub fn config_map_key_error(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return Some("a ConfigMap key must not be empty".to_owned());
+    }
+    if key.len() > 253 {
+        return Some(format!(
+            "a ConfigMap key must be no more than 253 characters (is {})",
+            key.len()
+        ));
+    }
+    if key == "." || key == ".." {
+        return Some(format!("a ConfigMap key must not be {key:?}"));
+    }
+    if !key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.')
+    {
+        return Some(format!(
+            "invalid ConfigMap key {key:?}: Kubernetes allows only alphanumerics, '-', '_' and '.'"
+        ));
+    }
+    None
+}
+
 fn is_qualified_name_part(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
@@ -101,5 +152,25 @@ mod tests {
         assert_eq!(label_value_error(""), None);
         assert_eq!(label_value_error("West_US.1"), None);
         assert!(label_value_error("West US").is_some());
+    }
+}
+
+#[cfg(test)]
+mod k8s_tests {
+    use super::*;
+
+    #[test]
+    fn labels_and_config_map_keys_follow_kubernetes() {
+        assert_eq!(dns_label_error("dev-large-app"), None);
+        assert!(dns_label_error("dev.large").is_some());
+        assert!(dns_label_error(&"a".repeat(64)).unwrap().contains("is 64"));
+        assert_eq!(dns_label_error(&"a".repeat(63)), None);
+        assert!(dns_label_error("-a").is_some());
+        for ok in ["a", "A_b.c-d", "..a", &"k".repeat(253)] {
+            assert_eq!(config_map_key_error(ok), None, "{ok}");
+        }
+        for bad in ["", ".", "..", "a/b", "a b", "ä", &"k".repeat(254)] {
+            assert!(config_map_key_error(bad).is_some(), "{bad}");
+        }
     }
 }

@@ -227,6 +227,30 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
         }
     }
 
+    // Each assignment's namespace (`<environment>-<cluster type>-<target>`, what the
+    // templates get as `.Namespace`) must be one Kubernetes accepts.
+    for a in env.schedule.iter() {
+        let target = &env.targets[&a.deployment_target];
+        let namespace = format!(
+            "{}-{}-{}",
+            target.spec.environment, a.cluster_type, a.deployment_target
+        );
+        if let Some(e) = crate::names::dns_label_error(&namespace) {
+            diagnostics.push(
+                Diagnostic::error(
+                    "invalid-namespace",
+                    format!(
+                        "the namespace {namespace:?} of its assignment to cluster type {:?} \
+                         (<environment>-<cluster type>-<deployment target>) {e}",
+                        a.cluster_type
+                    ),
+                )
+                .at(&target.origin)
+                .on(Kind::DeploymentTarget, &a.deployment_target),
+            );
+        }
+    }
+
     // Per-target values and identities, once per target.
     let mut targets: HashMap<&str, (Arc<TargetValues>, Fingerprint)> = HashMap::new();
     for a in env.schedule.iter() {
@@ -344,6 +368,9 @@ impl<'e> Prepared<'e> {
         deliver: impl Fn(&Job<'_>, Package) -> Option<Package> + Sync,
     ) -> Rendered {
         let schemas = SchemaCache::new();
+        // Bytes rendered by all assignments together, against the render-output limit.
+        let max_total = crate::limits::current().render_output;
+        let total = std::sync::atomic::AtomicUsize::new(0);
         let results: Vec<Result<Option<Package>, String>> = self
             .jobs
             .par_iter()
@@ -363,12 +390,23 @@ impl<'e> Prepared<'e> {
                     &job.config,
                     &job.shared_config,
                 )
-                .map(|package| deliver(job, package))
                 .map_err(|f: RenderFailure| {
                     format!(
                         "{}: Template {:?}: spec.manifests[{}]: {}",
                         f.origin, f.template, f.manifest, f.message
                     )
+                })
+                .and_then(|package| {
+                    let size: usize = package.files().map(|(_, blob)| blob.len()).sum();
+                    let before = total.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
+                    if before.saturating_add(size) > max_total {
+                        return Err(format!(
+                            "the manifests of the render exceed the render-output limit ({max_total} bytes) \
+                             with this assignment's {size} bytes; {}",
+                            crate::limits::hint("render-output")
+                        ));
+                    }
+                    Ok(deliver(job, package))
                 })
             })
             .collect();

@@ -290,7 +290,23 @@ fn failure((template, manifest, e): (&CompiledTemplate, usize, kalypso_template:
         template: template.name.clone(),
         origin: template.origin.clone(),
         manifest,
-        message: e.to_string(),
+        message: with_limit_hint(e.to_string()),
+    }
+}
+
+/// A limit's error with how to raise the limit appended.
+fn with_limit_hint(message: String) -> String {
+    let limit = crate::limits::NAMES
+        .into_iter()
+        .find(|name| message.contains(&format!("the {name} limit")))
+        .or_else(|| {
+            message
+                .contains("maximum template depth")
+                .then_some("template-depth")
+        });
+    match limit {
+        Some(name) => format!("{message}; {}", crate::limits::hint(name)),
+        None => message,
     }
 }
 

@@ -235,6 +235,7 @@ pub(crate) fn execute(set: Set<'_>, main: usize, data: &Value, out: &mut Vec<u8>
     };
     let trees = set.trees;
     let out_start = out.len();
+    let _budget = crate::budget::install(limits);
     let mut state = State {
         set,
         tmpl: main,
@@ -320,7 +321,7 @@ impl<'t> State<'t, '_> {
             return Err(self.error_kind(
                 ErrorKind::Limit,
                 format!(
-                    "exceeded maximum number of execution steps ({})",
+                    "exceeded the template-steps limit ({} steps: actions, loop iterations and calls)",
                     self.limits.max_steps
                 ),
             ));
@@ -333,7 +334,10 @@ impl<'t> State<'t, '_> {
         if self.out.len() - self.out_start > self.limits.max_output {
             return Err(self.error_kind(
                 ErrorKind::Limit,
-                format!("exceeded maximum output size ({} bytes)", self.limits.max_output),
+                format!(
+                    "exceeded the template-output limit ({} bytes)",
+                    self.limits.max_output
+                ),
             ));
         }
         Ok(())
@@ -873,7 +877,19 @@ impl<'t> State<'t, '_> {
         self.step()?;
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func.call(&argv)));
         match result {
-            Ok(Ok(v)) => Ok(Val::from_result(v)),
+            Ok(Ok(v)) => {
+                if let Err(e) = crate::budget::charge(crate::budget::shallow_size(&v)) {
+                    self.node = node;
+                    return Err(
+                        self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message()))
+                    );
+                }
+                Ok(Val::from_result(v))
+            }
+            Ok(Err(e)) if e.is_limit() => {
+                self.node = node;
+                Err(self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message())))
+            }
             Ok(Err(e)) => {
                 self.node = node;
                 Err(self.errorf(format!("error calling {name}: {}", e.message())))
@@ -977,7 +993,17 @@ impl<'t> State<'t, '_> {
         }
         self.step()?;
         match builtins::call(b, &callee_name, argv, self.limits.max_output) {
-            Ok(v) => Ok(v),
+            Ok(v) => {
+                if let Val::Conc(c) | Val::Iface(c) = &v
+                    && let Err(e) = crate::budget::charge(crate::budget::shallow_size(c))
+                {
+                    self.node = node;
+                    return Err(
+                        self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message()))
+                    );
+                }
+                Ok(v)
+            }
             Err(builtins::CallError::Go(msg)) => {
                 self.node = node;
                 Err(self.errorf(format!("error calling {name}: {msg}")))
@@ -986,7 +1012,10 @@ impl<'t> State<'t, '_> {
                 self.node = node;
                 Err(self.error_kind(
                     ErrorKind::Limit,
-                    format!("exceeded maximum output size ({} bytes)", self.limits.max_output),
+                    format!(
+                        "exceeded the template-output limit ({} bytes)",
+                        self.limits.max_output
+                    ),
                 ))
             }
         }

@@ -18,6 +18,7 @@ use crate::value::{Type, Value};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FuncError {
     message: String,
+    limit: bool,
 }
 
 impl FuncError {
@@ -25,7 +26,22 @@ impl FuncError {
     pub fn new(message: impl Into<String>) -> FuncError {
         FuncError {
             message: message.into(),
+            limit: false,
         }
+    }
+
+    /// An error for a call that would exceed a limit of the execution (see
+    /// [`crate::budget`]): the executor reports it as an [`crate::ErrorKind::Limit`] error.
+    pub fn limit(message: impl Into<String>) -> FuncError {
+        FuncError {
+            message: message.into(),
+            limit: true,
+        }
+    }
+
+    /// Whether the call was stopped by a limit.
+    pub fn is_limit(&self) -> bool {
+        self.limit
     }
 
     /// The message text.

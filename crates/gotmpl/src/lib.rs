@@ -9,6 +9,7 @@
 //! threads. Execution is bounded by [`Limits`] so that hostile templates fail with an error
 //! instead of hanging or exhausting memory.
 
+pub mod budget;
 pub mod fmt;
 pub mod strconv;
 pub mod unicode;

@@ -61,7 +61,17 @@ fn parse_error(e: &libyaml_safer::Error) -> Error {
 
 /// `yaml.v2.Unmarshal(text, &out)` with `out interface{}`.
 pub(crate) fn unmarshal(text: &[u8]) -> Result<Value, Error> {
-    let input: &[u8] = if text.is_empty() { b"\n" } else { text };
+    // libyaml-safer panics on a block scalar that ends the input without a line break;
+    // such input (a ConfigMap value written `a: |\n  x`) gets one.
+    let owned;
+    let input: &[u8] = if text.is_empty() {
+        b"\n"
+    } else if text.ends_with(b"\n") {
+        text
+    } else {
+        owned = [text, b"\n"].concat();
+        &owned
+    };
     let Some((nodes, root)) = parse_first_document(input)? else {
         return Ok(Value::Nil);
     };

@@ -65,14 +65,16 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["toJson"],
         func(vec![any()], move |a| {
-            Ok(string_value(json::marshal(&arg(a, 0), html).unwrap_or_default()))
+            Ok(string_value(
+                json::marshal(&checked(a)?, html).unwrap_or_default(),
+            ))
         }),
     );
     register(
         m,
         &["mustToJson"],
         func(vec![any()], move |a| {
-            json::marshal(&arg(a, 0), html)
+            json::marshal(&checked(a)?, html)
                 .map(string_value)
                 .map_err(|e| FuncError::new(e.0))
         }),
@@ -81,14 +83,16 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["toPrettyJson"],
         func(vec![any()], |a| {
-            Ok(string_value(json::marshal_indent(&arg(a, 0)).unwrap_or_default()))
+            Ok(string_value(
+                json::marshal_indent(&checked(a)?).unwrap_or_default(),
+            ))
         }),
     );
     register(
         m,
         &["mustToPrettyJson"],
         func(vec![any()], |a| {
-            json::marshal_indent(&arg(a, 0))
+            json::marshal_indent(&checked(a)?)
                 .map(string_value)
                 .map_err(|e| FuncError::new(e.0))
         }),
@@ -97,14 +101,14 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["toRawJson"],
         func(vec![any()], move |a| {
-            Ok(string_value(json::marshal(&arg(a, 0), raw).unwrap_or_default()))
+            Ok(string_value(json::marshal(&checked(a)?, raw).unwrap_or_default()))
         }),
     );
     register(
         m,
         &["mustToRawJson"],
         func(vec![any()], move |a| {
-            json::marshal(&arg(a, 0), raw)
+            json::marshal(&checked(a)?, raw)
                 .map(string_value)
                 .map_err(|e| FuncError::new(e.0))
         }),
@@ -164,6 +168,15 @@ pub(crate) fn register_all(m: &mut FuncMap) {
             Ok(Value::Bool(deep_equal(&arg(a, 0), &arg(a, 1))))
         }),
     );
+}
+
+/// The value to encode, once it is known to be within the data limits of the execution
+/// (see [`kalypso_gotmpl::budget::check_data`]).
+fn checked(a: &[Value]) -> Result<Value, FuncError> {
+    let v = arg(a, 0);
+    // The encoder grows its own stack (see `json::marshal`).
+    kalypso_gotmpl::budget::check_data(&v)?;
+    Ok(v)
 }
 
 #[cfg(test)]

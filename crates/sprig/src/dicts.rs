@@ -138,12 +138,16 @@ pub(crate) fn register_all(m: &mut FuncMap) {
     register(
         m,
         &["merge", "mustMerge"],
-        variadic(vec![dict_type()], dict_type(), |a| merge(a, false)),
+        variadic(vec![dict_type()], dict_type(), |a| {
+            checked_all(a, || merge(a, false))?
+        }),
     );
     register(
         m,
         &["mergeOverwrite", "mustMergeOverwrite"],
-        variadic(vec![dict_type()], dict_type(), |a| merge(a, true)),
+        variadic(vec![dict_type()], dict_type(), |a| {
+            checked_all(a, || merge(a, true))?
+        }),
     );
     register(
         m,
@@ -152,7 +156,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
             Value::Nil => Err(FuncError::new(
                 "reflect: call of reflect.Value.Type on zero Value",
             )),
-            v => Ok(v.deep_copy()),
+            v => kalypso_gotmpl::budget::with_data(&v, || v.deep_copy()),
         }),
     );
     register(m, &["dig"], variadic(vec![], any(), dig));
@@ -206,6 +210,13 @@ fn set_map_index(dst: &Map, key: MapKey, value: Value, src_elem: &Type) -> Resul
     }
     dst.insert(key, value);
     Ok(())
+}
+
+/// Runs `f` if every argument is within the data limits of the execution, on a stack deep
+/// enough for the deepest (merging recurses).
+fn checked_all<R>(a: &[Value], f: impl FnOnce() -> R) -> Result<R, FuncError> {
+    let list = Value::List(List::interfaces(a.to_vec()));
+    kalypso_gotmpl::budget::with_data(&list, f)
 }
 
 /// mergo's `deepMerge` for two maps.

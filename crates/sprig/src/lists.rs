@@ -7,7 +7,10 @@
 //! variants panic where the `must` ones return an error; the template engine reports both the
 //! same way, so each pair shares one implementation.
 
-use kalypso_gotmpl::{FuncError, FuncMap, FuncResult, List, Type, Value};
+use kalypso_gotmpl::{FuncError, FuncMap, FuncResult, List, Type, Value, budget};
+
+/// The bytes one list element takes, for reserving allocations.
+const SLOT: usize = size_of::<Value>();
 
 use crate::cast::to_int;
 use crate::util::{
@@ -28,6 +31,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         &["append", "push", "mustAppend", "mustPush"],
         func(vec![any(), any()], |a| {
             let mut items = items_of(&arg(a, 0), "Cannot push on type")?;
+            budget::reserve((items.len() + 1).saturating_mul(SLOT))?;
             items.push(arg(a, 1));
             Ok(interfaces_value(items))
         }),
@@ -36,8 +40,10 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["prepend", "mustPrepend"],
         func(vec![any(), any()], |a| {
+            let rest = items_of(&arg(a, 0), "Cannot prepend on type")?;
+            budget::reserve((rest.len() + 1).saturating_mul(SLOT))?;
             let mut items = vec![arg(a, 1)];
-            items.extend(items_of(&arg(a, 0), "Cannot prepend on type")?);
+            items.extend(rest);
             Ok(interfaces_value(items))
         }),
     );
@@ -148,6 +154,11 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["concat"],
         variadic(vec![], any(), |a| {
+            let total = a
+                .iter()
+                .map(|l| l.as_list().map_or(0, List::len))
+                .fold(0usize, usize::saturating_add);
+            budget::reserve(total.saturating_mul(SLOT))?;
             let mut res = Vec::new();
             for list in a {
                 match list {

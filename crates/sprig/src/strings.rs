@@ -6,7 +6,7 @@
 //! byte of a multi-byte character as a Latin-1 rune (`initials "ünï code"` is `Ãc`). Those
 //! quirks are reproduced on purpose: output must match the Go original byte for byte.
 
-use kalypso_gotmpl::{FuncError, FuncMap, Map, MapKey, Str, Type, Value};
+use kalypso_gotmpl::{FuncError, FuncMap, Map, MapKey, Str, Type, Value, budget};
 
 use crate::util::{
     RUNE_ERROR, arg, arg_bytes, arg_int, decode_rune, find, func, go_quote, is_digit, is_letter, is_lower,
@@ -227,6 +227,7 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["cat"],
         variadic(vec![], Type::Interface, |a| {
+            budget::reserve(a.iter().map(printed_size).sum())?;
             let mut out = Vec::new();
             for v in a.iter().filter(|v| !v.is_nil()) {
                 if !out.is_empty() {
@@ -257,6 +258,19 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["replace"],
         func(vec![s(), s(), s()], |a| {
+            let (text, old, new) = (arg_bytes(a, 2), arg_bytes(a, 0), arg_bytes(a, 1));
+            if new.len() > old.len() {
+                // At most one replacement per byte (and one more for an empty `old`).
+                let count = if old.is_empty() {
+                    text.len() + 1
+                } else {
+                    text.len() / old.len()
+                };
+                budget::reserve(
+                    text.len()
+                        .saturating_add(count.saturating_mul(new.len() - old.len())),
+                )?;
+            }
             Ok(string_value(replace(
                 arg_bytes(a, 2),
                 arg_bytes(a, 0),
@@ -314,7 +328,14 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         &["join"],
         func(vec![s(), Type::Interface], |a| {
             let sep = arg_bytes(a, 0);
-            Ok(string_value(str_slice(&arg(a, 1)).join(sep)))
+            let parts = str_slice(&arg(a, 1));
+            budget::reserve(
+                parts
+                    .iter()
+                    .map(|p| p.len() + sep.len())
+                    .fold(0usize, usize::saturating_add),
+            )?;
+            Ok(string_value(parts.join(sep)))
         }),
     );
     register(
@@ -442,6 +463,24 @@ fn substring(start: i64, end: i64, s: &[u8]) -> Result<Vec<u8>, FuncError> {
 const MAX_REPEAT_BYTES: usize = 64 << 20;
 
 /// Go's `strings.Repeat`, with its panics.
+/// About how many bytes printing `v` with `%v` takes, one level deep (for reserving the
+/// allocation of functions that print their arguments).
+fn printed_size(v: &Value) -> usize {
+    let one = |v: &Value| match v {
+        Value::String(s) => s.len() + 1,
+        _ => 24,
+    };
+    match v {
+        Value::List(l) => l.items().iter().map(one).fold(0, usize::saturating_add),
+        Value::Map(m) => m
+            .snapshot()
+            .values()
+            .map(|v| one(v) + 16)
+            .fold(0, usize::saturating_add),
+        other => one(other),
+    }
+}
+
 pub(crate) fn repeat(s: &[u8], count: i64) -> Result<Vec<u8>, FuncError> {
     if count < 0 {
         return Err(FuncError::new("strings: negative Repeat count"));
@@ -450,6 +489,7 @@ pub(crate) fn repeat(s: &[u8], count: i64) -> Result<Vec<u8>, FuncError> {
     if total > MAX_REPEAT_BYTES as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
+    budget::reserve(total as usize)?;
     Ok(s.repeat(count as usize))
 }
 

@@ -11,7 +11,7 @@
 //! - `unquote v`: strings are space-trimmed, then stripped of `"`, then of `'` at both ends;
 //!   other values give `""`.
 
-use kalypso_gotmpl::{Entries, Func, FuncError, FuncMap, FuncResult, Map, Str, Type, Value};
+use kalypso_gotmpl::{Entries, Func, FuncError, FuncMap, FuncResult, Map, Str, Type, Value, budget};
 use kalypso_goyaml::Error as YamlError;
 
 use crate::hash::hash;
@@ -44,6 +44,10 @@ fn marshal(v: &Value) -> Result<Option<Vec<u8>>, FuncError> {
 }
 
 fn to_yaml(v: &Value) -> FuncResult {
+    budget::with_data(v, || to_yaml_unchecked(v))?
+}
+
+fn to_yaml_unchecked(v: &Value) -> FuncResult {
     match v {
         // A frozen map (config shared by many assignments) is encoded once.
         Value::Map(map) => map.derived("toYaml", || encode_yaml(v)),
@@ -68,11 +72,15 @@ fn is_string_interface_map(m: &Map) -> bool {
 }
 
 fn stringify(v: &Value) -> FuncResult {
+    budget::with_data(v, || stringify_unchecked(v))?
+}
+
+fn stringify_unchecked(v: &Value) -> FuncResult {
     let Value::Map(map) = v else {
-        return to_yaml(v);
+        return to_yaml_unchecked(v);
     };
     if !is_string_interface_map(map) {
-        return to_yaml(v);
+        return to_yaml_unchecked(v);
     }
     let mut entries = Entries::new();
     for (key, value) in map.snapshot().iter() {
@@ -88,7 +96,7 @@ fn stringify(v: &Value) -> FuncResult {
         };
         entries.insert(key.clone(), value);
     }
-    to_yaml(&Value::Map(Map::from_entries(
+    to_yaml_unchecked(&Value::Map(Map::from_entries(
         Type::String,
         Type::Interface,
         entries,
@@ -98,7 +106,8 @@ fn stringify(v: &Value) -> FuncResult {
 /// The original's `hash` (`scheduler/templater.go`): hashstructure's value as a decimal
 /// string, or `""` when hashstructure returns an error.
 fn hash_func(v: &Value) -> FuncResult {
-    Ok(Value::string(hash(v).map(|h| h.to_string()).unwrap_or_default()))
+    let h = budget::with_data(v, || hash(v))?;
+    Ok(Value::string(h.map(|h| h.to_string()).unwrap_or_default()))
 }
 
 /// Go's `strings.TrimSpace` on bytes: Unicode white space at both ends; invalid UTF-8 is

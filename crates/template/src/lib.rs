@@ -83,6 +83,25 @@ pub fn sprig_warning(version: SprigVersion) -> Option<String> {
     })
 }
 
+static DEFAULT_LIMITS: std::sync::RwLock<Option<Limits>> = std::sync::RwLock::new(None);
+
+/// Makes `limits` the limits of every [`Engine`] built from now on in this process (the
+/// command line installs those its `--limit` options set).
+pub fn set_default_limits(limits: Limits) {
+    *DEFAULT_LIMITS
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(limits);
+}
+
+/// The limits new engines get: those of [`set_default_limits`], or [`Limits::default`].
+pub fn default_limits() -> Limits {
+    DEFAULT_LIMITS
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone()
+        .unwrap_or_default()
+}
+
 /// A template text parsed once, ready to render many times.
 #[derive(Debug)]
 pub struct Compiled {
@@ -113,7 +132,7 @@ impl Engine {
         funcs::register(&mut funcs);
         Engine {
             funcs: Arc::new(funcs),
-            limits: Limits::default(),
+            limits: default_limits(),
             sprig,
         }
     }
