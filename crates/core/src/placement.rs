@@ -421,15 +421,15 @@ fn known(ns: &Namespace) -> String {
 
 /// A SchedulerExtender, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Extender {
+pub struct Extender {
     url: String,
     timeout: Duration,
     fail: bool,
     origin: Origin,
 }
 
-/// Validates every SchedulerExtender of the namespace.
-fn extenders(ns: &Namespace, diagnostics: &mut Diagnostics) -> BTreeMap<String, Extender> {
+/// Validates every SchedulerExtender of the namespace; the valid ones by name.
+pub fn extenders(ns: &Namespace, diagnostics: &mut Diagnostics) -> BTreeMap<String, Extender> {
     let mut out = BTreeMap::new();
     for (name, object) in &ns.extenders {
         let spec: &SchedulerExtenderSpec = &object.spec;
@@ -537,11 +537,11 @@ type Answer = Result<ExtenderResponse, String>;
 pub fn place(
     ns: &Namespace,
     work: &[Work<'_>],
+    extenders: &BTreeMap<String, Extender>,
     assigned: &mut HashMap<String, u64>,
     input: &PlacementInput<'_>,
     diagnostics: &mut Diagnostics,
 ) -> Vec<Decision> {
-    let extenders = extenders(ns, diagnostics);
     // One request per (policy, target), shared by its extenders; calls deduplicated by
     // (extender, request hash).
     let mut calls: Vec<ExtenderCall> = Vec::new();
@@ -610,7 +610,7 @@ pub fn place(
     let mut failures: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     let mut decisions = Vec::with_capacity(work.len());
     for (w, mine) in work.iter().zip(&work_calls) {
-        let decision = decide(ns, w, mine, &answers, &extenders, assigned, input, &mut failures);
+        let decision = decide(ns, w, mine, &answers, extenders, assigned, input, &mut failures);
         for ct in decision.chosen() {
             *assigned.entry(ct.to_owned()).or_default() += 1;
         }

@@ -94,6 +94,7 @@ pub fn schedule_with(
 ) -> Schedule {
     let mut result = Schedule::default();
     let mut placed: Vec<(String, PlacementSpec, Vec<&str>)> = Vec::new();
+    let extenders = placement::extenders(ns, diagnostics);
     for (name, policy) in &ns.policies {
         let mut compile = |selector, field: &str| match Selector::parse(selector) {
             Ok(s) => Some(s),
@@ -159,37 +160,35 @@ pub fn schedule_with(
         result.policies.insert(name.clone(), compiled);
     }
     if !placed.is_empty() {
-        place(ns, targets, input, &placed, &mut result, diagnostics);
+        let mut assigned: HashMap<String, u64> = HashMap::new();
+        for a in result.assignments.values() {
+            *assigned.entry(a.cluster_type.clone()).or_default() += 1;
+        }
+        let mut work = Vec::new();
+        for (name, spec, feasible) in &placed {
+            let compiled = &result.policies[name];
+            for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
+                work.push(Work {
+                    policy: name,
+                    spec,
+                    target,
+                    feasible: feasible.clone(),
+                });
+            }
+        }
+        let decisions = placement::place(ns, &work, &extenders, &mut assigned, input, diagnostics);
+        add_decisions(targets, decisions, &mut result);
     }
     result
 }
 
-/// Places the targets of the policies with placement fields and adds their assignments.
-fn place(
-    ns: &Namespace,
+/// Adds the assignments of placement decisions, and the decisions for `explain`.
+fn add_decisions(
     targets: &BTreeMap<String, DeploymentTarget>,
-    input: &PlacementInput<'_>,
-    placed: &[(String, PlacementSpec, Vec<&str>)],
+    decisions: Vec<Decision>,
     result: &mut Schedule,
-    diagnostics: &mut Diagnostics,
 ) {
-    let mut assigned: HashMap<String, u64> = HashMap::new();
-    for a in result.assignments.values() {
-        *assigned.entry(a.cluster_type.clone()).or_default() += 1;
-    }
-    let mut work = Vec::new();
-    for (name, spec, feasible) in placed {
-        let compiled = &result.policies[name];
-        for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
-            work.push(Work {
-                policy: name,
-                spec,
-                target,
-                feasible: feasible.clone(),
-            });
-        }
-    }
-    for decision in placement::place(ns, &work, &mut assigned, input, diagnostics) {
+    for decision in decisions {
         let target = &targets[&decision.target];
         for ct in decision.chosen() {
             let assignment = result
