@@ -13,6 +13,10 @@
 //! Each case copies `input/gitops-base` into a fresh folder, runs the `kalypso render`
 //! binary on it, and requires the folder to equal `expected/` byte for byte, with no missing
 //! or extra file. Adding a case is adding a folder.
+//!
+//! A case about a bundled example names it instead of copying it: `input: examples/placement`
+//! in `case.yaml` (relative to the workspace) is the control plane, and the GitOps branch
+//! before the run is then `<case>/gitops-base` (optional).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
@@ -42,6 +46,10 @@ struct Case {
     name: String,
     dir: PathBuf,
     env: String,
+    /// The control plane (`<case>/input`, or the example `input:` names).
+    input: PathBuf,
+    /// The GitOps tree before the run.
+    gitops_base: PathBuf,
 }
 
 fn cases() -> Vec<Case> {
@@ -63,10 +71,16 @@ fn cases() -> Vec<Case> {
                 continue;
             }
             let env = case_field(&case_yaml, "environment").expect("case.yaml names the environment");
+            let (input, gitops_base) = match case_field(&case_yaml, "input") {
+                Some(example) => (root().join(example), dir.join("gitops-base")),
+                None => (dir.join("input"), dir.join("input/gitops-base")),
+            };
             cases.push(Case {
                 name: dir.file_name().unwrap().to_string_lossy().into_owned(),
                 dir,
                 env,
+                input,
+                gitops_base,
             });
         }
     }
@@ -76,10 +90,10 @@ fn cases() -> Vec<Case> {
 
 fn run_case(case: &Case) -> Result<(), String> {
     let out = tempfile::tempdir().unwrap();
-    copy_files(&case.dir.join("input/gitops-base"), out.path());
+    copy_files(&case.gitops_base, out.path());
     let output = Command::new(env!("CARGO_BIN_EXE_kalypso"))
         .arg("render")
-        .arg(case.dir.join("input"))
+        .arg(&case.input)
         .args(["--env", &case.env, "--out"])
         .arg(out.path())
         .output()

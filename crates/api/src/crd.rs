@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Assignment, AssignmentPackage, BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment,
-    GitOpsRepo, Manifest, SchedulingPolicy, Template, Workload, WorkloadRegistration,
+    GitOpsRepo, Manifest, SchedulerExtender, SchedulingPolicy, Template, Workload, WorkloadRegistration,
 };
 
 /// The status of most kinds: conditions only (`Ready`, with reason, message and the
@@ -140,6 +140,7 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         DeploymentTarget::crd(),
         Environment::crd(),
         GitOpsRepo::crd(),
+        SchedulerExtender::crd(),
         SchedulingPolicy::crd(),
         Template::crd(),
         Workload::crd(),
@@ -247,7 +248,7 @@ mod tests {
                 "{kind} has a status subresource"
             );
         }
-        assert_eq!(crds.len(), 12);
+        assert_eq!(crds.len(), 13);
     }
 
     fn spec_schema(kind: &str) -> serde_json::Value {

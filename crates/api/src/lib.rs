@@ -76,11 +76,13 @@ pub enum Kind {
     AssignmentPackage,
     /// A core `v1` ConfigMap ([`ConfigMapData`]).
     ConfigMap,
+    /// [`SchedulerExtenderSpec`]
+    SchedulerExtender,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 13] = [
+    pub const ALL: [Kind; 14] = [
         Kind::ClusterType,
         Kind::Template,
         Kind::WorkloadRegistration,
@@ -94,6 +96,7 @@ impl Kind {
         Kind::Assignment,
         Kind::AssignmentPackage,
         Kind::ConfigMap,
+        Kind::SchedulerExtender,
     ];
 
     /// The kind's name as written in `kind:`.
@@ -112,6 +115,7 @@ impl Kind {
             Kind::Assignment => "Assignment",
             Kind::AssignmentPackage => "AssignmentPackage",
             Kind::ConfigMap => "ConfigMap",
+            Kind::SchedulerExtender => "SchedulerExtender",
         }
     }
 
@@ -139,6 +143,7 @@ impl Kind {
             Kind::Assignment => "assignments",
             Kind::AssignmentPackage => "assignmentpackages",
             Kind::ConfigMap => "configmaps",
+            Kind::SchedulerExtender => "schedulerextenders",
         }
     }
 
@@ -491,6 +496,169 @@ pub struct SchedulingPolicySpec {
     /// The cluster types.
     #[serde(default)]
     pub cluster_type_selector: ClusterTypeSelector,
+    /// At most this many cluster types per deployment target (absent: every feasible one).
+    /// The placement fields are kalypso's; a policy without them behaves as the original's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub number_of_cluster_types: Option<i64>,
+    /// The ordering used when `numberOfClusterTypes` or a spread constraint cuts the
+    /// feasible set: scores normalised to 0–100 per prioritizer, combined by weight.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub prioritizers: Vec<Prioritizer>,
+    /// How the chosen cluster types spread over the values of cluster-type labels.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub spread_constraints: Vec<SpreadConstraint>,
+    /// SchedulerExtenders (by name) whose filter is applied to the feasible set before scoring.
+    #[serde(
+        default,
+        deserialize_with = "null_as_default",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub extenders: Vec<String>,
+    /// Take the cluster types from an Open Cluster Management Placement's decisions
+    /// (operator mode) instead of the cluster-type selector.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub placement_ref: Option<PlacementRef>,
+}
+
+impl SchedulingPolicySpec {
+    /// Whether the policy uses any placement field (otherwise it selects every feasible
+    /// cluster type, exactly as the original).
+    pub fn has_placement(&self) -> bool {
+        self.number_of_cluster_types.is_some()
+            || !self.prioritizers.is_empty()
+            || !self.spread_constraints.is_empty()
+            || !self.extenders.is_empty()
+            || self.placement_ref.is_some()
+    }
+}
+
+/// One prioritizer of a SchedulingPolicy: exactly one of `builtIn`, `labelValue` and
+/// `extender`, with a weight.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct Prioritizer {
+    /// `Steady` (keep the cluster types the target is on now) or `Balance` (prefer cluster
+    /// types with fewer assigned deployment targets).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub built_in: Option<String>,
+    /// A numeric cluster-type label as the score.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label_value: Option<LabelValue>,
+    /// The scores of a SchedulerExtender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extender: Option<ExtenderRef>,
+    /// The weight of the normalised score in the total (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<i64>,
+}
+
+/// The `labelValue` prioritizer: the value of a cluster-type label, a number.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct LabelValue {
+    /// The label key.
+    pub key: String,
+}
+
+/// A SchedulerExtender by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct ExtenderRef {
+    /// The SchedulerExtender's name.
+    pub name: String,
+}
+
+/// Spread the chosen cluster types over the values of a cluster-type label.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct SpreadConstraint {
+    /// The cluster-type label whose values are the topology domains (`region`).
+    pub topology_key: String,
+    /// The most the numbers of chosen cluster types of two domains may differ by (default 1).
+    #[serde(default = "one")]
+    pub max_skew: i64,
+}
+
+fn one() -> i64 {
+    1
+}
+
+/// An Open Cluster Management `Placement` (`cluster.open-cluster-management.io/v1beta1`)
+/// whose `PlacementDecisions` choose the policy's cluster types.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct PlacementRef {
+    /// The Placement's name.
+    pub name: String,
+    /// Its namespace (default: the policy's).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The ManagedCluster label whose value is a decided cluster's cluster type (default
+    /// `scheduler.kalypso.io/cluster-type`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub cluster_type_label: String,
+}
+
+/// What happens when a SchedulerExtender fails.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum FailurePolicy {
+    /// The environment fails; nothing is written.
+    #[default]
+    Fail,
+    /// The extender is skipped with a warning.
+    Ignore,
+}
+
+/// An external scheduler: kalypso asks it (JSON over HTTP POST) to filter or score each
+/// deployment target's candidate cluster types. The protocol is in `docs/placement.md`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "SchedulerExtender",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "SchedulerExtender of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"URL","type":"string","jsonPath":".spec.url"}"#,
+        printcolumn = r#"{"name":"Filter","type":"boolean","jsonPath":".spec.filter"}"#,
+        printcolumn = r#"{"name":"Prioritize","type":"boolean","jsonPath":".spec.prioritize"}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
+pub struct SchedulerExtenderSpec {
+    /// The http(s) URL requests are POSTed to.
+    pub url: String,
+    /// Whether the extender filters candidates.
+    #[serde(default)]
+    pub filter: bool,
+    /// Whether the extender scores candidates.
+    #[serde(default)]
+    pub prioritize: bool,
+    /// How long one call may take, as a Go duration (`500ms`, `2s`; default `5s`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+    /// `Fail` (default): a failing call fails the environment; `Ignore`: it is skipped.
+    #[serde(default)]
+    pub failure_policy: FailurePolicy,
 }
 
 /// A rollout environment and the control-plane branch that configures it.

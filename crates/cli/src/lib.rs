@@ -7,6 +7,7 @@
 
 mod commands;
 pub mod control_plane;
+mod extenders;
 pub mod fsio;
 mod hub_client;
 pub mod output;
@@ -240,6 +241,10 @@ struct ExplainArgs {
     /// Output format (`markdown` prints text).
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     output: OutputFormat,
+    /// The current GitOps tree (a folder, or `<REPO>#<BRANCH>`), which the `Steady`
+    /// prioritizer keeps targets on.
+    #[arg(long, value_name = "TREE")]
+    against: Option<String>,
     #[command(flatten, next_help_heading = "Git options")]
     git: commands::GitArgs,
 }

@@ -20,6 +20,7 @@ use serde::Serialize;
 use crate::config::{ConfigData, labels_match, merge};
 use crate::model::Object;
 use crate::pipeline::Environment;
+use crate::placement::{Decision, Verdict};
 use crate::selector::{RequirementCheck, Selector};
 use crate::unfold::DeploymentTarget;
 
@@ -80,6 +81,103 @@ pub struct PolicyExplanation {
     pub selects_target: bool,
     /// The cluster-type selector against each cluster type considered.
     pub cluster_types: Vec<ClusterTypeCheck>,
+    /// How the policy's placement fields chose among the selected cluster types (policies
+    /// with placement fields that select the target).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub placement: Option<PlacementExplanation>,
+}
+
+/// A placement decision for people: the feasible set, the extenders' verdicts, each
+/// candidate's scores and the spread.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementExplanation {
+    /// The feasible cluster types (the selector's matches).
+    pub feasible: Vec<String>,
+    /// Each filtering extender's verdict.
+    pub extenders: Vec<ExtenderVerdict>,
+    /// The prioritizers with their weights (`Steady ×3`), the order of `scores`.
+    pub prioritizers: Vec<String>,
+    /// The candidates after filtering, best first.
+    pub candidates: Vec<CandidateScore>,
+    /// Candidates left out before scoring, with why.
+    pub excluded: BTreeMap<String, String>,
+    /// `numberOfClusterTypes`.
+    pub number_of_cluster_types: Option<usize>,
+    /// The spread decision: chosen cluster types per domain.
+    pub spread: String,
+}
+
+/// What one extender said.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtenderVerdict {
+    /// The SchedulerExtender.
+    pub extender: String,
+    /// `filtered`, `ignored` (failed, `failurePolicy: Ignore`) or `failed`.
+    pub verdict: &'static str,
+    /// The candidates it dropped, with its reasons.
+    pub dropped: BTreeMap<String, String>,
+    /// Why it failed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One candidate's scores.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CandidateScore {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// Each prioritizer's normalised score (0–100).
+    pub scores: Vec<u32>,
+    /// The weighted total.
+    pub total: u64,
+    /// Chosen?
+    pub chosen: bool,
+    /// Why not.
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+}
+
+impl From<&Decision> for PlacementExplanation {
+    fn from(d: &Decision) -> PlacementExplanation {
+        PlacementExplanation {
+            feasible: d.feasible.clone(),
+            extenders: d
+                .verdicts
+                .iter()
+                .map(|(name, v)| {
+                    let (verdict, dropped, error) = match v {
+                        Verdict::Filtered { dropped } => ("filtered", dropped.clone(), None),
+                        Verdict::Ignored(e) => ("ignored", BTreeMap::new(), Some(e.clone())),
+                        Verdict::Failed(e) => ("failed", BTreeMap::new(), Some(e.clone())),
+                    };
+                    ExtenderVerdict {
+                        extender: name.clone(),
+                        verdict,
+                        dropped,
+                        error,
+                    }
+                })
+                .collect(),
+            prioritizers: d.prioritizers.clone(),
+            candidates: d
+                .ranked
+                .iter()
+                .map(|c| CandidateScore {
+                    cluster_type: c.name.clone(),
+                    scores: c.scores.clone(),
+                    total: c.total,
+                    chosen: c.chosen,
+                    reason: c.reason.clone(),
+                })
+                .collect(),
+            excluded: d.excluded.clone(),
+            number_of_cluster_types: d.limit,
+            spread: d.spread.clone(),
+        }
+    }
 }
 
 /// The assignments a target ends up with.
@@ -144,6 +242,11 @@ pub fn explain_target(
                         selected: p.cluster_type_selector.matches(ct.labels()),
                     })
                     .collect(),
+                placement: env
+                    .schedule
+                    .decisions
+                    .get(&(p.name.clone(), target.name.clone()))
+                    .map(PlacementExplanation::from),
             }
         })
         .collect();

@@ -5,7 +5,8 @@
 //! record of every decision (which policy placed each assignment, which ConfigMap gave each
 //! config value), which the `plan` and `explain` commands show.
 //!
-//! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`] →
+//! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`]
+//! (with [`placement`]) →
 //! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
 //! [`plan`] and [`explain`] describe the results for people.
 
@@ -18,6 +19,7 @@ pub mod load;
 pub mod model;
 pub mod names;
 pub mod pipeline;
+pub mod placement;
 pub mod plan;
 pub mod render;
 pub mod schedule;

@@ -579,6 +579,9 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             Kind::Environment => AnyObject::Environment(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::GitOpsRepo => AnyObject::GitOpsRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
             Kind::BaseRepo => AnyObject::BaseRepo(parse_typed(doc, &origin, kind, &name, diagnostics)?),
+            Kind::SchedulerExtender => {
+                AnyObject::SchedulerExtender(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
             Kind::ConfigSchema => {
                 let schema: Object<kalypso_api::ConfigSchemaSpec> =
                     parse_typed(doc, &origin, kind, &name, diagnostics)?;

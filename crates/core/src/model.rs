@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{
     BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, SchedulingPolicySpec, TemplateSpec, WorkloadRegistrationSpec,
-    WorkloadSpec, labels,
+    GitOpsRepoSpec, Kind, ObjectMeta, SchedulerExtenderSpec, SchedulingPolicySpec, TemplateSpec,
+    WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
 use crate::diag::{Diagnostic, Diagnostics, Origin};
@@ -71,6 +71,7 @@ pub enum AnyObject {
     BaseRepo(Object<BaseRepoSpec>),
     ConfigSchema(Object<ConfigSchemaSpec>),
     ConfigMap(Object<ConfigMapData>),
+    SchedulerExtender(Object<SchedulerExtenderSpec>),
 }
 
 macro_rules! each_object {
@@ -87,6 +88,7 @@ macro_rules! each_object {
             AnyObject::BaseRepo($o) => $body,
             AnyObject::ConfigSchema($o) => $body,
             AnyObject::ConfigMap($o) => $body,
+            AnyObject::SchedulerExtender($o) => $body,
         }
     };
 }
@@ -106,6 +108,7 @@ impl AnyObject {
             AnyObject::BaseRepo(_) => Kind::BaseRepo,
             AnyObject::ConfigSchema(_) => Kind::ConfigSchema,
             AnyObject::ConfigMap(_) => Kind::ConfigMap,
+            AnyObject::SchedulerExtender(_) => Kind::SchedulerExtender,
         }
     }
 
@@ -183,6 +186,8 @@ pub struct Namespace {
     pub config_schemas: BTreeMap<String, Object<ConfigSchemaSpec>>,
     /// ConfigMaps.
     pub config_maps: BTreeMap<String, Object<ConfigMapData>>,
+    /// SchedulerExtenders.
+    pub extenders: BTreeMap<String, Object<SchedulerExtenderSpec>>,
 }
 
 fn insert_unique<S>(
@@ -272,6 +277,7 @@ impl Namespace {
                 AnyObject::BaseRepo(o) => insert_unique(&mut self.base_repos, kind, o, diagnostics),
                 AnyObject::ConfigSchema(o) => insert_unique(&mut self.config_schemas, kind, o, diagnostics),
                 AnyObject::ConfigMap(o) => insert_unique(&mut self.config_maps, kind, o, diagnostics),
+                AnyObject::SchedulerExtender(o) => insert_unique(&mut self.extenders, kind, o, diagnostics),
             }
         }
     }

@@ -17,10 +17,11 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
 use crate::model::{AnyObject, Delivery, Namespace};
+use crate::placement::PlacementInput;
 use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
 };
-use crate::schedule::{Assignment, Schedule, schedule};
+use crate::schedule::{Assignment, Schedule, schedule_with};
 use crate::schema::SchemaCache;
 use crate::source::SourceTree;
 use crate::tree::{Package, RepoContent};
@@ -94,8 +95,18 @@ pub struct Environment {
 impl Environment {
     /// Unfolds workloads, schedules, and prepares config sources.
     pub fn new(namespace: Namespace, diagnostics: &mut Diagnostics) -> Environment {
+        Environment::with_placement(namespace, &PlacementInput::default(), diagnostics)
+    }
+
+    /// [`Environment::new`] with what placement needs besides the control plane (the current
+    /// assignment for `Steady`, the extender client).
+    pub fn with_placement(
+        namespace: Namespace,
+        input: &PlacementInput<'_>,
+        diagnostics: &mut Diagnostics,
+    ) -> Environment {
         let targets = deployment_targets(&namespace, diagnostics);
-        let schedule = schedule(&namespace, &targets, diagnostics);
+        let schedule = schedule_with(&namespace, &targets, input, diagnostics);
         let config = ConfigSources::new(&namespace, kalypso_template::config_value);
         Environment {
             namespace,

@@ -6,13 +6,18 @@
 //! policies choose the same pair the second one fails and blocks the whole environment;
 //! here the pair is one assignment that records every policy that chose it (see
 //! COMPATIBILITY.md). The record is what `kalypso explain` and `plan` show.
+//!
+//! A policy with placement fields (`numberOfClusterTypes`, `prioritizers`...) instead assigns
+//! each target to the cluster types [`crate::placement`] picks from its feasible set; those
+//! policies are placed after the others, whose assignments `Balance` counts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use kalypso_api::Kind;
 
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::Namespace;
+use crate::placement::{self, Decision, PlacementInput, PlacementSpec, Work};
 use crate::selector::Selector;
 use crate::unfold::DeploymentTarget;
 
@@ -58,6 +63,8 @@ pub struct Schedule {
     pub assignments: BTreeMap<(String, String), Assignment>,
     /// The policies whose selectors are valid, by name.
     pub policies: BTreeMap<String, CompiledPolicy>,
+    /// How each policy with placement fields placed each target, by (policy, target).
+    pub decisions: BTreeMap<(String, String), Decision>,
 }
 
 impl Schedule {
@@ -74,7 +81,20 @@ pub fn schedule(
     targets: &BTreeMap<String, DeploymentTarget>,
     diagnostics: &mut Diagnostics,
 ) -> Schedule {
+    schedule_with(ns, targets, &PlacementInput::default(), diagnostics)
+}
+
+/// [`schedule`] with what placement needs besides the control plane: the current assignment
+/// and the extender client.
+pub fn schedule_with(
+    ns: &Namespace,
+    targets: &BTreeMap<String, DeploymentTarget>,
+    input: &PlacementInput<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Schedule {
     let mut result = Schedule::default();
+    let mut placed: Vec<(String, PlacementSpec, Vec<&str>)> = Vec::new();
+    let extenders = placement::extenders(ns, diagnostics);
     for (name, policy) in &ns.policies {
         let mut compile = |selector, field: &str| match Selector::parse(selector) {
             Ok(s) => Some(s),
@@ -114,7 +134,14 @@ pub fn schedule(
             .filter(|ct| compiled.cluster_type_selector.matches(ct.labels()))
             .map(|ct| ct.name())
             .collect();
-        if !cluster_types.is_empty() {
+        if policy.spec.has_placement() {
+            let spec = placement::compile(name, policy, ns, diagnostics);
+            if let Some(spec) = spec
+                && placement::check_label_values(name, &spec, &cluster_types, ns, diagnostics)
+            {
+                placed.push((name.clone(), spec, cluster_types));
+            }
+        } else if !cluster_types.is_empty() {
             for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
                 for ct in &cluster_types {
                     let assignment = result
@@ -132,7 +159,54 @@ pub fn schedule(
         }
         result.policies.insert(name.clone(), compiled);
     }
+    if !placed.is_empty() {
+        let mut assigned: HashMap<String, u64> = HashMap::new();
+        for a in result.assignments.values() {
+            *assigned.entry(a.cluster_type.clone()).or_default() += 1;
+        }
+        let mut work = Vec::new();
+        for (name, spec, feasible) in &placed {
+            let compiled = &result.policies[name];
+            for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
+                work.push(Work {
+                    policy: name,
+                    spec,
+                    target,
+                    feasible: feasible.clone(),
+                });
+            }
+        }
+        let decisions = placement::place(ns, &work, &extenders, &mut assigned, input, diagnostics);
+        add_decisions(targets, decisions, &mut result);
+    }
     result
+}
+
+/// Adds the assignments of placement decisions, and the decisions for `explain`.
+fn add_decisions(
+    targets: &BTreeMap<String, DeploymentTarget>,
+    decisions: Vec<Decision>,
+    result: &mut Schedule,
+) {
+    for decision in decisions {
+        let target = &targets[&decision.target];
+        for ct in decision.chosen() {
+            let assignment = result
+                .assignments
+                .entry((ct.to_owned(), target.name.clone()))
+                .or_insert_with(|| Assignment {
+                    cluster_type: ct.to_owned(),
+                    deployment_target: target.name.clone(),
+                    workload: target.workload.clone(),
+                    policies: Vec::new(),
+                });
+            assignment.policies.push(decision.policy.clone());
+            assignment.policies.sort();
+        }
+        result
+            .decisions
+            .insert((decision.policy.clone(), decision.target.clone()), decision);
+    }
 }
 
 #[cfg(test)]
@@ -170,6 +244,7 @@ mod tests {
                         ..Default::default()
                     },
                 },
+                ..Default::default()
             },
             Origin::new("dev/p.yaml", 1),
         ))

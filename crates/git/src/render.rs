@@ -15,6 +15,7 @@ use std::collections::{BTreeSet, HashMap};
 
 use kalypso_api::Kind;
 use kalypso_core::fingerprint::Fingerprint;
+use kalypso_core::placement::{CurrentAssignment, PlacementInput};
 use kalypso_core::tree::{Package, RepoContent};
 use kalypso_core::{Diagnostic, Diagnostics, Environment, Inputs};
 use kalypso_template::Engine;
@@ -108,7 +109,19 @@ pub fn render_environment(name: &str, inputs: &Inputs) -> RenderOutcome {
 pub fn render_environment_with(name: &str, inputs: &Inputs, memo: &mut RenderMemo) -> RenderOutcome {
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(name, inputs, &mut diagnostics);
-    let environment = Environment::new(namespace, &mut diagnostics);
+    // Steady keeps targets where the last pass of this process placed them.
+    let mut current = CurrentAssignment::new();
+    for (cluster_type, target) in memo.packages.keys() {
+        current
+            .entry(target.clone())
+            .or_default()
+            .insert(cluster_type.clone());
+    }
+    let input = PlacementInput {
+        current: &current,
+        ..PlacementInput::default()
+    };
+    let environment = Environment::with_placement(namespace, &input, &mut diagnostics);
     let engine = Engine::from_env().unwrap_or_else(|e| {
         diagnostics.push(Diagnostic::error("sprig-version", e));
         Engine::new()
@@ -241,7 +254,12 @@ mod tests {
 
     /// The example control plane's inputs for `env`.
     fn example(env: &str) -> Inputs {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/control-plane");
+        example_at("examples/control-plane", env)
+    }
+
+    /// The inputs of the example control plane at `path` (from the workspace) for `env`.
+    fn example_at(path: &str, env: &str) -> Inputs {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
         let workloads = std::fs::read_dir(root.join("workloads"))
             .unwrap()
             .map(|e| e.unwrap())
@@ -276,6 +294,49 @@ mod tests {
             })
             .collect();
         SourceTree::new(tree.label(), files)
+    }
+
+    #[test]
+    fn steady_keeps_targets_where_the_last_pass_placed_them() {
+        let on = |outcome: &RenderOutcome| -> Vec<String> {
+            let content = outcome.content.as_ref().unwrap();
+            content
+                .packages
+                .keys()
+                .filter(|(_, dt)| dt == "shop-web-dev")
+                .map(|(ct, _)| ct.clone())
+                .collect()
+        };
+        let inputs = example_at("examples/placement", "dev");
+        let mut memo = RenderMemo::default();
+        let first = render_environment_with("dev", &inputs, &mut memo);
+        assert_eq!(on(&first), ["north-edge", "west-large"]);
+        // north-edge loses its capacity, and web no longer balances.
+        let environment = edit(
+            &inputs.environment,
+            "cluster-types.yaml",
+            "{region: north, capacity: \"50\"}",
+            "{region: north, capacity: \"5\"}",
+        );
+        let changed = Inputs {
+            environment: edit(
+                &environment,
+                "policies.yaml",
+                "    - builtIn: Balance\n      weight: 1\n",
+                "",
+            ),
+            ..example_at("examples/placement", "dev")
+        };
+        assert_eq!(
+            on(&render_environment("dev", &changed)),
+            ["east-large", "west-large"]
+        );
+        let second = render_environment_with("dev", &changed, &mut memo);
+        assert_eq!(
+            on(&second),
+            ["north-edge", "west-large"],
+            "Steady keeps the last pass's placement"
+        );
     }
 
     #[test]

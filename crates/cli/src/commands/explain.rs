@@ -10,10 +10,12 @@ use std::fmt::Write as _;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
+use kalypso_core::Diagnostics;
+use kalypso_core::explain::PlacementExplanation;
 use kalypso_core::explain::{
     Check, ConfigExplanation, Effect, TargetExplanation, explain_config, explain_target,
 };
-use kalypso_core::{Diagnostics, Environment};
+use kalypso_core::placement::current_from_paths;
 use kalypso_gotmpl::Value;
 use serde::Serialize;
 
@@ -65,7 +67,20 @@ pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCod
     let inputs = ControlPlaneSource::open(&args.control_plane, &git)?.inputs(&args.env)?;
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
-    let env = Environment::new(namespace, &mut diagnostics);
+    let current = match &args.against {
+        Some(against) => Some(super::plan::read_against(against, &git, global)?),
+        None => None,
+    };
+    let env = super::environment(
+        namespace,
+        || {
+            current
+                .as_ref()
+                .map(|tree| current_from_paths(tree.iter().map(|(path, _)| path.as_str())))
+                .unwrap_or_default()
+        },
+        &mut diagnostics,
+    );
     report(&diagnostics, global);
     let Some(target) = env.targets.get(&args.target) else {
         let known: Vec<&str> = env.targets.keys().map(String::as_str).collect();
@@ -232,6 +247,9 @@ pub(crate) fn target_text(e: &TargetExplanation) -> String {
                 reasons.join(", ")
             );
         }
+        if let Some(placement) = &p.placement {
+            placement_text(&mut out, placement);
+        }
     }
     if e.assignments.is_empty() {
         let _ = writeln!(out, "\nAssignments: none");
@@ -248,6 +266,71 @@ pub(crate) fn target_text(e: &TargetExplanation) -> String {
         }
     }
     out
+}
+
+/// A placement decision: feasible set, extender verdicts, scores, spread and the cut.
+fn placement_text(out: &mut String, p: &PlacementExplanation) {
+    let _ = writeln!(out, "  placement:");
+    let _ = writeln!(
+        out,
+        "    feasible: {}",
+        some_of(&p.feasible.iter().map(String::as_str).collect::<Vec<_>>(), 50)
+    );
+    for v in &p.extenders {
+        match &v.error {
+            Some(error) => {
+                let _ = writeln!(out, "    extender {}: {} ({error})", v.extender, v.verdict);
+            }
+            None if v.dropped.is_empty() => {
+                let _ = writeln!(out, "    extender {}: keeps every candidate", v.extender);
+            }
+            None => {
+                let dropped: Vec<String> = v
+                    .dropped
+                    .iter()
+                    .map(|(ct, why)| {
+                        if why.is_empty() {
+                            ct.clone()
+                        } else {
+                            format!("{ct} ({why})")
+                        }
+                    })
+                    .collect();
+                let _ = writeln!(out, "    extender {}: drops {}", v.extender, dropped.join(", "));
+            }
+        }
+    }
+    for (ct, why) in &p.excluded {
+        let _ = writeln!(out, "    {} {ct}: {why}", mark(false));
+    }
+    let limit = p
+        .number_of_cluster_types
+        .map_or_else(|| "every candidate".to_owned(), |n| format!("the best {n}"));
+    let prioritizers = if p.prioritizers.is_empty() {
+        "no prioritizers: by name".to_owned()
+    } else {
+        format!("scores: {}", p.prioritizers.join(", "))
+    };
+    let _ = writeln!(out, "    choosing {limit}; {prioritizers}");
+    for c in &p.candidates {
+        let scores: Vec<String> = c.scores.iter().map(u32::to_string).collect();
+        let why = if c.reason.is_empty() {
+            String::new()
+        } else {
+            format!(" — {}", c.reason)
+        };
+        let _ = writeln!(
+            out,
+            "    {} {}: [{}] total {}{why}",
+            mark(c.chosen),
+            c.cluster_type,
+            scores.join(", "),
+            c.total
+        );
+    }
+    if !p.spread.is_empty() {
+        let _ = writeln!(out, "    spread: {}", p.spread);
+    }
 }
 
 fn indented(text: &str, prefix: &str) -> String {

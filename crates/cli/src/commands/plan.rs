@@ -20,6 +20,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow, bail};
+use kalypso_core::model::Namespace;
+use kalypso_core::placement::{CurrentAssignment, current_from_paths};
 use kalypso_core::plan::{ChangeGroup, FORMAT_VERSION, FileChange, KeyChange, Plan, plan};
 use kalypso_core::tree::{Change, RepoContent, Tree, apply, diff};
 use kalypso_core::{Diagnostics, Environment, Inputs};
@@ -164,11 +166,17 @@ fn select(control_plane: &ControlPlane, env: &str) -> Result<EnvironmentRef> {
         .ok_or_else(|| anyhow!("environment {env:?} not found"))
 }
 
-/// Loads, schedules and renders `env`; `Err` with the exit code if it has errors (they are
-/// reported).
-fn render(inputs: &Inputs, env: &str, global: &GlobalArgs) -> Result<(Environment, RepoContent), ExitCode> {
+/// Loads, schedules and renders `env` (placing with the current tree `old`, when known); `Err`
+/// with the exit code if it has errors (they are reported).
+fn render(
+    inputs: &Inputs,
+    env: &str,
+    old: Option<&Tree>,
+    global: &GlobalArgs,
+) -> Result<(Environment, RepoContent), ExitCode> {
     let mut diagnostics = Diagnostics::new();
-    let (environment, rendered) = run_pipeline(inputs, env, &mut diagnostics);
+    let current = || old.map(current_of).unwrap_or_default();
+    let (environment, rendered) = run_pipeline(inputs, env, current, &mut diagnostics);
     report(&diagnostics, global);
     if diagnostics.has_errors() {
         eprintln!(
@@ -182,7 +190,7 @@ fn render(inputs: &Inputs, env: &str, global: &GlobalArgs) -> Result<(Environmen
 
 /// Reads the current GitOps tree `spec` names: a folder (a working copy's `.git` is
 /// skipped), or `<REPO>#<BRANCH>`.
-fn read_against(spec: &str, git: &GitAccess, global: &GlobalArgs) -> Result<Tree> {
+pub(crate) fn read_against(spec: &str, git: &GitAccess, global: &GlobalArgs) -> Result<Tree> {
     let path = Path::new(spec);
     if path.is_dir() && !is_bare_repository(path) {
         return read_tree(path).with_context(|| format!("reading {spec}"));
@@ -221,11 +229,39 @@ fn read_branch(repo: &str, branch: &str, git: &GitAccess, global: &GlobalArgs) -
     }
 }
 
+/// The current assignment of a GitOps tree (for the `Steady` prioritizer).
+fn current_of(tree: &Tree) -> CurrentAssignment {
+    current_from_paths(tree.iter().map(|(path, _)| path.as_str()))
+}
+
+/// The current tree to place with: `--against`, else the environment's local GitOps branch.
+/// `None` when neither can be read now (the error is reported after rendering, as before).
+fn current_tree(
+    against: Option<&String>,
+    inputs: &Inputs,
+    env: &str,
+    git: &GitAccess,
+    global: &GlobalArgs,
+) -> Result<Option<Tree>> {
+    if let Some(against) = against {
+        return read_against(against, git, global).map(Some);
+    }
+    let mut diagnostics = Diagnostics::new();
+    let namespace = kalypso_core::load_namespace(env, inputs, &mut diagnostics);
+    if !namespace.policies.values().any(|p| p.spec.has_placement()) {
+        return Ok(None);
+    }
+    match default_against(&namespace) {
+        Ok(spec) => read_against(&spec, git, global).map(Some),
+        Err(_) => Ok(None),
+    }
+}
+
 /// The environment's GitOps branch as `<REPO>#<BRANCH>`, when its repository is local.
-fn default_against(env: &Environment) -> Result<String> {
-    let name = env.name();
+fn default_against(namespace: &Namespace) -> Result<String> {
+    let name = &namespace.name;
     let hint = "name the current GitOps tree with --against <DIR> or --against <REPO>#<BRANCH>";
-    let repos: Vec<_> = env.namespace.gitops_repos.values().collect();
+    let repos: Vec<_> = namespace.gitops_repos.values().collect();
     let [one] = repos.as_slice() else {
         if repos.is_empty() {
             bail!("environment {name} has no GitOpsRepo; {hint}");
@@ -270,15 +306,15 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
     let env = source.env.as_str();
     let Some(from) = &source.promote_from else {
         let inputs = control_plane.inputs(env)?;
-        let (environment, content) = match render(&inputs, env, global) {
+        let first = current_tree(source.against.as_ref(), &inputs, env, &git, global)?;
+        let (environment, content) = match render(&inputs, env, first.as_ref(), global) {
             Ok(r) => r,
             Err(code) => return Ok(Err(code)),
         };
-        let against = match &source.against {
-            Some(a) => a.clone(),
-            None => default_against(&environment)?,
+        let old = match first {
+            Some(old) => old,
+            None => read_against(&default_against(&environment.namespace)?, &git, global)?,
         };
-        let old = read_against(&against, &git, global)?;
         let new = apply(&old, &content).tree;
         return Ok(Ok(Trees {
             old,
@@ -291,25 +327,29 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
     }
     let is_git = matches!(control_plane, ControlPlaneSource::Git { .. });
     let (promoted_inputs, commit) = control_plane.promoted_inputs(env, from)?;
-    let (environment, mut content) = match render(&promoted_inputs, env, global) {
+    let first = match (&source.against, is_git) {
+        (Some(against), _) => Some(read_against(against, &git, global)?),
+        // The environment as it is now: rendered at its own pinned commit.
+        (None, true) => {
+            let inputs = control_plane.inputs(env)?;
+            match render(&inputs, env, None, global) {
+                Ok((_, current)) => Some(apply(&Tree::new(), &current).tree),
+                Err(code) => return Ok(Err(code)),
+            }
+        }
+        // A folder has one main: compare with the environment's GitOps tree.
+        (None, false) => current_tree(None, &promoted_inputs, env, &git, global)?,
+    };
+    let (environment, mut content) = match render(&promoted_inputs, env, first.as_ref(), global) {
         Ok(r) => r,
         Err(code) => return Ok(Err(code)),
     };
     if commit.is_some() {
         content.promoted_commit.clone_from(&commit);
     }
-    let old = match (&source.against, is_git) {
-        (Some(against), _) => read_against(against, &git, global)?,
-        // The environment as it is now: rendered at its own pinned commit.
-        (None, true) => {
-            let inputs = control_plane.inputs(env)?;
-            match render(&inputs, env, global) {
-                Ok((_, current)) => apply(&Tree::new(), &current).tree,
-                Err(code) => return Ok(Err(code)),
-            }
-        }
-        // A folder has one main: compare with the environment's GitOps tree.
-        (None, false) => read_against(&default_against(&environment)?, &git, global)?,
+    let old = match first {
+        Some(old) => old,
+        None => read_against(&default_against(&environment.namespace)?, &git, global)?,
     };
     let new = apply(&old, &content).tree;
     Ok(Ok(Trees {

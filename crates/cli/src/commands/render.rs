@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use anyhow::{Context, Result};
 use kalypso_core::tree::Package;
 use kalypso_core::tree::{PROMOTED_COMMIT_PATH, README, Rules, promotes, readme};
-use kalypso_core::{Diagnostics, Environment, Job, prepare};
+use kalypso_core::{Diagnostics, Job, prepare};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
@@ -51,7 +51,11 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("parsing the control plane");
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     progress.stage("scheduling");
-    let environment = Environment::new(namespace, &mut diagnostics);
+    let environment = super::environment(
+        namespace,
+        || crate::extenders::current_from_dir(&args.out),
+        &mut diagnostics,
+    );
     let engine = Engine::from_env().unwrap_or_else(|e| {
         diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
         Engine::new()

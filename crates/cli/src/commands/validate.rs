@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use kalypso_core::explain::all_conflicts;
+use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::{Diagnostic, Diagnostics};
 
 use super::{report, run_pipeline};
@@ -26,7 +27,7 @@ pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitC
     for env in &environments {
         let inputs = read_inputs(&args.control_plane, env)?;
         let mut diagnostics = Diagnostics::new();
-        let (_, rendered) = run_pipeline(&inputs, env, &mut diagnostics);
+        let (_, rendered) = run_pipeline(&inputs, env, CurrentAssignment::new, &mut diagnostics);
         for (conflict, assignments) in all_conflicts(&rendered.records) {
             let values: Vec<String> = conflict
                 .values
