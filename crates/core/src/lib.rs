@@ -7,7 +7,8 @@
 //!
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`] →
 //! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
-//! [`plan`] and [`explain`] describe the results for people.
+//! [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
+//! parts of a control plane that have no effect.
 
 pub mod config;
 pub mod diag;
@@ -25,6 +26,7 @@ pub mod selector;
 pub mod source;
 pub mod tree;
 pub mod unfold;
+pub mod warnings;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{
