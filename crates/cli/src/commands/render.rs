@@ -19,8 +19,9 @@ use kalypso_core::{Diagnostics, Environment, Job, prepare};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
+use super::plan::{ControlPlaneSource, GitAccess};
 use super::report;
-use crate::control_plane::{check_output, read_inputs};
+use crate::control_plane::{check_output, check_outside_clone};
 use crate::fsio::{FreshTree, FsError, WriteStats, write_update};
 use crate::progress::Progress;
 use crate::render_cache::{CachedAssignment, CachedFile, RenderCache, Stamp, cache_file, default_cache_dir};
@@ -29,13 +30,23 @@ use crate::{GlobalArgs, RenderArgs};
 pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let progress = Progress::start(global.quiet);
     progress.stage("reading the control plane");
-    let inputs = read_inputs(&args.control_plane, &args.env)?;
-    check_output(&args.control_plane, &args.env, &args.out)?;
+    let git = GitAccess::new(&args.git)?;
+    let mut source = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?;
+    let inputs = source.inputs(&args.env)?;
+    match &source {
+        ControlPlaneSource::Folder(dir) => check_output(dir, &args.env, &args.out)?,
+        ControlPlaneSource::Git { .. } => {
+            if let Some(workdir) = source.local_dir() {
+                check_outside_clone(workdir, &args.out)?;
+            }
+        }
+    }
     let mut diagnostics = Diagnostics::new();
     progress.stage("parsing the control plane");
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     progress.stage("scheduling");
     let environment = Environment::new(namespace, &mut diagnostics);
+    kalypso_core::warnings::warn(&environment, &mut diagnostics);
     let engine = Engine::from_env().unwrap_or_else(|e| {
         diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
         Engine::new()
@@ -46,8 +57,9 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let cache_path = if args.no_cache {
         None
     } else {
-        args.cache_dir
-            .clone()
+        args.git
+            .cache_dir_given()
+            .map(ToOwned::to_owned)
             .or_else(default_cache_dir)
             .map(|dir| cache_file(&dir, &args.out, &args.env))
     };
