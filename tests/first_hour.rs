@@ -324,3 +324,34 @@ fn completions_for_every_shell_and_a_manual_page() {
     let render = String::from_utf8(written["kalypso-render.1"].clone()).unwrap();
     assert!(render.contains("\\-\\-no\\-cache"), "{render}");
 }
+
+#[test]
+fn the_first_promotion_into_a_new_environment_can_be_planned() {
+    let t = setup();
+    // stage is new: its BaseRepo pins no commit yet.
+    let clone = t.clone("clone", "stage");
+    let base = clone.join("base-repo.yaml");
+    let text = fs::read_to_string(&base).unwrap();
+    let unpinned: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("commit:"))
+        .collect();
+    fs::write(&base, unpinned.join("\n") + "\n").unwrap();
+    git(&clone, &["commit", "-qam", "a new environment"]);
+    let plan = t.kalypso(&["plan", &s(&clone), "--env", "stage", "--promote-from", "dev"]);
+    assert_eq!(plan.code, 2, "{}", plan.stderr);
+    plan.reports(&[
+        "note: environment stage has never been promoted",
+        "against an empty tree",
+    ]);
+    let summary = plan
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("Assignments:"))
+        .unwrap();
+    assert!(
+        summary.contains("removed, 0 moved, 0 changed, 0 unchanged"),
+        "{summary}"
+    );
+    assert!(!summary.starts_with("Assignments: 0 added"), "{summary}");
+}

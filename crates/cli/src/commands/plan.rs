@@ -163,13 +163,7 @@ impl<'g> ControlPlaneSource<'g> {
     fn promoted_inputs(&mut self, env: &str, from: &str) -> Result<(Inputs, Option<String>)> {
         match self {
             ControlPlaneSource::Folder(dir) => {
-                let from_inputs = read_inputs(dir, from)?;
-                let mut scratch = Diagnostics::new();
-                let namespace = kalypso_core::load_namespace(from, &from_inputs, &mut scratch);
-                let commit = namespace
-                    .promoted_base()
-                    .map(|b| b.spec.commit.trim().to_owned())
-                    .filter(|c| !c.is_empty());
+                let commit = pinned_commit(from, &read_inputs(dir, from)?);
                 Ok((read_inputs(dir, env)?, commit))
             }
             ControlPlaneSource::Git {
@@ -388,12 +382,23 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
     }
     let old = match (&source.against, is_git) {
         (Some(against), _) => read_against(against, &git, global)?,
-        // The environment as it is now: rendered at its own pinned commit.
+        // The environment as it is now: rendered at its own pinned commit; nothing yet when
+        // it pins none (its first promotion).
         (None, true) => {
             let inputs = control_plane.inputs(env)?;
-            match render(&inputs, env, global) {
-                Ok((_, current)) => apply(&Tree::new(), &current).tree,
-                Err(code) => return Ok(Err(code)),
+            if pinned_commit(env, &inputs).is_none() {
+                if !global.quiet {
+                    eprintln!(
+                        "note: environment {env} has never been promoted (its BaseRepo main pins no commit): \
+                         planning its first promotion against an empty tree"
+                    );
+                }
+                Tree::new()
+            } else {
+                match render(&inputs, env, global) {
+                    Ok((_, current)) => apply(&Tree::new(), &current).tree,
+                    Err(code) => return Ok(Err(code)),
+                }
             }
         }
         // A folder has one main: compare with the environment's GitOps tree.
@@ -408,6 +413,16 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
             commit,
         }),
     }))
+}
+
+/// The main commit environment `env` pins in its BaseRepo `main`, if any.
+fn pinned_commit(env: &str, inputs: &Inputs) -> Option<String> {
+    let mut scratch = Diagnostics::new();
+    let namespace = kalypso_core::load_namespace(env, inputs, &mut scratch);
+    namespace
+        .promoted_base()
+        .map(|b| b.spec.commit.trim().to_owned())
+        .filter(|c| !c.is_empty())
 }
 
 /// The JSON form of a plan: a stable interface (see docs/plan-and-explain.md).
