@@ -5,11 +5,8 @@
 # --metrics-bind-address=:8443 --leader-elect) runs it with only the image swapped.
 
 FROM rust:1.95-bookworm AS build
-# libgit2 (kalypso-git) is built from source and links OpenSSL for HTTPS/SSH;
-# kube uses rustls.
-RUN apt-get update \
- && apt-get install -y --no-install-recommends pkg-config libssl-dev cmake \
- && rm -rf /var/lib/apt/lists/*
+# libgit2, libssh2, OpenSSL and zlib are built from source (the image has the C compiler,
+# perl and make that takes) and linked in; kube uses rustls. No system library is needed.
 WORKDIR /src
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
@@ -19,7 +16,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 FROM debian:bookworm-slim
 RUN apt-get update \
- && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+ && apt-get install -y --no-install-recommends ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /kalypso /usr/local/bin/kalypso
 RUN printf '#!/bin/sh\nexec /usr/local/bin/kalypso operator "$@"\n' > /manager && chmod 0755 /manager

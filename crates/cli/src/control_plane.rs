@@ -148,6 +148,21 @@ pub fn check_output(dir: &Path, env: &str, out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Fails if `out` is inside the working copy `workdir` of a control-plane clone, or holds it:
+/// the GitOps tree's update rules would delete its files.
+pub fn check_outside_clone(workdir: &Path, out: &Path) -> Result<()> {
+    let (dir_abs, out_abs) = (resolved(workdir)?, resolved(out)?);
+    if out_abs.starts_with(&dir_abs) || dir_abs.starts_with(&out_abs) {
+        bail!(
+            "refusing to write into {}: the control plane's working copy {} is there, and rendering would \
+             overwrite it; choose an output folder outside the clone",
+            out.display(),
+            workdir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The environments of a control-plane folder: the branches named by `Environment` objects
 /// of the main branch that have a folder, or else every folder (other than `main` and
 /// `workloads`) that holds a ClusterType.

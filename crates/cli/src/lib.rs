@@ -11,8 +11,10 @@ mod extenders;
 pub mod fsio;
 mod hub_client;
 pub mod output;
+mod local_clone;
 mod progress;
 pub mod render_cache;
+mod terminal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -56,6 +58,20 @@ struct GlobalArgs {
         value_delimiter = ','
     )]
     limits: Vec<String>,
+    /// When to colour output and logs: `auto` on a terminal, unless `NO_COLOR` is set (or
+    /// `CLICOLOR_FORCE` asks for colour anyway).
+    #[arg(long, global = true, value_enum, value_name = "WHEN", default_value_t = ColorChoice::Auto)]
+    color: ColorChoice,
+    /// Log format on standard error (default: `text`; `json` for `serve`, `hub` and
+    /// `operator`, or as `serve`'s configuration says).
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        value_name = "FORMAT",
+        env = "KALYPSO_LOG_FORMAT"
+    )]
+    log_format: Option<terminal::LogFormat>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -154,6 +170,17 @@ enum Command {
     /// GitOps tree as pull requests or pushes. See docs/operator.md.
     #[cfg(feature = "operator")]
     Operator(Box<commands::operator::OperatorArgs>),
+    /// Print the shell completion script of bash, zsh, fish, powershell or elvish.
+    ///
+    /// Load it in the current shell with e.g. `source <(kalypso completions bash)`, or install
+    /// it where the shell looks for completions (`kalypso completions zsh > ~/.zfunc/_kalypso`,
+    /// `kalypso completions fish > ~/.config/fish/completions/kalypso.fish`).
+    Completions(commands::CompletionsArgs),
+    /// Print the manual page (roff), or write one page per command with `--out DIR`.
+    ///
+    /// Read it with `kalypso man | man -l -`; install the pages with
+    /// `kalypso man --out /usr/local/share/man/man1`.
+    Man(commands::ManArgs),
 }
 
 /// Output formats.
@@ -170,7 +197,7 @@ pub(crate) enum OutputFormat {
 /// When to color output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum ColorChoice {
-    /// When standard output is a terminal and `NO_COLOR` is not set.
+    /// On a terminal, unless `NO_COLOR` is set; also when `CLICOLOR_FORCE` is set.
     Auto,
     /// Always.
     Always,
@@ -215,9 +242,6 @@ struct PlanArgs {
 struct DiffArgs {
     #[command(flatten)]
     source: PlanSource,
-    /// Color the diff.
-    #[arg(long, value_enum, default_value_t = ColorChoice::Auto)]
-    color: ColorChoice,
 }
 
 #[derive(Debug, Args)]
@@ -251,39 +275,45 @@ struct ExplainArgs {
 
 #[derive(Debug, Args)]
 struct RenderArgs {
-    /// The control-plane folder.
-    #[arg(value_name = "DIR")]
-    control_plane: PathBuf,
-    /// The environment to render (a folder of DIR, e.g. `dev`).
+    /// The control plane: a folder (`main/`, `<env>/`, `workloads/`), or a git repository
+    /// (a local clone, `file://`, `https://`, `ssh://` or `git@host:` URL) read as `sync`
+    /// reads it.
+    #[arg(value_name = "CONTROL_PLANE")]
+    control_plane: String,
+    /// The environment to render (e.g. `dev`).
     #[arg(long, value_name = "ENV")]
     env: String,
     /// The folder to write the GitOps tree into (created if missing).
     #[arg(long, value_name = "OUT")]
     out: PathBuf,
-    /// Where to keep the render cache, which lets a render skip assignments whose inputs and
-    /// files are unchanged (default: `$XDG_CACHE_HOME/kalypso` or `~/.cache/kalypso`).
-    #[arg(long, value_name = "DIR", env = "KALYPSO_CACHE_DIR")]
-    cache_dir: Option<PathBuf>,
-    /// Render every assignment and compare every file, without reading or writing the cache.
+    /// Render every assignment and compare every file, without reading or writing the render
+    /// cache (kept in --cache-dir, default `$XDG_CACHE_HOME/kalypso` or `~/.cache/kalypso`),
+    /// which lets a render skip assignments whose inputs and files are unchanged.
     #[arg(long)]
     no_cache: bool,
     /// Write into OUT even if it is neither empty nor a GitOps tree: its folders that are not
     /// scheduled cluster types are deleted (root files and dot-folders are kept).
     #[arg(long)]
     force: bool,
+    #[command(flatten, next_help_heading = "Git options")]
+    git: commands::GitArgs,
 }
 
 #[derive(Debug, Args)]
 struct ValidateArgs {
-    /// The control-plane folder.
-    #[arg(value_name = "DIR")]
-    control_plane: PathBuf,
+    /// The control plane: a folder, or a git repository (a local clone or URL) read as `sync`
+    /// reads it.
+    #[arg(value_name = "CONTROL_PLANE")]
+    control_plane: String,
     /// Environments to check (repeatable; default: every environment found).
     #[arg(long, value_name = "ENV")]
     env: Vec<String>,
-    /// Treat warnings (such as ConfigMaps that silently override each other) as errors.
+    /// Treat warnings (such as ConfigMaps that silently override each other, or policies that
+    /// select nothing) as errors.
     #[arg(long)]
     strict: bool,
+    #[command(flatten, next_help_heading = "Git options")]
+    git: commands::GitArgs,
 }
 
 /// Parses the process arguments, runs the command and returns the exit code.
@@ -314,6 +344,13 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let daemon = matches!(cli.command, Command::Serve(_) | Command::Hub(_));
+    #[cfg(feature = "operator")]
+    let daemon = daemon || matches!(cli.command, Command::Operator(_));
+    if !daemon {
+        // Retries and warnings of the git commands; the daemons log as configured.
+        commands::init_logs(&cli.global);
+    }
     let result = pool.install(|| match &cli.command {
         Command::Render(args) => commands::render(args, &cli.global),
         Command::Validate(args) => commands::validate(args, &cli.global),
@@ -325,6 +362,8 @@ pub fn run(cli: Cli) -> ExitCode {
         Command::Promote(args) => commands::promote(args, &cli.global),
         Command::CheckPromote(args) => commands::check_promote(args, &cli.global),
         Command::Hub(args) => commands::hub(args, &cli.global),
+        Command::Completions(args) => commands::completions(args, &cli.global),
+        Command::Man(args) => commands::man(args, &cli.global),
         #[cfg(feature = "operator")]
         Command::Crds(args) => commands::crds::crds(args, &cli.global),
         #[cfg(feature = "operator")]

@@ -1,7 +1,7 @@
 //! Progress on standard error, for renders that take more than a moment.
 //!
 //! Nothing is shown unless standard error is a terminal, and nothing is drawn during the
-//! first half second, so quick runs and pipelines stay quiet. With `KALYPSO_TIMINGS` set in
+//! first second, so quick runs and pipelines stay quiet. With `KALYPSO_TIMINGS` set in
 //! the environment, the time each stage took is printed to standard error instead.
 
 use std::io::IsTerminal;
@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// How long a run must take before progress is drawn.
-const DELAY: Duration = Duration::from_millis(500);
+const DELAY: Duration = Duration::from_secs(1);
 
 /// A progress display that may be disabled.
 #[derive(Debug)]

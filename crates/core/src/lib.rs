@@ -8,7 +8,8 @@
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`]
 //! (with [`placement`]) →
 //! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
-//! [`plan`] and [`explain`] describe the results for people.
+//! [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
+//! parts of a control plane that have no effect.
 
 pub mod config;
 pub mod diag;
@@ -29,6 +30,7 @@ pub mod source;
 pub mod tree;
 pub mod unfold;
 mod yaml_scan;
+pub mod warnings;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{

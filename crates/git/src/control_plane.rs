@@ -41,6 +41,14 @@ pub enum Error {
     /// A git operation failed.
     #[error(transparent)]
     Repo(#[from] repo::Error),
+    /// A workload repository could not be fetched or read.
+    #[error("{what}: {error}")]
+    Workload {
+        /// Which WorkloadRegistration of which environment pointed at it.
+        what: String,
+        /// Why (its message is part of this error's).
+        error: repo::Error,
+    },
     /// A repository location is invalid.
     #[error("{what}: {error}")]
     Url {
@@ -158,6 +166,27 @@ pub struct Resolved {
     pub revisions: Revisions,
     /// Where the environment is delivered, by GitOpsRepo name.
     pub gitops: Vec<GitOpsTarget>,
+}
+
+impl Error {
+    /// Whether the failure may go away by itself (network trouble).
+    pub fn is_transient(&self) -> bool {
+        match self {
+            Error::Repo(e) | Error::Workload { error: e, .. } => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// A repository failure put in the words of `what` needed the repository.
+    fn about(self, what: &str) -> Error {
+        match self {
+            Error::Repo(error) => Error::Workload {
+                what: what.to_owned(),
+                error,
+            },
+            other => other,
+        }
+    }
 }
 
 /// Workload repositories opened during one pass, each fetched at most once per branch.
@@ -462,13 +491,20 @@ impl ControlPlane {
                 what: what.clone(),
                 error,
             })?;
-            let (repo, head) = sources.branch(&url, &w.branch, transport)?;
+            let (repo, head) = sources
+                .branch(&url, &w.branch, transport)
+                .map_err(|e| e.about(&what))?;
             let head = head.ok_or_else(|| Error::NoBranch {
                 repo: url.redacted(),
                 branch: w.branch.clone(),
                 what: what.clone(),
             })?;
-            let tree = repo.source_tree(head, &w.path, &format!("workloads/{name}"))?;
+            let tree = repo
+                .source_tree(head, &w.path, &format!("workloads/{name}"))
+                .map_err(|error| Error::Workload {
+                    what: what.clone(),
+                    error,
+                })?;
             inputs.workloads.insert(name.clone(), tree);
             revisions.workloads.insert(name.clone(), head.to_string());
         }

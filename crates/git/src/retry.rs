@@ -69,12 +69,15 @@ impl RetryPolicy {
                 Ok(v) => return Ok(v),
                 Err(e) if attempt < self.attempts.max(1) && is_transient(&e) => {
                     let wait = self.backoff(attempt);
+                    let operation = what();
+                    let error = crate::redact::redact(&e.to_string());
                     tracing::warn!(
-                        operation = %what(),
+                        operation = %operation,
                         attempt,
                         wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                        error = %crate::redact::redact(&e.to_string()),
-                        "transient failure, retrying"
+                        error = %error,
+                        "{}",
+                        retry_message(&operation, &error, wait, attempt + 1, self.attempts)
                     );
                     *retries += 1;
                     std::thread::sleep(wait);
@@ -86,9 +89,41 @@ impl RetryPolicy {
     }
 }
 
+/// What a person reads when an attempt failed and another follows: `fetch X failed: why;
+/// retrying in 2 s (attempt 2/5)`.
+fn retry_message(operation: &str, error: &str, wait: Duration, next: u32, attempts: u32) -> String {
+    format!(
+        "{operation} failed: {error}; retrying in {} (attempt {next}/{attempts})",
+        human(wait)
+    )
+}
+
+/// `2 s`, `1.5 s`, `250 ms`.
+fn human(wait: Duration) -> String {
+    let ms = wait.as_millis();
+    if ms < 1000 {
+        format!("{ms} ms")
+    } else if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{:.1} s", wait.as_secs_f64())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_retry_message_says_when_and_which_attempt_follows() {
+        let p = RetryPolicy::default();
+        assert_eq!(
+            retry_message("fetch file:///x", "connection reset", p.backoff(2), 3, p.attempts),
+            "fetch file:///x failed: connection reset; retrying in 2 s (attempt 3/5)"
+        );
+        assert_eq!(human(Duration::from_millis(250)), "250 ms");
+        assert_eq!(human(Duration::from_millis(1500)), "1.5 s");
+    }
 
     #[test]
     fn backoff_doubles_up_to_the_maximum() {

@@ -72,7 +72,7 @@ impl Error {
     /// Whether the failure may go away by itself (network trouble, a busy branch).
     pub fn is_transient(&self) -> bool {
         match self {
-            Error::ControlPlane(control_plane::Error::Repo(e)) => e.is_transient(),
+            Error::ControlPlane(e) => e.is_transient(),
             Error::Delivery { error, .. } => error.is_transient(),
             Error::Issues { error, .. } => error.is_transient(),
             _ => false,

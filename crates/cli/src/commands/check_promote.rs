@@ -18,7 +18,7 @@ use kalypso_git::control_plane::short;
 use kalypso_git::github::{CommitStatus, GitHub, StatusState};
 use kalypso_git::{RepoUrl, redact};
 
-use super::sync::{GitArgs, init_logs, runtime};
+use super::sync::{GitArgs, runtime};
 use crate::GlobalArgs;
 use crate::hub_client::{Gate, HubClient, HubError, Verdict};
 
@@ -137,7 +137,6 @@ impl StatusReporter {
 }
 
 pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    init_logs(global);
     let client = HubClient::new(&args.hub, args.hub_token_file.as_deref())?;
     let mut status = StatusReporter::new(args)?;
     let started = Instant::now();

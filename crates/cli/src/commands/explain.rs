@@ -64,7 +64,7 @@ fn some_of(names: &[&str], max: usize) -> String {
 
 pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let git = GitAccess::new(&args.git)?;
-    let inputs = ControlPlaneSource::open(&args.control_plane, &git)?.inputs(&args.env)?;
+    let inputs = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?.inputs(&args.env)?;
     let mut diagnostics = Diagnostics::new();
     let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     let current = match &args.against {

@@ -6,21 +6,13 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, Result, anyhow};
-use clap::{Args, ValueEnum};
+use clap::Args;
 use kalypso_git::redact::{Secret, register_secret};
 use kalypso_hub::{GitSettings, HubConfig};
 
 use super::sync::{GitArgs, runtime};
 use crate::GlobalArgs;
-
-/// Log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub(crate) enum LogFormatArg {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable lines.
-    Text,
-}
+use crate::terminal::{LogFormat, init_logs};
 
 #[derive(Debug, Args)]
 pub(crate) struct HubArgs {
@@ -54,9 +46,6 @@ pub(crate) struct HubArgs {
     /// How often the GitOps branches are read again.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = kalypso_git::duration::parse)]
     refresh: Duration,
-    /// Log format.
-    #[arg(long, value_name = "FORMAT", default_value = "json")]
-    log_format: LogFormatArg,
     #[command(flatten)]
     git: GitArgs,
 }
@@ -72,12 +61,9 @@ fn read_secret(path: &Path, what: &str) -> Result<Secret> {
     Ok(Secret::new(value))
 }
 
-pub(crate) fn hub(args: &HubArgs, _global: &GlobalArgs) -> Result<ExitCode> {
-    let format = match args.log_format {
-        LogFormatArg::Json => kalypso_server::config::LogFormat::Json,
-        LogFormatArg::Text => kalypso_server::config::LogFormat::Text,
-    };
-    kalypso_server::logging::init(format, None).map_err(|e| anyhow!("{e}"))?;
+pub(crate) fn hub(args: &HubArgs, global: &GlobalArgs) -> Result<ExitCode> {
+    let format = global.log_format.unwrap_or(LogFormat::Json);
+    init_logs(format, "info", global.color).map_err(|e| anyhow!("{e}"))?;
     let mut config = HubConfig::new(args.database.clone());
     config.webhook_secret = args
         .webhook_secret_file

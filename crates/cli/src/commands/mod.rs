@@ -1,6 +1,7 @@
 //! The commands.
 
 mod check_promote;
+mod completions;
 #[cfg(feature = "operator")]
 pub(crate) mod crds;
 mod explain;
@@ -15,13 +16,14 @@ mod sync;
 mod validate;
 
 pub(crate) use check_promote::{CheckPromoteArgs, check_promote};
+pub(crate) use completions::{CompletionsArgs, ManArgs, completions, man};
 pub(crate) use explain::explain;
 pub(crate) use hub::{HubArgs, hub};
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::{PromoteArgs, promote};
 pub(crate) use render::render;
 pub(crate) use serve::{ServeArgs, serve};
-pub(crate) use sync::{GitArgs, SyncArgs, sync};
+pub(crate) use sync::{GitArgs, SyncArgs, init_logs, sync};
 pub(crate) use validate::validate;
 
 use std::collections::BTreeMap;
@@ -65,6 +67,7 @@ pub(crate) fn run_pipeline(
 ) -> (Environment, Rendered) {
     let namespace = kalypso_core::load_namespace(env, inputs, diagnostics);
     let environment = environment(namespace, current, diagnostics);
+    kalypso_core::warnings::warn(&environment, diagnostics);
     let engine = Engine::from_env().unwrap_or_else(|e| {
         diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
         Engine::new()

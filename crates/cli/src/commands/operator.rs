@@ -16,9 +16,10 @@ use kalypso_operator::Source;
 use kalypso_operator::flux::FluxSettings;
 use kalypso_operator::leader::LeaseSettings;
 use kalypso_operator::plan::Options;
-use kalypso_operator::runtime::{Delivery, LogFormat};
+use kalypso_operator::runtime::Delivery;
 
 use crate::GlobalArgs;
+use crate::terminal::{LogFormat, init_logs};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 enum SourceArg {
@@ -30,14 +31,6 @@ enum SourceArg {
     /// No Flux: each Environment's control plane is read from git and delivered with the
     /// code of `kalypso serve`, every --poll period.
     Git,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum LogFormatArg {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable lines.
-    Text,
 }
 
 #[derive(Debug, Args)]
@@ -111,9 +104,6 @@ pub(crate) struct OperatorArgs {
     /// The GitHub API (for GitHub Enterprise).
     #[arg(long, value_name = "URL")]
     github_api_url: Option<String>,
-    /// Log format.
-    #[arg(long, env = "KALYPSO_LOG_FORMAT", value_enum, default_value = "json")]
-    log_format: LogFormatArg,
     /// Log level or filter (RUST_LOG wins).
     #[arg(long, env = "KALYPSO_LOG_LEVEL", value_name = "LEVEL")]
     log_level: Option<String>,
@@ -133,7 +123,7 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
     kalypso_operator::runtime::parse_duration(text)
 }
 
-pub(crate) fn operator(args: &OperatorArgs, _global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn operator(args: &OperatorArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let identity = args
         .pod_name
         .clone()
@@ -178,11 +168,9 @@ pub(crate) fn operator(args: &OperatorArgs, _global: &GlobalArgs) -> Result<Exit
         token_file: args.token_file.clone(),
         github_api_url: args.github_api_url.clone(),
     };
-    let format = match args.log_format {
-        LogFormatArg::Json => LogFormat::Json,
-        LogFormatArg::Text => LogFormat::Text,
-    };
-    kalypso_operator::runtime::init_logging(format, args.log_level.as_deref()).map_err(|e| anyhow!("{e}"))?;
+    let format = global.log_format.unwrap_or(LogFormat::Json);
+    init_logs(format, args.log_level.as_deref().unwrap_or("info"), global.color)
+        .map_err(|e| anyhow!("{e}"))?;
     kalypso_operator::runtime::block_on(config, delivery).map_err(|e| anyhow!("{e}"))?;
     Ok(ExitCode::SUCCESS)
 }

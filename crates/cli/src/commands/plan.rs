@@ -15,7 +15,6 @@
 //! Exit codes follow `terraform plan -detailed-exitcode`: 0 no change, 2 changes, 1 error.
 
 use std::fmt::Write as _;
-use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -32,9 +31,10 @@ use kalypso_git::{Cache, RepoUrl, RetryPolicy};
 use serde::Serialize;
 
 use super::{GitArgs, report, run_pipeline};
-use crate::control_plane::{MAIN, read_inputs};
+use crate::control_plane::{MAIN, discover_environments, read_inputs};
 use crate::fsio::read_tree;
-use crate::{ColorChoice, DiffArgs, GlobalArgs, OutputFormat, PlanArgs, PlanSource};
+use crate::local_clone::LocalClone;
+use crate::{DiffArgs, GlobalArgs, OutputFormat, PlanArgs, PlanSource};
 
 /// Exit code when the plan has changes (like `terraform plan -detailed-exitcode`).
 pub(crate) const CHANGES: u8 = 2;
@@ -87,13 +87,17 @@ pub(crate) enum ControlPlaneSource<'g> {
         sources: Sources,
         /// How they are reached.
         transport: Transport<'g>,
+        /// The working copy, when the repository is a local clone.
+        clone: Option<Box<LocalClone>>,
+        /// Print nothing but errors.
+        quiet: bool,
     },
 }
 
 impl<'g> ControlPlaneSource<'g> {
     /// Opens `text`: a folder holding `main/` (or anything that is not a git repository) is
     /// the folder form; a git repository or URL is read as `sync` reads it.
-    pub(crate) fn open(text: &str, git: &'g GitAccess) -> Result<ControlPlaneSource<'g>> {
+    pub(crate) fn open(text: &str, git: &'g GitAccess, quiet: bool) -> Result<ControlPlaneSource<'g>> {
         let url = RepoUrl::parse(text).map_err(|e| anyhow!("control plane: {e}"))?;
         if let Some(path) = url.plain_path()
             && (path.join(MAIN).is_dir() || !is_git_repository(path))
@@ -106,7 +110,30 @@ impl<'g> ControlPlaneSource<'g> {
             control_plane: Box::new(control_plane),
             sources: Sources::new(git.cache.clone()),
             transport,
+            clone: url.plain_path().and_then(LocalClone::open).map(Box::new),
+            quiet,
         })
+    }
+
+    /// The environments to check when none is named: the folders of a control-plane folder
+    /// (see [`discover_environments`]), or the `Environment` objects of a repository's main
+    /// branch.
+    pub(crate) fn environments(&self) -> Result<Vec<String>> {
+        match self {
+            ControlPlaneSource::Folder(dir) => discover_environments(dir),
+            ControlPlaneSource::Git { control_plane, .. } => {
+                Ok(control_plane.select(&[])?.into_iter().map(|e| e.name).collect())
+            }
+        }
+    }
+
+    /// The local folder the control plane is read from, if any: a control-plane folder or a
+    /// local clone's working copy.
+    pub(crate) fn local_dir(&self) -> Option<&Path> {
+        match self {
+            ControlPlaneSource::Folder(dir) => Some(dir),
+            ControlPlaneSource::Git { clone, .. } => clone.as_deref().map(LocalClone::workdir),
+        }
     }
 
     /// Everything environment `env` is built from.
@@ -117,9 +144,15 @@ impl<'g> ControlPlaneSource<'g> {
                 control_plane,
                 sources,
                 transport,
+                clone,
+                quiet,
             } => {
                 let env_ref = select(control_plane, env)?;
-                Ok(control_plane.resolve(&env_ref, sources, transport)?.inputs)
+                let mut inputs = control_plane.resolve(&env_ref, sources, transport)?.inputs;
+                if let Some(clone) = clone {
+                    working_copy(clone, &env_ref, &mut inputs, true, *quiet)?;
+                }
+                Ok(inputs)
             }
         }
     }
@@ -132,19 +165,15 @@ impl<'g> ControlPlaneSource<'g> {
     fn promoted_inputs(&mut self, env: &str, from: &str) -> Result<(Inputs, Option<String>)> {
         match self {
             ControlPlaneSource::Folder(dir) => {
-                let from_inputs = read_inputs(dir, from)?;
-                let mut scratch = Diagnostics::new();
-                let namespace = kalypso_core::load_namespace(from, &from_inputs, &mut scratch);
-                let commit = namespace
-                    .promoted_base()
-                    .map(|b| b.spec.commit.trim().to_owned())
-                    .filter(|c| !c.is_empty());
+                let commit = pinned_commit(from, &read_inputs(dir, from)?);
                 Ok((read_inputs(dir, env)?, commit))
             }
             ControlPlaneSource::Git {
                 control_plane,
                 sources,
                 transport,
+                clone,
+                quiet,
             } => {
                 let from_ref = select(control_plane, from)?;
                 let env_ref = select(control_plane, env)?;
@@ -152,11 +181,64 @@ impl<'g> ControlPlaneSource<'g> {
                     .resolve(&from_ref, sources, transport)?
                     .revisions
                     .main;
-                let resolved = control_plane.resolve_at(&env_ref, Some(&commit), sources, transport)?;
-                Ok((resolved.inputs, Some(commit)))
+                let mut inputs = control_plane
+                    .resolve_at(&env_ref, Some(&commit), sources, transport)?
+                    .inputs;
+                if let Some(clone) = clone {
+                    // Main is the promoted commit, not the working copy.
+                    working_copy(clone, &env_ref, &mut inputs, false, *quiet)?;
+                }
+                Ok((inputs, Some(commit)))
             }
         }
     }
+}
+
+/// Puts the local clone's working copy into `inputs` where the branch it holds is read: the
+/// environment's branch always, main's (`with_main`) when the environment reads its tip; and
+/// says how each branch read differs from what was pushed.
+fn working_copy(
+    clone: &mut LocalClone,
+    env: &EnvironmentRef,
+    inputs: &mut Inputs,
+    with_main: bool,
+    quiet: bool,
+) -> Result<()> {
+    let mut lines = clone.describe(&env.branch)?;
+    if clone.is_checked_out(&env.branch) && clone.state(&env.branch)?.uncommitted > 0 {
+        inputs.environment = clone.read(&env.path, &env.branch)?;
+    }
+    let main_branch = inputs.main.label().to_owned();
+    if with_main && main_branch != env.branch {
+        let mut scratch = Diagnostics::new();
+        let namespace = kalypso_core::load_namespace(&env.name, inputs, &mut scratch);
+        let base = namespace.promoted_base().map(|b| b.spec.clone());
+        let pin = base
+            .as_ref()
+            .map(|b| b.commit.trim().to_owned())
+            .unwrap_or_default();
+        let dirty = clone.is_checked_out(&main_branch) && clone.state(&main_branch)?.uncommitted > 0;
+        if pin.is_empty() {
+            lines.extend(clone.describe(&main_branch)?);
+            if dirty {
+                let path = base.as_ref().map(|b| b.path.as_str()).unwrap_or_default();
+                inputs.main = clone.read(path, &main_branch)?;
+            }
+        } else if dirty && !quiet {
+            lines.push(format!(
+                "note: uncommitted changes in {main_branch} are not used: environment {} reads {main_branch} at \
+                 the commit its BaseRepo pins ({})",
+                env.name,
+                short(&pin)
+            ));
+        }
+    }
+    for line in lines {
+        if !quiet || line.starts_with("warning") {
+            eprintln!("{line}");
+        }
+    }
+    Ok(())
 }
 
 fn select(control_plane: &ControlPlane, env: &str) -> Result<EnvironmentRef> {
@@ -302,7 +384,7 @@ struct Trees {
 /// The current tree and the tree the control plane produces, or the exit code of a failure.
 fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitCode>> {
     let git = GitAccess::new(&source.git)?;
-    let mut control_plane = ControlPlaneSource::open(&source.control_plane, &git)?;
+    let mut control_plane = ControlPlaneSource::open(&source.control_plane, &git, global.quiet)?;
     let env = source.env.as_str();
     let Some(from) = &source.promote_from else {
         let inputs = control_plane.inputs(env)?;
@@ -329,12 +411,23 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
     let (promoted_inputs, commit) = control_plane.promoted_inputs(env, from)?;
     let first = match (&source.against, is_git) {
         (Some(against), _) => Some(read_against(against, &git, global)?),
-        // The environment as it is now: rendered at its own pinned commit.
+        // The environment as it is now: rendered at its own pinned commit; nothing yet when
+        // it pins none (its first promotion).
         (None, true) => {
             let inputs = control_plane.inputs(env)?;
-            match render(&inputs, env, None, global) {
-                Ok((_, current)) => Some(apply(&Tree::new(), &current).tree),
-                Err(code) => return Ok(Err(code)),
+            if pinned_commit(env, &inputs).is_none() {
+                if !global.quiet {
+                    eprintln!(
+                        "note: environment {env} has never been promoted (its BaseRepo main pins no commit): \
+                         planning its first promotion against an empty tree"
+                    );
+                }
+                Some(Tree::new())
+            } else {
+                match render(&inputs, env, None, global) {
+                    Ok((_, current)) => Some(apply(&Tree::new(), &current).tree),
+                    Err(code) => return Ok(Err(code)),
+                }
             }
         }
         // A folder has one main: compare with the environment's GitOps tree.
@@ -360,6 +453,16 @@ fn trees(source: &PlanSource, global: &GlobalArgs) -> Result<Result<Trees, ExitC
             commit,
         }),
     }))
+}
+
+/// The main commit environment `env` pins in its BaseRepo `main`, if any.
+fn pinned_commit(env: &str, inputs: &Inputs) -> Option<String> {
+    let mut scratch = Diagnostics::new();
+    let namespace = kalypso_core::load_namespace(env, inputs, &mut scratch);
+    namespace
+        .promoted_base()
+        .map(|b| b.spec.commit.trim().to_owned())
+        .filter(|c| !c.is_empty())
 }
 
 /// The JSON form of a plan: a stable interface (see docs/plan-and-explain.md).
@@ -758,11 +861,7 @@ pub(crate) fn diff_command(args: &DiffArgs, global: &GlobalArgs) -> Result<ExitC
         Ok(trees) => trees,
         Err(code) => return Ok(code),
     };
-    let color = match args.color {
-        ColorChoice::Always => true,
-        ColorChoice::Never => false,
-        ColorChoice::Auto => std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none(),
-    };
+    let color = crate::terminal::colour_stdout(global.color);
     let changes = diff(&trees.old, &trees.new);
     print!("{}", unified_diff(&trees.old, &trees.new, &changes, color));
     Ok(if changes.is_empty() {

@@ -15,7 +15,7 @@ use kalypso_git::promote::{self, Promotion, Request};
 use kalypso_git::repo::Transport;
 use kalypso_git::{Cache, RepoUrl, redact};
 
-use super::sync::{CommitArgs, GitArgs, init_logs};
+use super::sync::{CommitArgs, GitArgs};
 use crate::GlobalArgs;
 use crate::hub_client::{HubClient, Verdict};
 
@@ -56,7 +56,6 @@ pub(crate) struct PromoteArgs {
 }
 
 pub(crate) fn promote(args: &PromoteArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    init_logs(global);
     let url = RepoUrl::parse(&args.control_plane).map_err(|e| anyhow!("{e}"))?;
     let credentials = kalypso_git::auth::Credentials::load(&args.git.auth()).map_err(|e| anyhow!("{e}"))?;
     let transport = Transport::new(&credentials, args.git.retry());

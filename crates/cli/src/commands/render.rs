@@ -20,8 +20,9 @@ use kalypso_core::{Diagnostics, Job, prepare};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
+use super::plan::{ControlPlaneSource, GitAccess};
 use super::report;
-use crate::control_plane::{check_output, read_inputs};
+use crate::control_plane::{check_output, check_outside_clone};
 use crate::fsio::{FreshTree, FsError, WriteStats, write_update};
 use crate::output::{self, OutputError, OutputLock};
 use crate::progress::Progress;
@@ -31,8 +32,17 @@ use crate::{GlobalArgs, RenderArgs};
 pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let progress = Progress::start(global.quiet);
     progress.stage("reading the control plane");
-    let inputs = read_inputs(&args.control_plane, &args.env)?;
-    check_output(&args.control_plane, &args.env, &args.out)?;
+    let git = GitAccess::new(&args.git)?;
+    let mut source = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?;
+    let inputs = source.inputs(&args.env)?;
+    match &source {
+        ControlPlaneSource::Folder(dir) => check_output(dir, &args.env, &args.out)?,
+        ControlPlaneSource::Git { .. } => {
+            if let Some(workdir) = source.local_dir() {
+                check_outside_clone(workdir, &args.out)?;
+            }
+        }
+    }
     // The output folder: locked for this render, cleaned of what killed renders left, and
     // refused unless it is a GitOps tree (see `crate::output`).
     let shown = args.out.display().to_string();
@@ -56,6 +66,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
         || crate::extenders::current_from_dir(&args.out),
         &mut diagnostics,
     );
+    kalypso_core::warnings::warn(&environment, &mut diagnostics);
     let engine = Engine::from_env().unwrap_or_else(|e| {
         diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
         Engine::new()
@@ -66,8 +77,9 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let cache_path = if args.no_cache {
         None
     } else {
-        args.cache_dir
-            .clone()
+        args.git
+            .cache_dir_given()
+            .map(ToOwned::to_owned)
             .or_else(default_cache_dir)
             .map(|dir| cache_file(&dir, &args.out, &args.env))
     };

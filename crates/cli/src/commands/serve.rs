@@ -9,6 +9,7 @@ use kalypso_server::Config;
 
 use super::sync::runtime;
 use crate::GlobalArgs;
+use crate::terminal::{LogFormat, init_logs};
 
 #[derive(Debug, Args)]
 pub(crate) struct ServeArgs {
@@ -25,13 +26,21 @@ pub(crate) struct ServeArgs {
     listen: Option<std::net::SocketAddr>,
 }
 
-pub(crate) fn serve(args: &ServeArgs, _global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let mut config = Config::load(&args.config).map_err(|e| anyhow!("{e}"))?;
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
-    kalypso_server::logging::init(config.log.format, config.log.level.as_deref())
-        .map_err(|e| anyhow!("{e}"))?;
+    let format = global.log_format.unwrap_or(match config.log.format {
+        kalypso_server::config::LogFormat::Json => LogFormat::Json,
+        kalypso_server::config::LogFormat::Text => LogFormat::Text,
+    });
+    init_logs(
+        format,
+        config.log.level.as_deref().unwrap_or("info"),
+        global.color,
+    )
+    .map_err(|e| anyhow!("{e}"))?;
     let runtime = runtime()?;
     runtime
         .block_on(kalypso_server::serve(config, kalypso_server::shutdown_signal()))

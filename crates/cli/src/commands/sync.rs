@@ -15,11 +15,13 @@ use kalypso_git::{
 };
 
 use crate::GlobalArgs;
+use crate::terminal::LogFormat;
 
 /// Where git credentials and the cache come from.
 #[derive(Debug, Args)]
 pub(crate) struct GitArgs {
-    /// Folder for mirrors of remote repositories (reused between runs).
+    /// Folder for caches reused between runs: mirrors of remote repositories (default:
+    /// `~/.cache/kalypso/git`) and `render`'s render cache (default: `~/.cache/kalypso`).
     #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
     cache_dir: Option<PathBuf>,
     /// Environment variable holding the HTTPS token for git and GitHub.
@@ -64,6 +66,11 @@ impl GitArgs {
         self.cache_dir
             .clone()
             .unwrap_or_else(kalypso_git::Cache::default_dir)
+    }
+
+    /// The folder `--cache-dir` names, if given.
+    pub(crate) fn cache_dir_given(&self) -> Option<&std::path::Path> {
+        self.cache_dir.as_deref()
     }
 
     pub(crate) fn main_branch(&self) -> &str {
@@ -137,14 +144,15 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// Logs (retries, warnings) go to standard error as text.
+/// Logs (retries, warnings) go to standard error, as text unless `--log-format json`.
 pub(crate) fn init_logs(global: &GlobalArgs) {
     let level = if global.quiet { "error" } else { "warn" };
-    let _ = kalypso_server::logging::init(kalypso_server::config::LogFormat::Text, Some(level));
+    let format = global.log_format.unwrap_or(LogFormat::Text);
+    // Already installed when a test runs several commands in one process: keep that one.
+    let _ = crate::terminal::init_logs(format, level, global.color);
 }
 
 pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    init_logs(global);
     let url = RepoUrl::parse(&args.control_plane).map_err(|e| anyhow!("{e}"))?;
     let settings = Settings {
         cache_dir: args.git.cache_dir(),

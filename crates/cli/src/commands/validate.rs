@@ -7,25 +7,27 @@ use kalypso_core::explain::all_conflicts;
 use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::{Diagnostic, Diagnostics};
 
+use super::plan::{ControlPlaneSource, GitAccess};
 use super::{report, run_pipeline};
-use crate::control_plane::{discover_environments, read_inputs};
 use crate::{GlobalArgs, ValidateArgs};
 
 pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitCode> {
+    let git = GitAccess::new(&args.git)?;
+    let mut source = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?;
     let environments = if args.env.is_empty() {
-        discover_environments(&args.control_plane)?
+        source.environments()?
     } else {
         args.env.clone()
     };
     if environments.is_empty() {
         bail!(
             "no environment found in {}; name one with --env",
-            args.control_plane.display()
+            kalypso_git::redact(&args.control_plane)
         );
     }
     let mut failed = false;
     for env in &environments {
-        let inputs = read_inputs(&args.control_plane, env)?;
+        let inputs = source.inputs(env)?;
         let mut diagnostics = Diagnostics::new();
         let (_, rendered) = run_pipeline(&inputs, env, CurrentAssignment::new, &mut diagnostics);
         for (conflict, assignments) in all_conflicts(&rendered.records) {

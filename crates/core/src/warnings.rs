@@ -1,0 +1,279 @@
+//! Warnings about parts of a control plane that have no effect: a SchedulingPolicy that
+//! selects nothing, a deployment target placed on no cluster type, a platform ConfigMap that
+//! applies to no assignment, a config key no template reads.
+//!
+//! None of these is an error for the original scheduler, and each is often a typo in a label
+//! or a selector that silently drops a workload from the fleet. A warning is only given when
+//! it is certain: config keys are only checked when every template reads `.ConfigData` by
+//! key (a template that hands the whole config or the whole data to a function may read any
+//! key). `validate --strict` turns the warnings into failures.
+
+use std::collections::BTreeSet;
+
+use kalypso_api::{ConfigMapData, Kind, Labels, Manifest, labels};
+
+use crate::config::labels_match;
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::model::Object;
+use crate::pipeline::Environment;
+
+/// Adds the warnings about `env` to `diagnostics`, in a stable order: policies, deployment
+/// targets, ConfigMaps, config keys. Nothing when `diagnostics` has errors: an object that
+/// failed to load (a ClusterType, a policy) might have been what was missing.
+pub fn warn(env: &Environment, diagnostics: &mut Diagnostics) {
+    if diagnostics.has_errors() {
+        return;
+    }
+    for warning in warnings(env) {
+        diagnostics.push(warning);
+    }
+}
+
+/// The warnings about `env` (see [`warn`]), assuming it loaded without errors.
+pub fn warnings(env: &Environment) -> Vec<Diagnostic> {
+    let mut out = Vec::new();
+    policies(env, &mut out);
+    // A policy with an invalid selector (an error already) might have placed anything: what
+    // depends on the assignments is not certain.
+    if env.schedule.policies.len() == env.namespace.policies.len() {
+        targets(env, &mut out);
+        config_maps(env, &mut out);
+        config_keys(env, &mut out);
+    }
+    out
+}
+
+fn policies(env: &Environment, out: &mut Vec<Diagnostic>) {
+    for (name, policy) in &env.schedule.policies {
+        if env.schedule.iter().any(|a| a.policies.contains(name)) {
+            continue;
+        }
+        let Some(object) = env.namespace.policies.get(name) else {
+            continue;
+        };
+        let targets = env
+            .targets
+            .values()
+            .filter(|t| policy.selects_target(t, env.name()))
+            .count();
+        let cluster_types = env
+            .namespace
+            .cluster_types
+            .values()
+            .filter(|ct| policy.cluster_type_selector.matches(ct.labels()))
+            .count();
+        let (field, why) = match (targets, cluster_types) {
+            (0, _) => (
+                "spec.deploymentTargetSelector",
+                "no deployment target of this environment matches its deploymentTargetSelector",
+            ),
+            (_, 0) => (
+                "spec.clusterTypeSelector",
+                "no cluster type matches its clusterTypeSelector",
+            ),
+            // The selectors match, but nothing came of it: leave it to `explain`.
+            _ => continue,
+        };
+        out.push(
+            Diagnostic::warning("policy-selects-nothing", format!("schedules nothing: {why}"))
+                .at(&object.origin)
+                .on(Kind::SchedulingPolicy, name.clone())
+                .field(field),
+        );
+    }
+}
+
+fn targets(env: &Environment, out: &mut Vec<Diagnostic>) {
+    for (name, target) in &env.targets {
+        if target.spec.environment != env.name() || env.schedule.iter().any(|a| &a.deployment_target == name)
+        {
+            continue;
+        }
+        out.push(
+            Diagnostic::warning(
+                "target-placed-nowhere",
+                format!(
+                    "placed on no cluster type: no SchedulingPolicy selects it together with a cluster type \
+                     (`kalypso explain <CONTROL_PLANE> --env {} --target {name}` shows why)",
+                    env.name()
+                ),
+            )
+            .at(&target.origin)
+            .on(Kind::DeploymentTarget, name.clone()),
+        );
+    }
+}
+
+/// The platform ConfigMaps (label `platform-config: "true"`), by name.
+fn platform_config_maps(env: &Environment) -> impl Iterator<Item = (&String, &Object<ConfigMapData>)> {
+    env.namespace
+        .config_maps
+        .iter()
+        .filter(|(_, m)| m.labels().get(labels::PLATFORM_CONFIG).map(String::as_str) == Some("true"))
+}
+
+/// Whether the ConfigMap's labels select at least one assignment.
+fn applies(env: &Environment, filter: &Labels) -> bool {
+    env.schedule.iter().any(|a| {
+        match (
+            env.namespace.cluster_types.get(&a.cluster_type),
+            env.targets.get(&a.deployment_target),
+        ) {
+            (Some(ct), Some(t)) => labels_match(filter, ct, t),
+            _ => false,
+        }
+    })
+}
+
+/// Labels a ConfigMap's filter does not match on (see [`crate::config`]).
+fn ignored_key(key: &str) -> bool {
+    key == labels::FLUX_NAME || key == labels::FLUX_NAMESPACE || key == labels::PLATFORM_CONFIG
+}
+
+fn config_maps(env: &Environment, out: &mut Vec<Diagnostic>) {
+    // Without assignments every ConfigMap matches nothing; the targets' warnings say why.
+    if env.schedule.assignments.is_empty() {
+        return;
+    }
+    for (name, map) in platform_config_maps(env) {
+        if applies(env, map.labels()) {
+            continue;
+        }
+        out.push(
+            Diagnostic::warning(
+                "config-map-matches-nothing",
+                format!(
+                    "applies to no assignment: no assignment matches all of its labels ({})",
+                    map.labels()
+                        .iter()
+                        .filter(|(k, _)| !ignored_key(k))
+                        .map(|(k, v)| format!("{k}={v}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            )
+            .at(&map.origin)
+            .on(Kind::ConfigMap, name.clone())
+            .field("metadata.labels"),
+        );
+    }
+}
+
+fn config_keys(env: &Environment, out: &mut Vec<Diagnostic>) {
+    let mut read = BTreeSet::new();
+    for template in env.namespace.templates.values() {
+        for manifest in &template.spec.manifests {
+            let Manifest::Text(text) = manifest else {
+                return;
+            };
+            match keys_read(text) {
+                Some(keys) => read.extend(keys),
+                None => return,
+            }
+        }
+    }
+    if env.namespace.templates.is_empty() {
+        return;
+    }
+    for (name, map) in platform_config_maps(env) {
+        if !applies(env, map.labels()) {
+            continue;
+        }
+        for key in map.spec.data.keys().filter(|k| !read.contains(k.as_str())) {
+            out.push(
+                Diagnostic::warning(
+                    "config-key-unused",
+                    format!(
+                        "config key {key:?} is read by no Template (they read .ConfigData.{})",
+                        if read.is_empty() {
+                            "nothing".to_owned()
+                        } else {
+                            read.iter().cloned().collect::<Vec<_>>().join(", .ConfigData.")
+                        }
+                    ),
+                )
+                .at(&map.origin)
+                .on(Kind::ConfigMap, name.clone())
+                .field(format!("data.{key}")),
+            );
+        }
+    }
+}
+
+/// The config keys a template's text reads, when that is certain: every `ConfigData` is
+/// `.ConfigData.<key>`, and no action hands the whole data (`.` or `$` alone) anywhere.
+/// `None` when the template may read other keys.
+pub fn keys_read(text: &str) -> Option<BTreeSet<String>> {
+    let mut keys = BTreeSet::new();
+    let mut rest = text;
+    while let Some(start) = rest.find("{{") {
+        let after = &rest[start + 2..];
+        let end = after.find("}}")?;
+        let action = &after[..end];
+        rest = &after[end + 2..];
+        if action.trim_start_matches('-').trim_start().starts_with("/*") {
+            continue;
+        }
+        let bytes = action.as_bytes();
+        let ident = |b: u8| b.is_ascii_alphanumeric() || b == b'_';
+        for (i, &b) in bytes.iter().enumerate() {
+            let prev = i.checked_sub(1).map(|p| bytes[p]);
+            let next = bytes.get(i + 1).copied();
+            match b {
+                // `.` alone (not `.Field`, not `x.y`, not a number, not `)`.Field): the whole data.
+                b'.' if !next.is_some_and(ident)
+                    && !prev.is_some_and(|p| ident(p) || p == b')' || p == b'"') =>
+                {
+                    return None;
+                }
+                // `$` alone, or `$.Field`: the root data (`$x` is a variable).
+                b'$' if !next.is_some_and(|n| ident(n) || n == b'.') => return None,
+                _ => {}
+            }
+        }
+        let mut search = action;
+        while let Some(at) = search.find("ConfigData") {
+            let tail = &search[at + "ConfigData".len()..];
+            let key: String = tail
+                .strip_prefix('.')?
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if key.is_empty() {
+                return None;
+            }
+            keys.insert(key);
+            search = tail;
+        }
+    }
+    Some(keys)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keys(text: &str) -> Option<Vec<String>> {
+        keys_read(text).map(|k| k.into_iter().collect())
+    }
+
+    #[test]
+    fn keys_are_read_by_name_only_when_certain() {
+        assert_eq!(
+            keys("a: {{ .ConfigData.REGION }}\nb: {{ $.ConfigData.db_url | quote }}\n{{ .Namespace }}"),
+            Some(vec!["REGION".to_owned(), "db_url".to_owned()])
+        );
+        assert_eq!(keys("no actions"), Some(vec![]));
+        assert_eq!(keys("{{/* .ConfigData and . */}}{{ .Repo }}"), Some(vec![]));
+        assert_eq!(keys("{{ printf \"%.2f\" 1.5 }}"), Some(vec![]));
+        // The whole config, the whole data, or a key chosen at run time: any key may be read.
+        assert_eq!(keys("{{ toYaml .ConfigData }}"), None);
+        assert_eq!(keys("{{ range $k, $v := .ConfigData }}{{ $k }}{{ end }}"), None);
+        assert_eq!(keys("{{ index .ConfigData \"REGION\" }}"), None);
+        assert_eq!(keys("{{ toYaml . }}"), None);
+        assert_eq!(keys("{{ template \"t\" . }}"), None);
+        assert_eq!(keys("{{ toYaml $ }}"), None);
+        assert_eq!(keys("{{ with .ConfigData }}{{ .REGION }}{{ end }}"), None);
+        assert_eq!(keys("{{ .ConfigData"), None);
+    }
+}
