@@ -18,12 +18,12 @@
 //!   repository) are ever closed, and only those older than the one it keeps.
 
 use git2::Oid;
-use kalypso_core::tree::{Change, RepoContent, apply, diff};
+use kalypso_core::tree::RepoContent;
 use serde::Deserialize;
 
 use crate::auth::Credentials;
 use crate::github::{self, GitHub, PullRequest};
-use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport};
+use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport, Written};
 use crate::url::RepoUrl;
 
 /// The label of pull requests that change `Promoted_Commit_Id`.
@@ -211,19 +211,23 @@ pub struct Changes {
     pub modified: usize,
     /// Removed files.
     pub deleted: usize,
+    /// Top-level folders (cluster types) with a changed file.
+    pub folders: usize,
 }
 
 impl Changes {
-    fn count(changes: &[(String, Change)]) -> Changes {
-        let mut c = Changes::default();
-        for (_, change) in changes {
-            match change {
-                Change::Added => c.added += 1,
-                Change::Modified => c.modified += 1,
-                Change::Deleted => c.deleted += 1,
-            }
+    fn of(written: &Written) -> Changes {
+        Changes {
+            added: written.added,
+            modified: written.modified,
+            deleted: written.deleted,
+            folders: written.folders.len(),
         }
-        c
+    }
+
+    /// Files added, changed or deleted.
+    pub fn files(&self) -> usize {
+        self.added + self.modified + self.deleted
     }
 }
 
@@ -369,12 +373,12 @@ fn deliver_push(
     for attempt in 1..=MAX_REJECTIONS {
         repo.fetch_branches(ctx.transport, &[dest.branch], &[])?;
         let head = repo.branch(dest.branch)?;
-        let snapshot = repo.snapshot(head)?;
-        let applied = apply(&snapshot.files, content);
-        let changes = Changes::count(&diff(&snapshot.files, &applied.tree));
+        let base = head.map(|h| repo.tree_of(h)).transpose()?;
         let result = repo.staging(|s| -> Result<Delivery, repo::Error> {
-            let tree = s.write_tree(&snapshot, &applied.tree)?;
-            if Some(tree) == snapshot.tree_id || (head.is_none() && applied.tree.is_empty()) {
+            let written = s.write_content(base, content)?;
+            let tree = written.tree;
+            let changes = Changes::of(&written);
+            if Some(tree) == base || (head.is_none() && changes.files() == 0) {
                 return Ok(Delivery::UpToDate { head, closed: vec![] });
             }
             if ctx.settings.dry_run {
@@ -537,13 +541,13 @@ fn prepare_branch(
         repo: dest.url.redacted(),
         branch: dest.branch.to_owned(),
     })?;
-    let snapshot = repo.snapshot(Some(head))?;
-    let applied = apply(&snapshot.files, content);
-    let changes = Changes::count(&diff(&snapshot.files, &applied.tree));
+    let base = repo.tree_of(head)?;
     let existing = repo.branches_under(own_prefix)?;
     repo.staging(|s| {
-        let tree = s.write_tree(&snapshot, &applied.tree)?;
-        if Some(tree) == snapshot.tree_id {
+        let written = s.write_content(Some(base), content)?;
+        let tree = written.tree;
+        let changes = Changes::of(&written);
+        if tree == base {
             return Ok(Prepared::UpToDate(Some(head)));
         }
         if ctx.settings.dry_run {
@@ -576,7 +580,7 @@ fn prepare_branch(
             name,
             commit,
             changes,
-            promoted: applied.promoted,
+            promoted: written.promoted,
         })
     })
 }

@@ -10,7 +10,7 @@
 //! and so no credential, is ever written into a repository config.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use git2::{
     PushOptions, Repository, Signature, TreeWalkMode, TreeWalkResult,
 };
 use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
-use kalypso_core::tree::{Blob, Tree};
+use kalypso_core::tree::{Blob, RepoContent, Tree};
 
 use crate::auth::Credentials;
 use crate::redact::redact;
@@ -645,6 +645,42 @@ impl Staging<'_> {
         self.write_dir(&root).map_err(fail)
     }
 
+    /// Writes the tree of `content` put on top of tree `base` (the branch head's; `None` for
+    /// a new branch) with the original's update rules, incrementally: only the folders whose
+    /// files changed are read, hashed and written (see [`crate::treewrite`]).
+    pub fn write_content(&self, base: Option<Oid>, content: &RepoContent) -> Result<Written, Error> {
+        let fail = git_error("cannot write a tree for", self.url);
+        let built = crate::treewrite::build(self.git, base, content).map_err(|e| match e {
+            crate::treewrite::BuildError::Git(e) => fail(e),
+            crate::treewrite::BuildError::Conflict(path) => Error::InvalidPath {
+                path,
+                repo: self.url.redacted(),
+                reason: "a file and a folder have the same path",
+            },
+        })?;
+        let fail = || git_error("cannot write a tree for", self.url);
+        for (kind, oid, content) in &built.objects {
+            let written = self.odb.write(*kind, content).map_err(fail())?;
+            debug_assert_eq!(written, *oid, "kalypso hashes objects as git does");
+        }
+        *self.written.borrow_mut() += built.objects.len();
+        let tree = match built.root {
+            Some(root) => root,
+            None => {
+                *self.written.borrow_mut() += 1;
+                self.odb.write(ObjectType::Tree, &[]).map_err(fail())?
+            }
+        };
+        Ok(Written {
+            tree,
+            added: built.added,
+            modified: built.modified,
+            deleted: built.deleted,
+            folders: built.folders,
+            promoted: built.promoted,
+        })
+    }
+
     fn write_dir(&self, dir: &BTreeMap<String, Node>) -> Result<Oid, git2::Error> {
         let mut builder = self.git.treebuilder(None)?;
         for (name, node) in dir {
@@ -893,6 +929,23 @@ pub fn normalize_path(path: &str) -> Result<String, &'static str> {
         }
     }
     Ok(parts.join("/"))
+}
+
+/// A tree written by [`Staging::write_content`], and what it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The tree.
+    pub tree: Oid,
+    /// Files added.
+    pub added: usize,
+    /// Files whose content changed.
+    pub modified: usize,
+    /// Files deleted.
+    pub deleted: usize,
+    /// The top-level folders (cluster types) with a changed file.
+    pub folders: BTreeSet<String>,
+    /// Whether `Promoted_Commit_Id` is written.
+    pub promoted: bool,
 }
 
 /// Who commits.
