@@ -18,12 +18,12 @@
 //!   repository) are ever closed, and only those older than the one it keeps.
 
 use git2::Oid;
-use kalypso_core::tree::{Change, RepoContent, apply, diff};
+use kalypso_core::tree::RepoContent;
 use serde::Deserialize;
 
 use crate::auth::Credentials;
 use crate::github::{self, GitHub, PullRequest};
-use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport};
+use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport, Written};
 use crate::url::RepoUrl;
 
 /// The label of pull requests that change `Promoted_Commit_Id`.
@@ -211,19 +211,23 @@ pub struct Changes {
     pub modified: usize,
     /// Removed files.
     pub deleted: usize,
+    /// Cluster types (top-level folders other than dot-folders) with a changed file.
+    pub cluster_types: usize,
 }
 
 impl Changes {
-    fn count(changes: &[(String, Change)]) -> Changes {
-        let mut c = Changes::default();
-        for (_, change) in changes {
-            match change {
-                Change::Added => c.added += 1,
-                Change::Modified => c.modified += 1,
-                Change::Deleted => c.deleted += 1,
-            }
+    fn of(written: &Written) -> Changes {
+        Changes {
+            added: written.added,
+            modified: written.modified,
+            deleted: written.deleted,
+            cluster_types: written.folders.iter().filter(|f| !f.starts_with('.')).count(),
         }
-        c
+    }
+
+    /// Files added, changed or deleted.
+    pub fn files(&self) -> usize {
+        self.added + self.modified + self.deleted
     }
 }
 
@@ -325,13 +329,72 @@ impl Context<'_> {
     }
 }
 
+/// What a delivery carries, for its commit message.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The environment.
+    pub environment: String,
+    /// The control plane's main commit (promoted) and environment-branch commit.
+    pub main: String,
+    /// The environment branch's commit.
+    pub environment_commit: String,
+    /// Number of workload repositories read.
+    pub workloads: usize,
+}
+
+impl Provenance {
+    /// The text added under the commit message: the one-line summary, then the inputs.
+    fn describe(&self, changes: &Changes) -> String {
+        format!(
+            "{}: {}\n\nEnvironment: {}\nControl plane: main {}, {} {}\nWorkload repositories: {}",
+            self.environment,
+            changes.summary(),
+            self.environment,
+            self.main,
+            self.environment,
+            self.environment_commit,
+            self.workloads
+        )
+    }
+}
+
+impl Changes {
+    /// `312 files changed in 4 cluster types`.
+    pub fn summary(&self) -> String {
+        let files = self.files();
+        format!(
+            "{files} file{} changed in {} cluster type{}",
+            if files == 1 { "" } else { "s" },
+            self.cluster_types,
+            if self.cluster_types == 1 { "" } else { "s" }
+        )
+    }
+}
+
+fn message(ctx: &Context<'_>, about: Option<&Provenance>, changes: &Changes) -> String {
+    match about {
+        Some(about) => format!("{}\n\n{}\n", ctx.settings.message, about.describe(changes)),
+        None => ctx.settings.message.clone(),
+    }
+}
+
 /// Delivers `content` to `dest`.
 pub fn deliver(ctx: &Context<'_>, dest: &Destination<'_>, content: &RepoContent) -> Result<Delivery, Error> {
+    deliver_with(ctx, dest, content, None)
+}
+
+/// Delivers `content` to `dest`; commit messages say what `about` says.
+pub fn deliver_with(
+    ctx: &Context<'_>,
+    dest: &Destination<'_>,
+    content: &RepoContent,
+    about: Option<&Provenance>,
+) -> Result<Delivery, Error> {
     refuse_checked_out_branch(dest)?;
     let repo = Repo::open_mirror(dest.url, ctx.cache)?;
     match dest.mode {
-        Mode::Pr => deliver_pr(ctx, &repo, dest, content),
-        Mode::Push | Mode::Auto => deliver_push(ctx, &repo, dest, content),
+        Mode::Pr => deliver_pr(ctx, &repo, dest, content, about),
+        Mode::Push | Mode::Auto => deliver_push(ctx, &repo, dest, content, about),
     }
 }
 
@@ -365,16 +428,17 @@ fn deliver_push(
     repo: &Repo,
     dest: &Destination<'_>,
     content: &RepoContent,
+    about: Option<&Provenance>,
 ) -> Result<Delivery, Error> {
     for attempt in 1..=MAX_REJECTIONS {
         repo.fetch_branches(ctx.transport, &[dest.branch], &[])?;
         let head = repo.branch(dest.branch)?;
-        let snapshot = repo.snapshot(head)?;
-        let applied = apply(&snapshot.files, content);
-        let changes = Changes::count(&diff(&snapshot.files, &applied.tree));
+        let base = head.map(|h| repo.tree_of(h)).transpose()?;
         let result = repo.staging(|s| -> Result<Delivery, repo::Error> {
-            let tree = s.write_tree(&snapshot, &applied.tree)?;
-            if Some(tree) == snapshot.tree_id || (head.is_none() && applied.tree.is_empty()) {
+            let written = s.write_content(base, content)?;
+            let tree = written.tree;
+            let changes = Changes::of(&written);
+            if Some(tree) == base || (head.is_none() && changes.files() == 0) {
                 return Ok(Delivery::UpToDate { head, closed: vec![] });
             }
             if ctx.settings.dry_run {
@@ -383,7 +447,7 @@ fn deliver_push(
                     changes,
                 });
             }
-            let commit = s.commit(tree, head, &ctx.settings.author, &ctx.settings.message)?;
+            let commit = s.commit(tree, head, &ctx.settings.author, &message(ctx, about, &changes))?;
             s.push(
                 ctx.transport,
                 &[RefUpdate {
@@ -424,11 +488,12 @@ fn deliver_pr(
     repo: &Repo,
     dest: &Destination<'_>,
     content: &RepoContent,
+    about: Option<&Provenance>,
 ) -> Result<Delivery, Error> {
     let own_prefix = format!("{}{}/", ctx.settings.branch_prefix, dest.branch);
     let mut prepared = None;
     for attempt in 1..=MAX_REJECTIONS {
-        match prepare_branch(ctx, repo, dest, content, &own_prefix) {
+        match prepare_branch(ctx, repo, dest, content, &own_prefix, about) {
             Err(Error::Repo(e)) if e.is_rejection() => {
                 tracing::warn!(repo = %dest.url, branch = dest.branch, attempt, error = %e, "push rejected, starting again");
             }
@@ -480,6 +545,7 @@ fn deliver_pr(
         Some(p) => ((*p).clone(), false),
         None => {
             let title = format!("Update manifests in {} from {name}", dest.branch);
+            // The original's text; the commit itself carries the summary and the inputs.
             match github.create_pull(&name, dest.branch, &title, PR_BODY)? {
                 Some(p) => (p, true),
                 None => {
@@ -531,19 +597,20 @@ fn prepare_branch(
     dest: &Destination<'_>,
     content: &RepoContent,
     own_prefix: &str,
+    about: Option<&Provenance>,
 ) -> Result<Prepared, Error> {
     repo.fetch_branches(ctx.transport, &[dest.branch], &[own_prefix])?;
     let head = repo.branch(dest.branch)?.ok_or_else(|| Error::NoBaseBranch {
         repo: dest.url.redacted(),
         branch: dest.branch.to_owned(),
     })?;
-    let snapshot = repo.snapshot(Some(head))?;
-    let applied = apply(&snapshot.files, content);
-    let changes = Changes::count(&diff(&snapshot.files, &applied.tree));
+    let base = repo.tree_of(head)?;
     let existing = repo.branches_under(own_prefix)?;
     repo.staging(|s| {
-        let tree = s.write_tree(&snapshot, &applied.tree)?;
-        if Some(tree) == snapshot.tree_id {
+        let written = s.write_content(Some(base), content)?;
+        let tree = written.tree;
+        let changes = Changes::of(&written);
+        if tree == base {
             return Ok(Prepared::UpToDate(Some(head)));
         }
         if ctx.settings.dry_run {
@@ -561,7 +628,12 @@ fn prepare_branch(
                 commit
             }
             None => {
-                let commit = s.commit(tree, Some(head), &ctx.settings.author, &ctx.settings.message)?;
+                let commit = s.commit(
+                    tree,
+                    Some(head),
+                    &ctx.settings.author,
+                    &message(ctx, about, &changes),
+                )?;
                 s.push(
                     ctx.transport,
                     &[RefUpdate {
@@ -576,7 +648,7 @@ fn prepare_branch(
             name,
             commit,
             changes,
-            promoted: applied.promoted,
+            promoted: written.promoted,
         })
     })
 }

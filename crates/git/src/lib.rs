@@ -9,6 +9,7 @@
 //!   ever showing a credential;
 //! - [`repo`]: fetching into a cache, reading trees straight from git objects, writing
 //!   trees and commits in memory, pushing (with [`retry`] for network failures);
+//!   [`treewrite`]: the GitOps tree built incrementally from the previous commit's;
 //! - [`control_plane`]: environments, their branches, the promoted main commit, workload
 //!   folders → [`kalypso_core::Inputs`];
 //! - [`render`]: the core pipeline, and its errors grouped as the original's issues;
@@ -30,6 +31,7 @@ pub mod repo;
 pub mod retry;
 pub mod signature;
 pub mod sync;
+pub mod treewrite;
 pub mod url;
 
 pub use auth::AuthSettings;

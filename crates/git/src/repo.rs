@@ -10,7 +10,7 @@
 //! and so no credential, is ever written into a repository config.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use git2::{
     PushOptions, Repository, Signature, TreeWalkMode, TreeWalkResult,
 };
 use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
-use kalypso_core::tree::{Blob, Tree};
+use kalypso_core::tree::{Blob, RepoContent, Tree};
 
 use crate::auth::Credentials;
 use crate::redact::redact;
@@ -288,6 +288,7 @@ impl Repo {
             Ok(git) => git,
             Err(_) => Repository::init_bare(&path).map_err(git_error("cannot create a cache for", url))?,
         };
+        no_delta_search(&git).map_err(git_error("cannot configure the cache of", url))?;
         Ok(Repo {
             git,
             url: url.clone(),
@@ -585,7 +586,7 @@ impl Repo {
             odb: &odb,
             mempack,
             url: &self.url,
-            written: RefCell::new(0),
+            written: RefCell::new(Vec::new()),
         };
         f(&staging)
     }
@@ -597,7 +598,8 @@ pub struct Staging<'r> {
     odb: &'r git2::Odb<'r>,
     mempack: git2::Mempack<'r>,
     url: &'r RepoUrl,
-    written: RefCell<usize>,
+    /// The objects written so far (to be stored by [`Staging::persist`]).
+    written: RefCell<Vec<Oid>>,
 }
 
 impl std::fmt::Debug for Staging<'_> {
@@ -627,13 +629,12 @@ impl Staging<'_> {
             let (oid, mode) = match reused {
                 Some(entry) => entry,
                 None => {
-                    *self.written.borrow_mut() += 1;
-                    (
-                        self.git
-                            .blob(content)
-                            .map_err(git_error("cannot write a tree for", self.url))?,
-                        FILE_MODE,
-                    )
+                    let oid = self
+                        .git
+                        .blob(content)
+                        .map_err(git_error("cannot write a tree for", self.url))?;
+                    self.written.borrow_mut().push(oid);
+                    (oid, FILE_MODE)
                 }
             };
             insert_node(&mut root, path, oid, mode).map_err(|reason| Error::InvalidPath {
@@ -643,6 +644,45 @@ impl Staging<'_> {
             })?;
         }
         self.write_dir(&root).map_err(fail)
+    }
+
+    /// Writes the tree of `content` put on top of tree `base` (the branch head's; `None` for
+    /// a new branch) with the original's update rules, incrementally: only the folders whose
+    /// files changed are read, hashed and written (see [`crate::treewrite`]).
+    pub fn write_content(&self, base: Option<Oid>, content: &RepoContent) -> Result<Written, Error> {
+        let fail = git_error("cannot write a tree for", self.url);
+        let built = crate::treewrite::build(self.git, base, content).map_err(|e| match e {
+            crate::treewrite::BuildError::Git(e) => fail(e),
+            crate::treewrite::BuildError::Conflict(path) => Error::InvalidPath {
+                path,
+                repo: self.url.redacted(),
+                reason: "a file and a folder have the same path",
+            },
+        })?;
+        let fail = || git_error("cannot write a tree for", self.url);
+        for (kind, oid, content) in &built.objects {
+            let written = self.odb.write(*kind, content).map_err(fail())?;
+            debug_assert_eq!(written, *oid, "kalypso hashes objects as git does");
+        }
+        self.written
+            .borrow_mut()
+            .extend(built.objects.iter().map(|(_, oid, _)| *oid));
+        let tree = match built.root {
+            Some(root) => root,
+            None => {
+                let empty = self.odb.write(ObjectType::Tree, &[]).map_err(fail())?;
+                self.written.borrow_mut().push(empty);
+                empty
+            }
+        };
+        Ok(Written {
+            tree,
+            added: built.added,
+            modified: built.modified,
+            deleted: built.deleted,
+            folders: built.folders,
+            promoted: built.promoted,
+        })
     }
 
     fn write_dir(&self, dir: &BTreeMap<String, Node>) -> Result<Oid, git2::Error> {
@@ -656,8 +696,9 @@ impl Staging<'_> {
                 }
             };
         }
-        *self.written.borrow_mut() += 1;
-        builder.write()
+        let oid = builder.write()?;
+        self.written.borrow_mut().push(oid);
+        Ok(oid)
     }
 
     /// Creates a commit of `tree` on top of `parent` (no branch moves).
@@ -676,10 +717,12 @@ impl Staging<'_> {
             .transpose()
             .map_err(fail())?;
         let parents: Vec<&git2::Commit<'_>> = parent.iter().collect();
-        *self.written.borrow_mut() += 1;
-        self.git
+        let commit = self
+            .git
             .commit(None, &sig, &sig, message, &tree, &parents)
-            .map_err(fail())
+            .map_err(fail())?;
+        self.written.borrow_mut().push(commit);
+        Ok(commit)
     }
 
     /// The tree of a commit.
@@ -822,18 +865,24 @@ impl Staging<'_> {
         }
     }
 
-    /// Stores the objects written so far in the repository, as one pack.
+    /// Stores the objects written so far in the repository, as one pack of those objects
+    /// alone (not of every object their commits reach, as libgit2's mempack dump would).
     pub fn persist(&self) -> Result<(), Error> {
-        if *self.written.borrow() == 0 {
+        if self.written.borrow().is_empty() {
             return Ok(());
         }
         let fail = || git_error("cannot store objects in the cache of", self.url);
         let mut buf = git2::Buf::new();
-        self.mempack.dump(self.git, &mut buf).map_err(fail())?;
-        // A pack of no objects is a 12-byte header and a 20-byte checksum: nothing to store
-        // (every object written already existed).
+        {
+            let mut pack = self.git.packbuilder().map_err(fail())?;
+            for oid in self.written.borrow().iter() {
+                pack.insert_object(*oid, None).map_err(fail())?;
+            }
+            pack.write_buf(&mut buf).map_err(fail())?;
+        }
+        // A pack of no objects is a 12-byte header and a 20-byte checksum: nothing to store.
         if buf.len() <= 32 {
-            *self.written.borrow_mut() = 0;
+            self.written.borrow_mut().clear();
             return Ok(());
         }
         let mut writer = self.odb.packwriter().map_err(fail())?;
@@ -848,9 +897,24 @@ impl Staging<'_> {
         })?;
         writer.commit().map_err(fail())?;
         self.mempack.reset().map_err(fail())?;
-        *self.written.borrow_mut() = 0;
+        self.written.borrow_mut().clear();
         Ok(())
     }
+}
+
+/// Packs written from a mirror (pushes, objects stored in the cache) are made without a
+/// delta search: the new objects of a GitOps commit are mostly small files unlike each
+/// other, and libgit2's search over a fleet's worth of them costs more than the bytes it
+/// saves. libgit2 1.9 reads the size limit for delta candidates from `pack.deltaCacheSize`
+/// (a slip for `pack.bigFileThreshold`), so both are set: no object is a candidate.
+fn no_delta_search(git: &Repository) -> Result<(), git2::Error> {
+    let mut config = git.config()?;
+    for key in ["pack.bigFileThreshold", "pack.deltaCacheSize"] {
+        if config.get_i64(key).ok() != Some(1) {
+            config.set_i64(key, 1)?;
+        }
+    }
+    Ok(())
 }
 
 fn insert_node(
@@ -893,6 +957,23 @@ pub fn normalize_path(path: &str) -> Result<String, &'static str> {
         }
     }
     Ok(parts.join("/"))
+}
+
+/// A tree written by [`Staging::write_content`], and what it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Written {
+    /// The tree.
+    pub tree: Oid,
+    /// Files added.
+    pub added: usize,
+    /// Files whose content changed.
+    pub modified: usize,
+    /// Files deleted.
+    pub deleted: usize,
+    /// The top-level folders (cluster types) with a changed file.
+    pub folders: BTreeSet<String>,
+    /// Whether `Promoted_Commit_Id` is written.
+    pub promoted: bool,
 }
 
 /// Who commits.
@@ -992,6 +1073,44 @@ mod tests {
             repo.source_tree(commit, "missing", "x"),
             Err(Error::NotFound { .. })
         ));
+    }
+
+    #[test]
+    fn stores_packs_without_deltas() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = RepoUrl::from_path(&dir.path().join("remote.git"));
+        let cache = Cache::new(dir.path().join("cache"));
+        let repo = Repo::open_mirror(&url, &cache).unwrap();
+        // Two large, nearly identical files: libgit2 would store one as a delta of the other.
+        let text: String = (0..200).map(|i| format!("key{i}: value{i}\n")).collect();
+        let files: Tree = [
+            ("a.yaml".to_owned(), Blob::from(text.as_bytes())),
+            (
+                "b.yaml".to_owned(),
+                Blob::from(format!("{text}x: y\n").as_bytes()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        repo.staging(|s| -> Result<_, Error> {
+            s.write_tree(&Snapshot::default(), &files)?;
+            s.persist()
+        })
+        .unwrap();
+        let objects = kalypso_testkit::git(
+            &dir.path().join("cache").join(url.cache_name()),
+            &[
+                "cat-file",
+                "--batch-all-objects",
+                "--batch-check=%(objecttype) %(deltabase)",
+            ],
+        );
+        let lines: Vec<&str> = objects.lines().collect();
+        assert_eq!(lines.len(), 3, "{objects}");
+        assert!(
+            lines.iter().all(|l| l.ends_with(&Oid::ZERO_SHA1.to_string())),
+            "no object is stored as a delta: {objects}"
+        );
     }
 
     #[test]

@@ -302,9 +302,17 @@ impl Pass<'_> {
                 branch,
                 mode: *mode,
             };
-            let delivery = deliver::deliver(&ctx, &dest, &content).map_err(|error| Error::Delivery {
+            let about = deliver::Provenance {
                 environment: name.clone(),
-                error,
+                main: resolved.revisions.main.clone(),
+                environment_commit: resolved.revisions.environment.clone(),
+                workloads: resolved.revisions.workloads.len(),
+            };
+            let delivery = deliver::deliver_with(&ctx, &dest, &content, Some(&about)).map_err(|error| {
+                Error::Delivery {
+                    environment: name.clone(),
+                    error,
+                }
             })?;
             reports.push(TargetReport {
                 name: target_name.clone(),

@@ -51,6 +51,15 @@ fn commits_the_rendered_tree_once() {
         log.trim(),
         "Kalypso Scheduler <kalypso.scheduler@email.com>|Kalypso Scheduler commit"
     );
+    // The body says which environment and which control-plane commits the commit carries.
+    let body = git(&fx.gitops, &["log", "-1", "--format=%b", "dev"]);
+    assert_eq!(
+        body.trim(),
+        format!(
+            "dev: 4 files changed in 1 cluster type\n\nEnvironment: dev\nControl plane: main {}, dev {}\nWorkload repositories: 1",
+            report.revisions.main, report.revisions.environment
+        )
+    );
 
     // Nothing changed: nothing is committed.
     let again = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);

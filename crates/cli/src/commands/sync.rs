@@ -7,7 +7,6 @@ use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
 use clap::Args;
-use kalypso_git::control_plane::short;
 use kalypso_git::sync::TargetReport;
 use kalypso_git::{
     AuthSettings, Author, Delivery, DeliverySettings, EnvReport, Mode, Outcome, RepoUrl, RetryPolicy,
@@ -129,6 +128,9 @@ pub(crate) struct SyncArgs {
     /// Print the result as JSON on standard output.
     #[arg(long)]
     json: bool,
+    /// Also print the input commits (main, environment branch, every workload repository).
+    #[arg(short, long)]
+    verbose: bool,
     #[command(flatten)]
     commit: CommitArgs,
     #[command(flatten)]
@@ -176,8 +178,10 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     let mut ok = true;
     let mut json = Vec::new();
     for env in &environments {
+        let started = std::time::Instant::now();
         match pass.sync(env) {
             Ok(report) => {
+                let elapsed = started.elapsed();
                 for d in report
                     .diagnostics
                     .iter()
@@ -187,9 +191,13 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
                 }
                 ok &= report.is_success();
                 if args.json {
-                    json.push(report_json(&report));
+                    let mut value = report_json(&report);
+                    if let Some(v) = value.as_object_mut() {
+                        v.insert("seconds".into(), serde_json::json!(elapsed.as_secs_f64()));
+                    }
+                    json.push(value);
                 } else {
-                    print_report(&report, global);
+                    print_report(&report, global, args.verbose, elapsed);
                 }
             }
             Err(e) => {
@@ -210,16 +218,20 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
 }
 
-fn describe_target(t: &TargetReport) -> String {
+fn short7(commit: &impl std::fmt::Display) -> String {
+    commit.to_string().chars().take(7).collect()
+}
+
+/// The one-line summary of a delivery, after `<environment>: `.
+fn describe_target(t: &TargetReport, elapsed: std::time::Duration) -> String {
+    let place = format!("{}@{}", t.name, t.branch);
+    let took = format!("in {:.1} s", elapsed.as_secs_f64());
     match &t.delivery {
         Delivery::UpToDate { head, closed } => {
-            let mut s = format!(
-                "up to date: {} {} at {}",
-                t.repo,
-                t.branch,
-                head.map(|h| short(&h.to_string()).to_owned())
-                    .unwrap_or_else(|| "(empty)".into())
-            );
+            let mut s = match head {
+                Some(h) => format!("no change, {place} stays at {} ({took})", short7(h)),
+                None => format!("no change, {place} stays empty ({took})"),
+            };
             if !closed.is_empty() {
                 s.push_str(&format!("; closed stale pull requests {}", numbers(closed)));
             }
@@ -227,10 +239,9 @@ fn describe_target(t: &TargetReport) -> String {
         }
         Delivery::Committed { commit, changes } => {
             format!(
-                "committed {} to {} {} ({changes})",
-                short(&commit.to_string()),
-                t.repo,
-                t.branch
+                "{}, commit {} pushed to {place} {took}",
+                changes.summary(),
+                short7(commit)
             )
         }
         Delivery::PullRequest {
@@ -244,9 +255,10 @@ fn describe_target(t: &TargetReport) -> String {
             closed,
         } => {
             let mut s = format!(
-                "pull request #{number} {url} {} (branch {branch}, commit {}, {changes}){}",
+                "{}, pull request #{number} {} for {place} {took}: {url} (branch {branch}, commit {}){}",
+                changes.summary(),
                 if *created { "opened" } else { "already open" },
-                short(&commit.to_string()),
+                short7(commit),
                 if *promoted { " [promoted]" } else { "" },
             );
             if !closed.is_empty() {
@@ -256,8 +268,8 @@ fn describe_target(t: &TargetReport) -> String {
         }
         Delivery::DryRun { mode, changes } => {
             format!(
-                "dry run: would deliver to {} {} in {mode} mode ({changes})",
-                t.repo, t.branch
+                "dry run: {} for {place} in {mode} mode ({took}); nothing written",
+                changes.summary()
             )
         }
     }
@@ -267,19 +279,19 @@ fn numbers(n: &[u64]) -> String {
     n.iter().map(|n| format!("#{n}")).collect::<Vec<_>>().join(", ")
 }
 
-fn print_report(report: &EnvReport, global: &GlobalArgs) {
+fn print_report(report: &EnvReport, global: &GlobalArgs, verbose: bool, elapsed: std::time::Duration) {
     match &report.outcome {
         Outcome::Delivered(targets) => {
             if global.quiet {
                 return;
             }
             for t in targets {
+                println!("{}: {}", report.environment, describe_target(t, elapsed));
+            }
+            if verbose {
                 println!(
-                    "{}: {} [{} assignment(s); {}]",
-                    report.environment,
-                    describe_target(t),
-                    report.assignments,
-                    report.revisions
+                    "{}: {} assignment(s) from {}",
+                    report.environment, report.assignments, report.revisions
                 );
             }
         }
@@ -319,7 +331,7 @@ fn report_json(report: &EnvReport) -> serde_json::Value {
                 let mut v = json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch});
                 let d = match &t.delivery {
                     Delivery::UpToDate { head, closed } => json!({"result": "up_to_date", "head": head.map(|h| h.to_string()), "closed": closed}),
-                    Delivery::Committed { commit, changes } => json!({"result": "committed", "commit": commit.to_string(), "added": changes.added, "changed": changes.modified, "deleted": changes.deleted}),
+                    Delivery::Committed { commit, changes } => json!({"result": "committed", "commit": commit.to_string(), "added": changes.added, "changed": changes.modified, "deleted": changes.deleted, "clusterTypes": changes.cluster_types}),
                     Delivery::PullRequest { number, url, branch, commit, created, promoted, changes, closed } => json!({
                         "result": "pull_request", "number": number, "url": url, "branch": branch, "commit": commit.to_string(),
                         "created": created, "promoted": promoted, "added": changes.added, "changed": changes.modified, "deleted": changes.deleted, "closed": closed,

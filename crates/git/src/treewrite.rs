@@ -1,0 +1,575 @@
+//! The GitOps commit's tree built incrementally from the previous commit's tree.
+//!
+//! A fleet's GitOps tree has hundreds of thousands of files. Reading them all back from the
+//! branch (or checking them out) to find the few that changed costs more than rendering them,
+//! so this module never reads a file of the previous tree. Instead every rendered file and
+//! folder is hashed as git hashes objects (SHA-1, in parallel, one task per cluster type),
+//! and a folder whose id equals the previous tree's entry is taken over unread. Only the
+//! folders whose ids differ are read (their tree objects, not their files) and merged with
+//! the original's update rules ([`kalypso_core::tree::Rules`], the rules
+//! [`kalypso_core::tree::apply`] applies to whole file lists): root files and dot-folders
+//! kept, folders of cluster types and targets no longer scheduled deleted, stale files inside
+//! scheduled target folders kept, a `README.md` per cluster type, `Promoted_Commit_Id` when
+//! the promoted commit changes. The result is the tree `apply` gives, and only its new
+//! objects are written.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use git2::{ObjectType, Oid, Repository};
+use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, promotes, readme};
+use rayon::prelude::*;
+use sha1::{Digest, Sha1};
+
+/// The mode of regular files.
+const FILE_MODE: i32 = 0o100_644;
+/// The mode of folders.
+const DIR_MODE: i32 = 0o040_000;
+
+/// The outcome of [`build`].
+#[derive(Debug)]
+pub(crate) struct Built {
+    /// The new root tree (`None`: no file at all).
+    pub root: Option<Oid>,
+    /// Files added, changed and deleted.
+    pub added: usize,
+    /// Changed files.
+    pub modified: usize,
+    /// Deleted files.
+    pub deleted: usize,
+    /// The top-level folders with a change (cluster types, mostly).
+    pub folders: BTreeSet<String>,
+    /// Whether `Promoted_Commit_Id` is written.
+    pub promoted: bool,
+    /// New objects to store: (kind, id, content).
+    pub objects: Vec<(ObjectType, Oid, Blob)>,
+}
+
+/// A file or folder of the rendered content, with its git id.
+enum Node {
+    File(Oid, Blob),
+    Dir(Dir),
+}
+
+/// A folder of the rendered content: its entries and the id of the tree they form alone.
+struct Dir {
+    oid: Oid,
+    entries: BTreeMap<String, Node>,
+}
+
+/// The id git gives an object.
+fn object_id(kind: &str, content: &[u8]) -> Oid {
+    let mut h = Sha1::new();
+    h.update(kind.as_bytes());
+    h.update(b" ");
+    h.update(content.len().to_string().as_bytes());
+    h.update([0]);
+    h.update(content);
+    let digest = h.finalize();
+    Oid::from_bytes(&digest).unwrap_or(Oid::ZERO_SHA1)
+}
+
+/// A tree object's content: entries in git's order (a folder sorts as if its name ended
+/// with `/`).
+fn tree_content(entries: &mut [(&str, i32, Oid)]) -> Vec<u8> {
+    entries.sort_by(|a, b| {
+        let key = |(name, mode, _): &(&str, i32, Oid)| {
+            let mut k = name.as_bytes().to_vec();
+            if *mode == DIR_MODE {
+                k.push(b'/');
+            }
+            k
+        };
+        key(a).cmp(&key(b))
+    });
+    let mut out = Vec::with_capacity(entries.len() * 48);
+    for (name, mode, oid) in entries.iter() {
+        out.extend_from_slice(format!("{mode:o} {name}").as_bytes());
+        out.push(0);
+        out.extend_from_slice(oid.as_bytes());
+    }
+    out
+}
+
+impl Dir {
+    fn new(entries: BTreeMap<String, Node>) -> Dir {
+        let mut list: Vec<(&str, i32, Oid)> = entries
+            .iter()
+            .map(|(name, node)| match node {
+                Node::File(oid, _) => (name.as_str(), FILE_MODE, *oid),
+                Node::Dir(d) => (name.as_str(), DIR_MODE, d.oid),
+            })
+            .collect();
+        let oid = object_id("tree", &tree_content(&mut list));
+        Dir { oid, entries }
+    }
+}
+
+fn file(content: &Blob) -> Node {
+    Node::File(object_id("blob", content), content.clone())
+}
+
+/// The rendered content as hashed folders: `content`'s packages, a `README.md` per cluster
+/// type and, when `promoted` is given, `Promoted_Commit_Id`.
+fn overlay(content: &RepoContent, promoted: Option<&Blob>) -> Dir {
+    let mut cluster_types: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
+    cluster_types.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
+    let readme = readme();
+    let readme_id = object_id("blob", &readme);
+    let folders: Vec<(String, Dir)> = cluster_types
+        .into_par_iter()
+        .map(|ct| {
+            let mut entries = BTreeMap::new();
+            let packages = content
+                .packages
+                .range((ct.to_owned(), String::new())..)
+                .take_while(|((c, _), _)| c == ct);
+            for ((_, dt), package) in packages {
+                let files = package
+                    .files()
+                    .map(|(name, blob)| (name.to_owned(), file(blob)))
+                    .collect();
+                entries.insert(dt.clone(), Node::Dir(Dir::new(files)));
+            }
+            if content.cluster_types.contains(ct) {
+                entries.insert(README.to_owned(), Node::File(readme_id, readme.clone()));
+            }
+            (ct.to_owned(), Dir::new(entries))
+        })
+        .collect();
+    let mut root: BTreeMap<String, Node> = folders.into_iter().map(|(ct, d)| (ct, Node::Dir(d))).collect();
+    if let Some(blob) = promoted {
+        let mut segments: Vec<&str> = PROMOTED_COMMIT_PATH.split('/').collect();
+        let name = segments.pop().unwrap_or(PROMOTED_COMMIT_PATH);
+        let mut node = Node::Dir(Dir::new(BTreeMap::from([(name.to_owned(), file(blob))])));
+        while let Some(segment) = segments.pop() {
+            if segments.is_empty() {
+                // A cluster type cannot be named like a dot-folder: no clash at the root.
+                root.insert(segment.to_owned(), node);
+                break;
+            }
+            node = Node::Dir(Dir::new(BTreeMap::from([(segment.to_owned(), node)])));
+        }
+    }
+    Dir::new(root)
+}
+
+/// Which files under a folder survive the update rules.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Keep {
+    All,
+    None,
+    /// Decided file by file ([`Rules::keeps`]).
+    Some,
+}
+
+/// What the rules keep under folder `path` (its `/`-separated segments): the folder-level
+/// form of [`Rules::keeps`].
+fn keep_under(rules: &Rules<'_>, segments: &[&str]) -> Keep {
+    match segments {
+        [first, ..] if first.starts_with('.') => Keep::All,
+        [ct] if rules.is_cluster_type(ct) => Keep::Some,
+        [_] => Keep::None,
+        [ct, target] if rules.is_scheduled(ct, target) => Keep::All,
+        [_, _] => Keep::None,
+        _ => Keep::All,
+    }
+}
+
+/// A path in the tree names a file and a folder at once.
+#[derive(Debug)]
+pub(crate) enum BuildError {
+    Git(git2::Error),
+    Conflict(String),
+}
+
+impl From<git2::Error> for BuildError {
+    fn from(e: git2::Error) -> BuildError {
+        BuildError::Git(e)
+    }
+}
+
+struct Merge<'a> {
+    repo: &'a Repository,
+    rules: Rules<'a>,
+    built: Built,
+}
+
+fn join(path: &str, name: &str) -> String {
+    if path.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{path}/{name}")
+    }
+}
+
+fn top(path: &str) -> &str {
+    path.split('/').next().unwrap_or(path)
+}
+
+impl Merge<'_> {
+    /// Notes a change of the file at `path` (its top-level folder, if it has one).
+    fn changed(&mut self, path: &str) {
+        if path.contains('/') && !self.built.folders.contains(top(path)) {
+            self.built.folders.insert(top(path).to_owned());
+        }
+    }
+
+    /// Every object of `dir` is new.
+    fn add_all(&mut self, path: &str, dir: &Dir) {
+        let mut list = Vec::with_capacity(dir.entries.len());
+        for (name, node) in &dir.entries {
+            match node {
+                Node::File(oid, blob) => {
+                    self.built.added += 1;
+                    self.changed(&join(path, name));
+                    self.built.objects.push((ObjectType::Blob, *oid, blob.clone()));
+                    list.push((name.as_str(), FILE_MODE, *oid));
+                }
+                Node::Dir(d) => {
+                    self.add_all(&join(path, name), d);
+                    list.push((name.as_str(), DIR_MODE, d.oid));
+                }
+            }
+        }
+        let content = tree_content(&mut list);
+        self.built
+            .objects
+            .push((ObjectType::Tree, dir.oid, Blob::from(content)));
+    }
+
+    /// Counts the files under `tree` as deleted.
+    fn delete_all(&mut self, path: &str, tree: Oid) -> Result<(), BuildError> {
+        let tree = self.repo.find_tree(tree)?;
+        for entry in tree.iter() {
+            let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
+            if entry.kind() == Some(ObjectType::Tree) {
+                self.delete_all(&join(path, &name), entry.id())?;
+            } else {
+                self.built.deleted += 1;
+                self.changed(&join(path, &name));
+            }
+        }
+        Ok(())
+    }
+
+    /// The folder at `path`: the previous tree's folder `base` with the rules applied and
+    /// `overlay` on top. `None` when nothing is left in it.
+    fn merge(
+        &mut self,
+        path: &str,
+        base: Option<Oid>,
+        overlay: Option<&Dir>,
+    ) -> Result<Option<Oid>, BuildError> {
+        let Some(base) = base else {
+            return Ok(overlay.filter(|d| !d.entries.is_empty()).map(|d| {
+                self.add_all(path, d);
+                d.oid
+            }));
+        };
+        if overlay.is_some_and(|d| d.oid == base) {
+            return Ok(Some(base));
+        }
+        let tree = self.repo.find_tree(base)?;
+        let empty = BTreeMap::new();
+        let overlay_entries = overlay.map_or(&empty, |d| &d.entries);
+        let mut out: Vec<(String, i32, Oid)> = Vec::new();
+        let mut seen = BTreeSet::new();
+        for entry in tree.iter() {
+            let name = String::from_utf8_lossy(entry.name_bytes()).into_owned();
+            let child = join(path, &name);
+            let is_dir = entry.kind() == Some(ObjectType::Tree);
+            let (id, mode) = (entry.id(), entry.filemode());
+            match overlay_entries.get(&name) {
+                Some(Node::File(oid, blob)) => {
+                    seen.insert(name.clone());
+                    if is_dir {
+                        if self.keeps_dir(&child) != Keep::None {
+                            return Err(BuildError::Conflict(child));
+                        }
+                        self.delete_all(&child, id)?;
+                        self.new_file(&child, *oid, blob, false);
+                        out.push((name, FILE_MODE, *oid));
+                    } else if id == *oid {
+                        out.push((name, mode, id));
+                    } else {
+                        self.new_file(&child, *oid, blob, true);
+                        out.push((name, FILE_MODE, *oid));
+                    }
+                }
+                Some(Node::Dir(d)) => {
+                    seen.insert(name.clone());
+                    let base_dir = if is_dir {
+                        Some(id)
+                    } else {
+                        if self.rules.keeps(&child) {
+                            return Err(BuildError::Conflict(child));
+                        }
+                        self.built.deleted += 1;
+                        self.changed(&child);
+                        None
+                    };
+                    if let Some(oid) = self.merge(&child, base_dir, Some(d))? {
+                        out.push((name, DIR_MODE, oid));
+                    }
+                }
+                None if is_dir => match self.keeps_dir(&child) {
+                    Keep::All => out.push((name, DIR_MODE, id)),
+                    Keep::None => self.delete_all(&child, id)?,
+                    Keep::Some => {
+                        if let Some(oid) = self.merge(&child, Some(id), None)? {
+                            out.push((name, DIR_MODE, oid));
+                        }
+                    }
+                },
+                None => {
+                    if self.rules.keeps(&child) {
+                        out.push((name, mode, id));
+                    } else {
+                        self.built.deleted += 1;
+                        self.changed(&child);
+                    }
+                }
+            }
+        }
+        for (name, node) in overlay_entries.iter().filter(|(n, _)| !seen.contains(*n)) {
+            let child = join(path, name);
+            match node {
+                Node::File(oid, blob) => {
+                    self.new_file(&child, *oid, blob, false);
+                    out.push((name.clone(), FILE_MODE, *oid));
+                }
+                Node::Dir(d) => {
+                    if let Some(oid) = self.merge(&child, None, Some(d))? {
+                        out.push((name.clone(), DIR_MODE, oid));
+                    }
+                }
+            }
+        }
+        if out.is_empty() {
+            return Ok(None);
+        }
+        let mut list: Vec<(&str, i32, Oid)> = out.iter().map(|(n, m, o)| (n.as_str(), *m, *o)).collect();
+        let content = tree_content(&mut list);
+        let oid = object_id("tree", &content);
+        if oid != base {
+            self.built
+                .objects
+                .push((ObjectType::Tree, oid, Blob::from(content)));
+        }
+        Ok(Some(oid))
+    }
+
+    fn new_file(&mut self, path: &str, oid: Oid, blob: &Blob, modified: bool) {
+        if modified {
+            self.built.modified += 1;
+        } else {
+            self.built.added += 1;
+        }
+        self.changed(path);
+        self.built.objects.push((ObjectType::Blob, oid, blob.clone()));
+    }
+
+    fn keeps_dir(&self, path: &str) -> Keep {
+        let segments: Vec<&str> = path.split('/').collect();
+        keep_under(&self.rules, &segments)
+    }
+}
+
+/// Builds the tree of `content` put on top of the tree `base` (the branch head's, `None` for
+/// a new branch) with the original's update rules. Reads only the tree objects of folders
+/// that change (and `Promoted_Commit_Id`); returns the objects to write.
+pub(crate) fn build(
+    repo: &Repository,
+    base: Option<Oid>,
+    content: &RepoContent,
+) -> Result<Built, BuildError> {
+    let current_promoted = match base {
+        Some(base) => {
+            let tree = repo.find_tree(base)?;
+            match tree.get_path(std::path::Path::new(PROMOTED_COMMIT_PATH)) {
+                Ok(entry) if entry.kind() == Some(ObjectType::Blob) => {
+                    Some(repo.find_blob(entry.id())?.content().to_vec())
+                }
+                _ => None,
+            }
+        }
+        None => None,
+    };
+    let promoted = promotes(current_promoted.as_deref(), content);
+    let overlay = overlay(content, promoted.as_ref());
+    let mut merge = Merge {
+        repo,
+        rules: Rules::for_content(content),
+        built: Built {
+            root: None,
+            added: 0,
+            modified: 0,
+            deleted: 0,
+            folders: BTreeSet::new(),
+            promoted: promoted.is_some(),
+            objects: Vec::new(),
+        },
+    };
+    let root = merge.merge("", base, Some(&overlay))?;
+    merge.built.root = root;
+    Ok(merge.built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::repo::{Author, Cache, Repo, Snapshot};
+    use crate::url::RepoUrl;
+    use kalypso_core::tree::{Change, Package, Tree, apply, diff};
+
+    /// A small deterministic generator (no dependency, same cases every run).
+    struct Lcg(u64);
+
+    impl Lcg {
+        fn next(&mut self, n: usize) -> usize {
+            self.0 = self
+                .0
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            ((self.0 >> 33) as usize) % n
+        }
+    }
+
+    fn random_base(rng: &mut Lcg) -> Tree {
+        let mut tree = Tree::new();
+        let names = ["c0", "c1", "c2", "c3", ".github", "docs", "x"];
+        for _ in 0..rng.next(40) {
+            let top = names[rng.next(names.len())];
+            let path = match rng.next(5) {
+                0 => format!("root-{}.md", rng.next(3)),
+                1 => format!("{top}/README.md"),
+                2 => format!("{top}/t{}/reconciler.yaml", rng.next(4)),
+                3 => format!("{top}/t{}/stale-{}.yaml", rng.next(4), rng.next(2)),
+                _ => format!("{top}/t{}/deep/f{}.yaml", rng.next(4), rng.next(2)),
+            };
+            // A path that would turn an existing file into a folder (or back) is skipped:
+            // a git tree cannot hold both.
+            let clash = tree
+                .iter()
+                .any(|(p, _)| p.starts_with(&format!("{path}/")) || path.starts_with(&format!("{p}/")));
+            if !clash {
+                tree.insert(path, Blob::from(format!("v{}", rng.next(3)).into_bytes()));
+            }
+        }
+        if rng.next(2) == 0 {
+            tree.insert(PROMOTED_COMMIT_PATH, Blob::from(&b"abc"[..]));
+        }
+        tree
+    }
+
+    fn random_content(rng: &mut Lcg) -> RepoContent {
+        let mut content = RepoContent::default();
+        for ct in ["c0", "c1", "c2", "c3"] {
+            if rng.next(3) > 0 {
+                content.cluster_types.insert(ct.to_owned());
+                for t in 0..4 {
+                    if rng.next(2) == 0 {
+                        let v = format!("v{}", rng.next(3));
+                        let config: &[Vec<u8>] = &[v.clone().into_bytes()];
+                        let package = Package::new(
+                            &[v.clone().into_bytes()],
+                            &[b"ns".to_vec()],
+                            if rng.next(2) == 0 { config } else { &[] },
+                            "yaml",
+                        );
+                        content.packages.insert((ct.to_owned(), format!("t{t}")), package);
+                    }
+                }
+            }
+        }
+        content.promoted_commit = match rng.next(3) {
+            0 => Some("abc".to_owned()),
+            1 => Some("def".to_owned()),
+            _ => None,
+        };
+        content
+    }
+
+    /// The incremental build gives the tree (and the counts) that `apply` on whole file lists
+    /// and a full write give, over many generated branch trees and renders.
+    #[test]
+    fn gives_the_tree_of_apply_on_whole_file_lists() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = RepoUrl::from_path(&dir.path().join("remote.git"));
+        let repo = Repo::open_mirror(&url, &Cache::new(dir.path().join("cache"))).unwrap();
+        let author = Author {
+            name: "t".into(),
+            email: "t@e".into(),
+        };
+        let mut rng = Lcg(17);
+        let mut conflicts = 0;
+        for case in 0..150 {
+            let base_files = random_base(&mut rng);
+            let content = random_content(&mut rng);
+            repo.staging(|s| -> Result<(), crate::repo::Error> {
+                let base = if base_files.is_empty() && case % 2 == 0 {
+                    None
+                } else {
+                    Some(s.write_tree(&Snapshot::default(), &base_files)?)
+                };
+                let commit = base.map(|t| s.commit(t, None, &author, "base")).transpose()?;
+                s.persist()?;
+                let snapshot = repo.snapshot(commit)?.files;
+                let applied = apply(&snapshot, &content);
+                let expected = s.write_tree(&Snapshot::default(), &applied.tree);
+                let written = s.write_content(base, &content);
+                match (expected, written) {
+                    (Ok(expected), Ok(written)) => {
+                        assert_eq!(written.tree, expected, "case {case}");
+                        let changes = diff(&snapshot, &applied.tree);
+                        let count = |c| changes.iter().filter(|(_, k)| *k == c).count();
+                        assert_eq!(
+                            (written.added, written.modified, written.deleted),
+                            (
+                                count(Change::Added),
+                                count(Change::Modified),
+                                count(Change::Deleted)
+                            ),
+                            "case {case}"
+                        );
+                        let folders: BTreeSet<String> = changes
+                            .iter()
+                            .filter(|(p, _)| p.contains('/'))
+                            .map(|(p, _)| top(p).to_owned())
+                            .collect();
+                        assert_eq!(written.folders, folders, "case {case}");
+                        assert_eq!(written.promoted, applied.promoted, "case {case}");
+                    }
+                    (Err(_), Err(_)) => conflicts += 1,
+                    (e, w) => panic!("case {case}: full write {e:?}, incremental {w:?}"),
+                }
+                Ok(())
+            })
+            .unwrap();
+        }
+        assert!(conflicts < 15, "most cases are not conflicts: {conflicts}");
+    }
+
+    #[test]
+    fn ids_are_gits() {
+        // `printf 'hello\n' | git hash-object --stdin`
+        assert_eq!(
+            object_id("blob", b"hello\n").to_string(),
+            "ce013625030ba8dba906f756967f9e9ca394464a"
+        );
+        // The empty tree.
+        assert_eq!(
+            object_id("tree", &[]).to_string(),
+            "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+        );
+    }
+
+    #[test]
+    fn folders_sort_as_git_sorts_them() {
+        let a = Oid::ZERO_SHA1;
+        let mut entries = [("a.b", FILE_MODE, a), ("a", DIR_MODE, a), ("a-", FILE_MODE, a)];
+        tree_content(&mut entries);
+        let names: Vec<&str> = entries.iter().map(|e| e.0).collect();
+        assert_eq!(names, ["a-", "a.b", "a"]);
+    }
+}
