@@ -29,8 +29,8 @@ pub mod selector;
 pub mod source;
 pub mod tree;
 pub mod unfold;
-mod yaml_scan;
 pub mod warnings;
+mod yaml_scan;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{
