@@ -151,7 +151,7 @@ fn deep_nesting_does_not_overflow() {
 #[test]
 fn block_scalars_at_the_end_of_the_input_decode() {
     for text in ["a: |\n  x", "a: >-\n  x\n  y", "- |\n  x"] {
-        let v = kalypso_goyaml::unmarshal_v2(text.as_bytes());
+        let v = unmarshal_v2(text.as_bytes());
         assert!(v.is_ok(), "{text:?}: {v:?}");
     }
 }
