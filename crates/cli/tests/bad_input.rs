@@ -16,45 +16,20 @@
 //! the same helpers.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode};
+use std::process::Command;
 
-use clap::Parser;
-use kalypso_cli::{Cli, run};
 use kalypso_testkit::{Run, cases, copy_files, snapshot, workspace_root};
 use serde::Deserialize;
 
-/// The environment variable that turns this test binary into the `kalypso` command: a JSON
-/// array of its arguments.
-const CHILD_ARGS: &str = "KALYPSO_BAD_INPUT_CHILD_ARGS";
-
-/// Not a test: the entry point of the child process that runs the CLI (see the module
-/// docs). Without [`CHILD_ARGS`] it does nothing.
+/// Not a test: the entry point of the child process that runs the CLI (see `support`).
 #[test]
 #[ignore = "entry point of the child process that runs the kalypso CLI"]
 fn cli_child() {
-    let Ok(args) = std::env::var(CHILD_ARGS) else {
-        return;
-    };
-    let args: Vec<String> = serde_json::from_str(&args).unwrap();
-    let code = match Cli::try_parse_from(std::iter::once("kalypso".to_owned()).chain(args)) {
-        Ok(cli) => run(cli),
-        Err(e) => {
-            let _ = e.print();
-            ExitCode::from(2)
-        }
-    };
-    let status = if code == ExitCode::SUCCESS {
-        0
-    } else if code == ExitCode::FAILURE {
-        1
-    } else if code == ExitCode::from(2) {
-        2
-    } else {
-        3
-    };
-    std::process::exit(status);
+    support::run_cli_child();
 }
 
 /// The folder of the cases.
@@ -178,16 +153,7 @@ impl Sandbox {
         let args: Vec<String> = args.iter().map(|a| self.expand(a)).collect();
         let cache = self.path().join("cache");
         let run = Run::of(
-            Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--ignored",
-                    "--exact",
-                    "cli_child",
-                    "--nocapture",
-                    "--test-threads=1",
-                    "-q",
-                ])
-                .env(CHILD_ARGS, serde_json::to_string(&args).unwrap())
+            support::as_cli_child(&mut Command::new(std::env::current_exe().unwrap()), &args)
                 .env("XDG_CACHE_HOME", &cache)
                 .env("KALYPSO_CACHE_DIR", &cache)
                 .env("HOME", self.path())

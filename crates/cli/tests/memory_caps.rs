@@ -5,28 +5,20 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::process::{Command, ExitCode};
+mod support;
 
-use clap::Parser;
-use kalypso_cli::{Cli, run};
+use std::process::Command;
+
 use kalypso_testkit::{Run, copy_files, workspace_root};
-
-/// The environment variable that turns this test binary into the `kalypso` command.
-const CHILD_ARGS: &str = "KALYPSO_MEMORY_CAPS_CHILD_ARGS";
 
 /// The address space the command may use.
 const CAP_BYTES: u64 = 1 << 30;
 
-/// Not a test: the child process's entry point (see the module docs).
+/// Not a test: the child process's entry point (see `support`).
 #[test]
 #[ignore = "entry point of the child process that runs the kalypso CLI"]
 fn cli_child() {
-    let Ok(args) = std::env::var(CHILD_ARGS) else {
-        return;
-    };
-    let args: Vec<String> = serde_json::from_str(&args).unwrap();
-    let cli = Cli::try_parse_from(std::iter::once("kalypso".to_owned()).chain(args)).unwrap();
-    std::process::exit(if run(cli) == ExitCode::SUCCESS { 0 } else { 1 });
+    support::run_cli_child();
 }
 
 fn templates(reconciler: &str) -> String {
@@ -57,20 +49,13 @@ fn validate_capped(reconciler: &str, limits: &[&str]) -> Run {
         "--env".to_owned(),
         "dev".to_owned(),
     ]);
+    let mut prlimit = Command::new("prlimit");
+    prlimit
+        .arg(format!("--as={CAP_BYTES}"))
+        .arg("--")
+        .arg(std::env::current_exe().expect("the test binary"));
     Run::of(
-        Command::new("prlimit")
-            .arg(format!("--as={CAP_BYTES}"))
-            .arg("--")
-            .arg(std::env::current_exe().expect("the test binary"))
-            .args([
-                "--ignored",
-                "--exact",
-                "cli_child",
-                "--nocapture",
-                "--test-threads=1",
-                "-q",
-            ])
-            .env(CHILD_ARGS, serde_json::to_string(&args).unwrap())
+        support::as_cli_child(&mut prlimit, &args)
             .env("KALYPSO_THREADS", "2")
             .env_remove("KALYPSO_LIMITS"),
     )

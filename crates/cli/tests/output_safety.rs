@@ -3,44 +3,28 @@
 //! output folder must hold exactly the old tree or exactly the new one, and whatever a killed
 //! render left beside it must be gone after the next render.
 //!
-//! The renders run in child processes (this test binary re-executed into [`cli_child`], as in
+//! The renders run in child processes (this test binary re-executed into `cli_child`, as in
 //! `bad_input.rs`), killed with SIGKILL; the control planes are generated, large enough that a
 //! render takes a while, and alternate between two versions that produce different trees
 //! (changed config, removed and added targets, a removed cluster type). Delays are random but
 //! reproducible: the seed is printed, and `KALYPSO_KILL_SEED` replays one.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitCode, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use kalypso_cli::fsio::read_tree;
-use kalypso_cli::{Cli, run};
 use kalypso_core::tree::Tree;
 
-/// The environment variable that turns this test binary into the `kalypso` command: a JSON
-/// array of its arguments.
-const CHILD_ARGS: &str = "KALYPSO_OUTPUT_SAFETY_CHILD_ARGS";
-
-/// Not a test: the entry point of the child process that runs the CLI. Without
-/// [`CHILD_ARGS`] it does nothing.
+/// Not a test: the entry point of the child process that runs the CLI (see `support`).
 #[test]
 #[ignore = "entry point of the child process that runs the kalypso CLI"]
 fn cli_child() {
-    let Ok(args) = std::env::var(CHILD_ARGS) else {
-        return;
-    };
-    let args: Vec<String> = serde_json::from_str(&args).unwrap();
-    let code = match Cli::try_parse_from(std::iter::once("kalypso".to_owned()).chain(args)) {
-        Ok(cli) => run(cli),
-        Err(e) => {
-            let _ = e.print();
-            ExitCode::from(2)
-        }
-    };
-    std::process::exit(if code == ExitCode::SUCCESS { 0 } else { 1 });
+    support::run_cli_child();
 }
 
 /// A command running `kalypso render CONTROL-PLANE --env dev --out OUT` in a child process,
@@ -63,16 +47,7 @@ fn render_with(control_plane: &Path, out: &Path, cache: &Path, quiet: bool) -> C
         args.push("--quiet".to_owned());
     }
     let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "cli_child",
-            "--nocapture",
-            "--test-threads=1",
-            "-q",
-        ])
-        .env(CHILD_ARGS, serde_json::to_string(&args).unwrap())
+    support::as_cli_child(&mut command, &args)
         .env("KALYPSO_CACHE_DIR", cache)
         .env_remove("KALYPSO_THREADS")
         .stdout(Stdio::piped())
