@@ -75,19 +75,24 @@ impl LocalClone {
         self.head_branch().as_deref() == Some(branch)
     }
 
+    /// The working copy's changes against its index and HEAD, untracked files included (in
+    /// untracked folders too), ignored files left out.
+    fn statuses(&self) -> Result<git2::Statuses<'_>> {
+        let mut options = StatusOptions::new();
+        options
+            .include_untracked(true)
+            .recurse_untracked_dirs(true)
+            .include_ignored(false);
+        self.repo
+            .statuses(Some(&mut options))
+            .with_context(|| format!("cannot read the status of {}", self.workdir.display()))
+    }
+
     /// How `branch` differs from its upstream and, when checked out, from its last commit.
     pub(crate) fn state(&self, branch: &str) -> Result<BranchState> {
         let mut state = BranchState::default();
         if self.is_checked_out(branch) {
-            let mut options = StatusOptions::new();
-            options
-                .include_untracked(true)
-                .recurse_untracked_dirs(true)
-                .include_ignored(false);
-            let statuses = self
-                .repo
-                .statuses(Some(&mut options))
-                .with_context(|| format!("cannot read the status of {}", self.workdir.display()))?;
+            let statuses = self.statuses()?;
             state.uncommitted = statuses
                 .iter()
                 .filter(|s| !s.status().is_empty() && s.status() != Status::IGNORED)
@@ -145,15 +150,7 @@ impl LocalClone {
                 .iter()
                 .map(|e| String::from_utf8_lossy(&e.path).into_owned()),
         );
-        let mut options = StatusOptions::new();
-        options
-            .include_untracked(true)
-            .recurse_untracked_dirs(true)
-            .include_ignored(false);
-        let statuses = self
-            .repo
-            .statuses(Some(&mut options))
-            .with_context(|| format!("cannot read the status of {}", self.workdir.display()))?;
+        let statuses = self.statuses()?;
         paths.extend(
             statuses
                 .iter()
