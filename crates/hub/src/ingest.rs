@@ -52,6 +52,27 @@ struct Job {
     reply: oneshot::Sender<Result<Outcome, DbError>>,
 }
 
+/// Binds the ten columns of a report row (`cluster_id, object, drives, state, revision,
+/// commit_sha, message, reason, event_time, received_at`), as both the latest-state upsert
+/// and the history insert write them.
+fn bind_report<'q>(
+    q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
+    cluster: i64,
+    job: &'q Job,
+) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
+    let r = &job.report;
+    q.bind(cluster)
+        .bind(&r.object)
+        .bind(i64::from(r.drives))
+        .bind(r.state.as_str())
+        .bind(&r.revision)
+        .bind(&r.commit)
+        .bind(&r.message)
+        .bind(&r.reason)
+        .bind(r.event_time)
+        .bind(job.received_at)
+}
+
 /// The writers' queues.
 #[derive(Clone, Debug)]
 pub struct Ingest {
@@ -308,19 +329,7 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         );
         let mut q = sqlx::query(&sql);
         for key in &dirty {
-            let job = &batch[newest[key]];
-            let r = &job.report;
-            q = q
-                .bind(key.0)
-                .bind(&r.object)
-                .bind(i64::from(r.drives))
-                .bind(r.state.as_str())
-                .bind(&r.revision)
-                .bind(&r.commit)
-                .bind(&r.message)
-                .bind(&r.reason)
-                .bind(r.event_time)
-                .bind(job.received_at);
+            q = bind_report(q, key.0, &batch[newest[key]]);
         }
         q.execute(&mut *tx).await?;
     }
@@ -334,19 +343,7 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         );
         let mut q = sqlx::query(&sql);
         for (id, index) in &history {
-            let job = &batch[*index];
-            let r = &job.report;
-            q = q
-                .bind(*id)
-                .bind(&r.object)
-                .bind(i64::from(r.drives))
-                .bind(r.state.as_str())
-                .bind(&r.revision)
-                .bind(&r.commit)
-                .bind(&r.message)
-                .bind(&r.reason)
-                .bind(r.event_time)
-                .bind(job.received_at);
+            q = bind_report(q, *id, &batch[*index]);
         }
         q.execute(&mut *tx).await?;
     }
