@@ -675,7 +675,7 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
                 let inner_name = inner_name.to_string_lossy();
                 let inner_kind = inner.file_type().map_err(read_err(&inner.path()))?;
                 if inner_kind.is_dir() {
-                    if !rules.is_scheduled(name, &inner_name) {
+                    if !rules.keeps_folder(name, &inner_name) {
                         dirs.push(inner.path());
                     }
                 } else if !rules.keeps(&format!("{name}/{inner_name}")) {

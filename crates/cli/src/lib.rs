@@ -295,6 +295,13 @@ struct RenderArgs {
     /// scheduled cluster types are deleted (root files and dot-folders are kept).
     #[arg(long)]
     force: bool,
+    /// When a WorkloadRegistration's workloads fail (their files, or the assignments of their
+    /// deployment targets), write the rest of the environment anyway and keep their folders in
+    /// OUT as they are, as `sync` and `serve` do; the exit code is still 1. Errors of the
+    /// environment as a whole (a ClusterType, a Template, a platform ConfigMap) still write
+    /// nothing.
+    #[arg(long)]
+    keep_going: bool,
     #[command(flatten, next_help_heading = "Git options")]
     git: commands::GitArgs,
 }

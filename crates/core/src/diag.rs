@@ -88,6 +88,9 @@ pub struct Diagnostic {
     pub object: Option<(Kind, String)>,
     /// The offending field, as a path (`spec.clusterTypeSelector.labelSelector`).
     pub field: Option<String>,
+    /// The WorkloadRegistration whose files it was found in (what fails with it when a run
+    /// isolates failures: see [`crate::run::Isolation`]).
+    pub registration: Option<String>,
 }
 
 impl Diagnostic {
@@ -100,6 +103,7 @@ impl Diagnostic {
             origin: None,
             object: None,
             field: None,
+            registration: None,
         }
     }
 
@@ -126,6 +130,12 @@ impl Diagnostic {
     /// Attaches the field path.
     pub fn field(mut self, field: impl Into<String>) -> Diagnostic {
         self.field = Some(field.into());
+        self
+    }
+
+    /// Records the WorkloadRegistration whose files it was found in.
+    pub fn in_registration(mut self, name: impl Into<String>) -> Diagnostic {
+        self.registration = Some(name.into());
         self
     }
 
@@ -214,6 +224,14 @@ impl Diagnostics {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
+    }
+
+    /// Records, on every diagnostic, the WorkloadRegistration whose files it was found in.
+    pub fn in_registration(mut self, name: &str) -> Diagnostics {
+        for d in &mut self.items {
+            d.registration = Some(name.to_owned());
+        }
+        self
     }
 
     /// Turns warnings into errors (`validate --strict`).

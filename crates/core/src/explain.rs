@@ -471,17 +471,3 @@ pub fn conflicts(config: &ConfigData) -> Vec<Conflict> {
     }
     out
 }
-
-/// Conflicts across all rendered assignments, each with the assignments it affects.
-pub fn all_conflicts(records: &[crate::pipeline::AssignmentRecord]) -> BTreeMap<Conflict, Vec<String>> {
-    let mut out: BTreeMap<Conflict, Vec<String>> = BTreeMap::new();
-    for record in records {
-        for conflict in conflicts(&record.config) {
-            out.entry(conflict).or_default().push(format!(
-                "{}/{}",
-                record.assignment.cluster_type, record.assignment.deployment_target
-            ));
-        }
-    }
-    out
-}

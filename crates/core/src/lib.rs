@@ -8,7 +8,8 @@
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`]
 //! (with [`placement`]) →
 //! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
-//! [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
+//! [`run`] is the one driver every front end calls: it runs the stages for one environment
+//! and says what blocks delivery. [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
 //! parts of a control plane that have no effect.
 
 pub mod config;
@@ -23,6 +24,7 @@ pub mod pipeline;
 pub mod placement;
 pub mod plan;
 pub mod render;
+pub mod run;
 pub mod schedule;
 pub mod schema;
 pub mod selector;

@@ -300,7 +300,8 @@ impl Namespace {
                         format!("no workload files for this registration (expected in workloads/{name}/); none of its Workloads could be loaded"),
                     )
                     .at(&registration.origin)
-                    .on(Kind::WorkloadRegistration, name),
+                    .on(Kind::WorkloadRegistration, name)
+                    .in_registration(name),
                 );
             }
         }

@@ -72,8 +72,10 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
         })
         .collect();
     for (registration, objects, found) in workloads {
-        diagnostics.extend(found);
-        ns.apply(&Delivery::Workload(registration), objects, diagnostics);
+        diagnostics.extend(found.in_registration(&registration));
+        let mut applied = Diagnostics::new();
+        ns.apply(&Delivery::Workload(registration.clone()), objects, &mut applied);
+        diagnostics.extend(applied.in_registration(&registration));
     }
     ns.check_workload_sources(&inputs.workloads, diagnostics);
     ns

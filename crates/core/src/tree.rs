@@ -138,6 +138,19 @@ pub struct RepoContent {
     pub packages: BTreeMap<(String, String), Package>,
     /// The promoted main commit (BaseRepo `main`'s `spec.commit`), if pinned.
     pub promoted_commit: Option<String>,
+    /// Deployment-target folders kept as they are though no package is written for them
+    /// (a failing WorkloadRegistration's, see [`crate::run::Isolation`]); `None`: none.
+    pub kept: Option<KeptFolders>,
+}
+
+/// Which existing deployment-target folders stay as they are while a WorkloadRegistration
+/// fails: every folder of a cluster type whose name is not a deployment target of a healthy
+/// workload. The failing registration's folders stay even when its files do not load (and
+/// its targets' names are unknown); a healthy target that moved leaves its old folder.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct KeptFolders {
+    /// The deployment targets of the healthy workloads (and those declared on branches).
+    pub claimed: BTreeSet<String>,
 }
 
 /// The original's rules for what survives in an existing tree, for one layout: which cluster
@@ -146,6 +159,7 @@ pub struct RepoContent {
 pub struct Rules<'a> {
     cluster_types: BTreeSet<&'a str>,
     scheduled: BTreeMap<&'a str, BTreeSet<&'a str>>,
+    kept: Option<&'a KeptFolders>,
 }
 
 impl<'a> Rules<'a> {
@@ -157,6 +171,7 @@ impl<'a> Rules<'a> {
         let mut rules = Rules {
             cluster_types: cluster_types.into_iter().collect(),
             scheduled: BTreeMap::new(),
+            kept: None,
         };
         for (ct, dt) in scheduled {
             rules.scheduled.entry(ct).or_default().insert(dt);
@@ -170,6 +185,13 @@ impl<'a> Rules<'a> {
             content.cluster_types.iter().map(String::as_str),
             content.packages.keys().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
         )
+        .keeping(content.kept.as_ref())
+    }
+
+    /// These rules, also keeping the folders `kept` names.
+    pub fn keeping(mut self, kept: Option<&'a KeptFolders>) -> Rules<'a> {
+        self.kept = kept;
+        self
     }
 
     /// Whether an existing file at `path` survives: root files and anything under a
@@ -184,8 +206,16 @@ impl<'a> Rules<'a> {
         };
         first.starts_with('.')
             || (self.cluster_types.contains(first)
-                && ((second == README && segments.next().is_none())
-                    || self.scheduled.get(first).is_some_and(|t| t.contains(second))))
+                && ((second == README && segments.next().is_none()) || self.keeps_folder(first, second)))
+    }
+
+    /// Whether the folder of deployment target `target` in cluster type `cluster_type`
+    /// survives (with every file in it): the target is scheduled there, or its folder is kept.
+    pub fn keeps_folder(&self, cluster_type: &str, target: &str) -> bool {
+        self.is_scheduled(cluster_type, target)
+            || self.kept.is_some_and(|kept| {
+                self.cluster_types.contains(cluster_type) && !kept.claimed.contains(target)
+            })
     }
 
     /// Whether `name` is a cluster type of the layout.
@@ -317,6 +347,7 @@ mod tests {
             cluster_types: ["large".to_owned(), "small".to_owned()].into(),
             packages: [(("large".to_owned(), "t".to_owned()), package("new", &[]))].into(),
             promoted_commit: Some("abc".to_owned()),
+            kept: None,
         };
         let applied = apply(&base, &content);
         assert!(applied.promoted);

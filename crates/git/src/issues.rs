@@ -8,7 +8,7 @@
 
 use crate::github::{self, GitHub, Issue};
 use crate::redact::redact;
-use crate::render::{Failure, is_issue_title_of};
+use kalypso_core::run::{Failure, is_issue_title_of};
 
 /// GitHub refuses longer issue texts (65,536 characters); keep a margin.
 const MAX_BODY: usize = 60_000;
@@ -161,14 +161,14 @@ mod tests {
 
     #[test]
     fn creates_updates_and_closes_by_title() {
-        let t = |dt: &str, ct: &str| crate::render::issue_title("dev", dt, ct);
+        let t = |dt: &str, ct: &str| kalypso_core::run::issue_title("dev", dt, ct);
         let open = vec![
             issue(1, &t("a", "large"), "old error"),
             issue(2, &t("b", "large"), "same error"),
             issue(3, &t("gone", "small"), "fixed since"),
             issue(
                 4,
-                &crate::render::issue_title("stage", "a", "large"),
+                &kalypso_core::run::issue_title("stage", "a", "large"),
                 "other environment",
             ),
             issue(5, "Something a human wrote", "keep"),

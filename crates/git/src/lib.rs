@@ -12,9 +12,9 @@
 //!   [`treewrite`]: the GitOps tree built incrementally from the previous commit's;
 //! - [`control_plane`]: environments, their branches, the promoted main commit, workload
 //!   folders → [`kalypso_core::Inputs`];
-//! - [`render`]: the core pipeline, and its errors grouped as the original's issues;
 //! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
-//! - [`sync`]: one pass over a control plane; [`promote`]: pinning a main commit on an
+//! - [`sync`]: one pass over a control plane, each environment run by
+//!   [`kalypso_core::run`]; [`promote`]: pinning a main commit on an
 //!   environment branch;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
 
@@ -26,7 +26,6 @@ pub mod github;
 pub mod issues;
 pub mod promote;
 pub mod redact;
-pub mod render;
 pub mod repo;
 pub mod retry;
 pub mod signature;

@@ -11,7 +11,11 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
 
+use std::collections::BTreeSet;
+
 use kalypso_core::Diagnostics;
+use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
+use kalypso_template::Engine;
 use tokio::runtime::Handle;
 
 use crate::auth::{self, AuthSettings, Credentials};
@@ -20,7 +24,6 @@ use crate::control_plane::{
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use crate::issues::{self, IssueReport};
-use crate::render::{Failure, RenderMemo, render_environment_with};
 use crate::repo::{Cache, Transport};
 use crate::retry::RetryPolicy;
 use crate::url::{self as repo_url, RepoUrl};
@@ -149,14 +152,19 @@ pub struct EnvReport {
     pub assignments: usize,
     /// Every diagnostic.
     pub diagnostics: Diagnostics,
+    /// The WorkloadRegistrations whose workloads failed: their folders kept what was last
+    /// delivered, and the rest of the environment was delivered (see [`Isolation`]).
+    pub isolated: BTreeSet<String>,
+    /// The failures of the isolated registrations (reported as issues in `pr` mode).
+    pub isolated_failures: Vec<Failure>,
     /// The outcome.
     pub outcome: Outcome,
 }
 
 impl EnvReport {
-    /// Whether the environment was delivered.
+    /// Whether the environment was delivered, with no workload failing.
     pub fn is_success(&self) -> bool {
-        matches!(self.outcome, Outcome::Delivered(_))
+        matches!(self.outcome, Outcome::Delivered(_)) && self.isolated.is_empty()
     }
 }
 
@@ -245,14 +253,29 @@ impl Pass<'_> {
         let _enter = span.enter();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
-        let rendered = {
+        let run = {
             let mut memos = self.syncer.memos.lock().unwrap_or_else(PoisonError::into_inner);
             let memo = memos.entry(name.clone()).or_default();
-            render_environment_with(&name, &resolved.inputs, memo)
+            // Steady keeps targets where the last pass of this process placed them.
+            let current = memo.current_assignment();
+            let current = move || current.clone();
+            let engine = Engine::from_env();
+            let engine_error = engine.as_ref().err().cloned();
+            let engine = engine.unwrap_or_else(|_| Engine::new());
+            let context = RunContext {
+                current: &current,
+                isolation: Isolation::Registration,
+                ..RunContext::new(&engine)
+            };
+            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, memo);
+            if let Some(e) = engine_error {
+                run.block(kalypso_core::Diagnostic::error("sprig-version", e));
+            }
+            run
         };
         tracing::debug!(
-            assignments = rendered.assignments,
-            rendered = rendered.rendered,
+            assignments = run.assignments(),
+            rendered = run.rendered_now,
             "rendered (the other assignments are unchanged since the last pass)"
         );
         let ctx = Context {
@@ -282,19 +305,23 @@ impl Pass<'_> {
                     error,
                 })
         };
-        let Some(content) = rendered.content else {
-            let issues = report_issues(&rendered.failures)?;
+        let assignments = run.assignments();
+        if run.is_blocked() {
+            let issues = report_issues(&run.failures)?;
             return Ok(EnvReport {
                 environment: name.clone(),
                 revisions: resolved.revisions.clone(),
-                assignments: rendered.assignments,
-                diagnostics: rendered.diagnostics,
+                assignments,
+                diagnostics: run.diagnostics,
+                isolated: BTreeSet::new(),
+                isolated_failures: Vec::new(),
                 outcome: Outcome::Failed {
-                    failures: rendered.failures,
+                    failures: run.failures,
                     issues,
                 },
             });
-        };
+        }
+        let content = &run.rendered.content;
         let mut reports = Vec::new();
         for (target_name, url, branch, mode) in &targets {
             let dest = Destination {
@@ -308,7 +335,7 @@ impl Pass<'_> {
                 environment_commit: resolved.revisions.environment.clone(),
                 workloads: resolved.revisions.workloads.len(),
             };
-            let delivery = deliver::deliver_with(&ctx, &dest, &content, Some(&about)).map_err(|error| {
+            let delivery = deliver::deliver_with(&ctx, &dest, content, Some(&about)).map_err(|error| {
                 Error::Delivery {
                     environment: name.clone(),
                     error,
@@ -321,13 +348,15 @@ impl Pass<'_> {
                 delivery,
             });
         }
-        // Everything renders: close the issues of earlier failures.
-        report_issues(&[])?;
+        // Open or update the issues of the isolated failures, close those of earlier ones.
+        report_issues(&run.failures)?;
         Ok(EnvReport {
             environment: name.clone(),
             revisions: resolved.revisions.clone(),
-            assignments: rendered.assignments,
-            diagnostics: rendered.diagnostics,
+            assignments,
+            diagnostics: run.diagnostics,
+            isolated: run.isolated,
+            isolated_failures: run.failures,
             outcome: Outcome::Delivered(reports),
         })
     }

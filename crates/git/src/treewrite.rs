@@ -169,7 +169,7 @@ fn keep_under(rules: &Rules<'_>, segments: &[&str]) -> Keep {
         [first, ..] if first.starts_with('.') => Keep::All,
         [ct] if rules.is_cluster_type(ct) => Keep::Some,
         [_] => Keep::None,
-        [ct, target] if rules.is_scheduled(ct, target) => Keep::All,
+        [ct, target] if rules.keeps_folder(ct, target) => Keep::All,
         [_, _] => Keep::None,
         _ => Keep::All,
     }

@@ -162,7 +162,9 @@ fn without_any_base_repo_the_main_tip_is_read_with_a_warning() {
     let env = pass.environments(&["dev".to_owned()]).unwrap().remove(0);
     let resolved = pass.resolve(&env).unwrap();
     assert!(!resolved.inputs.main.files().is_empty());
-    let outcome = kalypso_git::render::render_environment("dev", &resolved.inputs);
+    let engine = kalypso_template::Engine::new();
+    let context = kalypso_core::run::RunContext::new(&engine);
+    let outcome = kalypso_core::run::run("dev", &resolved.inputs, &context, &mut Default::default());
     let warnings: Vec<String> = outcome.diagnostics.warnings().map(ToString::to_string).collect();
     assert!(
         warnings

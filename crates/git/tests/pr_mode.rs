@@ -357,6 +357,53 @@ fn failures_become_issues_that_follow_the_error_and_close_when_fixed() {
 }
 
 #[test]
+fn a_failing_workload_is_reported_as_an_issue_while_the_rest_goes_out_in_a_pull_request() {
+    let s = Scenario::new();
+    // The workload repository breaks, and the environment gains a cluster type.
+    write_files(
+        &s.fx.workload,
+        "main",
+        &[(
+            "workload/workload.yaml",
+            Some("kind: Workload\nspec: [unclosed\n"),
+        )],
+        "break the workload",
+    );
+    write_files(
+        &s.fx.control_plane,
+        "dev",
+        &[(
+            "cluster-types/small.yaml",
+            Some(&cluster_type("small", "reconciler")),
+        )],
+        "a new cluster type",
+    );
+    let report = s.sync().unwrap();
+    assert!(matches!(
+        pull_request(&report),
+        Delivery::PullRequest { created: true, .. }
+    ));
+    assert!(!report.is_success());
+    let title = "Can't generate manifests in dev environment";
+    let issues = s.github.issues();
+    let issue = issues.iter().find(|i| i.title == title).unwrap();
+    assert!(issue.body.contains("workload.yaml"), "{}", issue.body);
+    assert_eq!(issue.state, "open");
+
+    // Fixed: the issue closes.
+    write_files(
+        &s.fx.workload,
+        "main",
+        &[("workload/workload.yaml", Some(common::WORKLOAD))],
+        "fix the workload",
+    );
+    let fixed = s.sync().unwrap();
+    assert!(fixed.is_success());
+    let issues = s.github.issues();
+    assert_eq!(issues.iter().find(|i| i.title == title).unwrap().state, "closed");
+}
+
+#[test]
 fn sends_the_token_to_github() {
     let s = Scenario::new();
     let file = s.fx.dir.path().join("token");

@@ -240,3 +240,71 @@ fn refuses_the_checked_out_branch_of_a_working_copy() {
         .to_string();
     assert!(err.contains("checked out"), "{err}");
 }
+
+#[test]
+fn a_failing_workload_keeps_its_folders_and_the_rest_is_delivered() {
+    let rt = runtime();
+    let fx = Fixture::new();
+    let syncer = Syncer::new(fx.settings(), rt.handle().clone()).unwrap();
+    let first = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);
+    assert!(first[0].as_ref().unwrap().is_success());
+    let before = branch_files(&fx.gitops, "dev");
+
+    // The workload repository breaks, and the environment gains a cluster type.
+    write_files(
+        &fx.workload,
+        "main",
+        &[(
+            "workload/workload.yaml",
+            Some("kind: Workload\nspec: [unclosed\n"),
+        )],
+        "break the workload",
+    );
+    write_files(
+        &fx.control_plane,
+        "dev",
+        &[(
+            "cluster-types/small.yaml",
+            Some(&common::cluster_type("small", "reconciler")),
+        )],
+        "a new cluster type",
+    );
+    let reports = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);
+    let report = reports[0].as_ref().unwrap();
+    assert!(
+        matches!(delivered(report), Delivery::Committed { .. }),
+        "{report:?}"
+    );
+    assert!(!report.is_success(), "the failure shows in the result");
+    assert_eq!(report.isolated.iter().collect::<Vec<_>>(), ["app"]);
+    assert!(!report.isolated_failures.is_empty());
+    assert!(report.diagnostics.errors().any(|d| d.code == "yaml"));
+
+    let after = branch_files(&fx.gitops, "dev");
+    let paths: Vec<&str> = after.keys().map(String::as_str).collect();
+    assert_eq!(
+        paths,
+        [
+            "large/README.md",
+            "large/app-dev-target/namespace.yaml",
+            "large/app-dev-target/platform-config.yaml",
+            "large/app-dev-target/reconciler.yaml",
+            "small/README.md",
+        ]
+    );
+    for (path, content) in &before {
+        assert_eq!(after.get(path), Some(content), "{path} is kept as it was");
+    }
+
+    // Fixed: the workload is delivered again, on the new cluster type too.
+    write_files(
+        &fx.workload,
+        "main",
+        &[("workload/workload.yaml", Some(common::WORKLOAD))],
+        "fix the workload",
+    );
+    let fixed = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);
+    let fixed = fixed[0].as_ref().unwrap();
+    assert!(fixed.is_success(), "{fixed:?}");
+    assert!(fixed.isolated.is_empty());
+}

@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kalypso_api::GitOpsRepoSpec;
+use kalypso_core::run::Failure;
 use kalypso_core::tree::RepoContent;
-use kalypso_git::render::Failure;
 use tokio::time::Instant;
 
 /// One delivery: the content of `environment` for one GitOpsRepo.

@@ -18,9 +18,9 @@ use kalypso_api::{
     Assignment, AssignmentPackage, AssignmentPackageSpec, AssignmentSpec, DeploymentTarget, Kind, Labels,
     labels,
 };
+use kalypso_core::run::{Failure, Isolation, RunContext};
 use kalypso_core::tree::RepoContent;
 use kalypso_core::{Diagnostic, Diagnostics, Environment};
-use kalypso_git::render::Failure;
 use kalypso_template::Engine;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
@@ -183,10 +183,15 @@ fn plural(n: usize, one: &str) -> String {
 pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
     let namespace = snapshot.namespace.clone();
     let (ns, missing) = snapshot.to_namespace();
-    let mut diagnostics = Diagnostics::new();
-    let env = Environment::new(ns, &mut diagnostics);
-    let rendered = kalypso_core::render(&env, engine, &mut diagnostics);
-    let by = ByObject::new(&diagnostics);
+    // A failing workload fails alone, as a failing Flux Kustomization of one workload
+    // repository does in the original.
+    let context = RunContext {
+        isolation: Isolation::Registration,
+        ..RunContext::new(engine)
+    };
+    let run = kalypso_core::run::run_namespace(ns, &context);
+    let (env, rendered, diagnostics) = (&run.environment, &run.rendered, &run.diagnostics);
+    let by = ByObject::new(diagnostics);
 
     // Derived deployment targets, owned by their Workload.
     let workloads: BTreeMap<&str, &kalypso_api::Workload> = snapshot
@@ -230,7 +235,7 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
         .collect();
     stale_targets.sort();
 
-    let statuses = statuses(snapshot, &env, &by, &missing);
+    let statuses = statuses(snapshot, env, &by, &missing);
 
     // Problems: every error blocks delivery, as one failing assignment blocks the
     // original's environment.
@@ -243,7 +248,9 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
             )
         })
         .collect();
-    problems.extend(diagnostics.errors().map(ToString::to_string));
+    if run.is_blocked() {
+        problems.extend(diagnostics.errors().map(ToString::to_string));
+    }
     let warnings = diagnostics.warnings().map(ToString::to_string).collect();
     let delivery = if problems.is_empty() {
         Delivery::Ready(Content {
@@ -255,12 +262,7 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
         Delivery::Blocked(problems)
     };
 
-    let scheduled: Vec<(String, String)> = env
-        .schedule
-        .iter()
-        .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
-        .collect();
-    let mut failures = kalypso_git::render::failures(&scheduled, &rendered.content, &diagnostics);
+    let mut failures = run.failures.clone();
     if !missing.is_empty() && failures.iter().all(|f| f.assignment.is_some()) {
         // Missing registrations are not diagnostics of the core: report them too.
         let message = missing
@@ -280,7 +282,7 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
     }
 
     let assignments = if options.assignments {
-        assignment_objects(&namespace, &env, &rendered.content, &by)
+        assignment_objects(&namespace, env, &rendered.content, &by)
     } else {
         Vec::new()
     };
@@ -613,6 +615,36 @@ mod tests {
                 .is_empty(),
             "nothing to report when everything renders"
         );
+    }
+
+    #[test]
+    fn a_failing_workload_fails_alone_and_the_rest_is_delivered() {
+        let mut s = hello_world_snapshot();
+        s.templates[0] = Arc::new(template(
+            "reconciler",
+            &[
+                "{{ if eq .Workload \"bad\" }}{{ fail \"bad workload\" }}{{ end }}kind: Reconciler\nname: {{ .DeploymentTargetName }}\n",
+            ],
+        ));
+        s.registrations.push(Arc::new(registration("broken", "team-b")));
+        s.workloads
+            .push(Arc::new(workload("bad", "broken", &[("dev", "dev")])));
+        let p = plan(&s, &engine(), Options::default());
+        let Delivery::Ready(content) = &p.delivery else {
+            panic!("blocked: {:?}", p.delivery);
+        };
+        let delivered: Vec<&str> = content
+            .content
+            .packages
+            .keys()
+            .map(|(_, dt)| dt.as_str())
+            .collect();
+        assert_eq!(delivered, ["hw-dev"]);
+        let kept = content.content.kept.as_ref().expect("kept folders");
+        assert!(!kept.claimed.contains("bad-dev"));
+        assert_eq!(p.failures.len(), 1, "{:?}", p.failures);
+        assert!(p.failures[0].message.contains("bad workload"));
+        assert!(p.warnings.iter().any(|w| w.contains("registration-isolated")));
     }
 
     #[test]

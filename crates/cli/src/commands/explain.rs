@@ -66,14 +66,14 @@ pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCod
     let git = GitAccess::new(&args.git)?;
     let inputs = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?.inputs(&args.env)?;
     let mut diagnostics = Diagnostics::new();
-    let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
     let current = match &args.against {
         Some(against) => Some(super::plan::read_against(against, &git, global)?),
         None => None,
     };
-    let env = super::environment(
-        namespace,
-        || {
+    let env = super::schedule(
+        &inputs,
+        &args.env,
+        &|| {
             current
                 .as_ref()
                 .map(|tree| current_from_paths(tree.iter().map(|(path, _)| path.as_str())))

@@ -26,54 +26,62 @@ pub(crate) use serve::{ServeArgs, serve};
 pub(crate) use sync::{GitArgs, SyncArgs, init_logs, sync};
 pub(crate) use validate::validate;
 
-use std::collections::BTreeMap;
-
-use kalypso_core::model::Namespace;
-use kalypso_core::placement::{CurrentAssignment, PlacementInput};
-use kalypso_core::{Diagnostics, Environment, Rendered};
+use kalypso_core::placement::CurrentAssignment;
+use kalypso_core::run::{Isolation, Run, RunContext};
+use kalypso_core::{Diagnostic, Diagnostics, Environment, Inputs};
 use kalypso_template::Engine;
 
 use crate::GlobalArgs;
 use crate::extenders::HttpExtenders;
 
-/// Schedules `namespace`. When a policy has placement fields, `current` gives the current
-/// assignment (read only then) and extenders are called over HTTP.
-pub(crate) fn environment(
-    namespace: Namespace,
-    current: impl FnOnce() -> CurrentAssignment,
-    diagnostics: &mut Diagnostics,
-) -> Environment {
-    if !namespace.policies.values().any(|p| p.spec.has_placement()) {
-        return Environment::new(namespace, diagnostics);
+/// The template engine `KALYPSO_SPRIG` asks for, or the error that it names no Sprig version.
+pub(crate) fn engine() -> (Engine, Option<Diagnostic>) {
+    match Engine::from_env() {
+        Ok(engine) => (engine, None),
+        Err(e) => (Engine::new(), Some(Diagnostic::error("sprig-version", e))),
     }
-    let current = current();
-    let client = HttpExtenders::new();
-    let decisions = BTreeMap::new();
-    let input = PlacementInput {
-        current: &current,
-        extenders: &client,
-        decisions: &decisions,
-    };
-    Environment::with_placement(namespace, &input, diagnostics)
 }
 
-/// Loads, schedules and renders one environment (`current`: the current assignment, for
-/// policies with placement fields).
-pub(crate) fn run_pipeline(
-    inputs: &kalypso_core::Inputs,
+/// Loads and schedules environment `env` of `inputs` (`current`: the current assignment,
+/// read only for policies with placement fields; extenders are called over HTTP).
+pub(crate) fn schedule(
+    inputs: &Inputs,
     env: &str,
-    current: impl FnOnce() -> CurrentAssignment,
+    current: &dyn Fn() -> CurrentAssignment,
     diagnostics: &mut Diagnostics,
-) -> (Environment, Rendered) {
-    let namespace = kalypso_core::load_namespace(env, inputs, diagnostics);
-    let environment = environment(namespace, current, diagnostics);
-    kalypso_core::warnings::warn(&environment, diagnostics);
-    let engine = Engine::from_env().unwrap_or_else(|e| {
-        diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
-        Engine::new()
-    });
-    let rendered = kalypso_core::render(&environment, &engine, diagnostics);
-    (environment, rendered)
+) -> Environment {
+    let engine = Engine::new();
+    let extenders = HttpExtenders::new();
+    let context = RunContext {
+        current,
+        extenders: &extenders,
+        ..RunContext::new(&engine)
+    };
+    kalypso_core::run::schedule(env, inputs, &context, diagnostics)
+}
+
+/// Runs environment `env` of `inputs` in full with the core's driver (`current` as for
+/// [`schedule`]).
+pub(crate) fn run(
+    inputs: &Inputs,
+    env: &str,
+    current: &dyn Fn() -> CurrentAssignment,
+    isolation: Isolation,
+) -> Run {
+    let (engine, engine_error) = engine();
+    let extenders = HttpExtenders::new();
+    let context = RunContext {
+        engine: &engine,
+        current,
+        extenders: &extenders,
+        isolation,
+        ..RunContext::new(&engine)
+    };
+    let mut run = kalypso_core::run::run(env, inputs, &context, &mut Default::default());
+    if let Some(error) = engine_error {
+        run.block(error);
+    }
+    run
 }
 
 /// Prints diagnostics to standard error (warnings only unless quiet).

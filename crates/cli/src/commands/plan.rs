@@ -30,11 +30,12 @@ use kalypso_git::repo::{Repo, Transport};
 use kalypso_git::{Cache, RepoUrl, RetryPolicy};
 use serde::Serialize;
 
-use super::{GitArgs, report, run_pipeline};
+use super::{GitArgs, report, run};
 use crate::control_plane::{MAIN, discover_environments, read_inputs};
 use crate::fsio::read_tree;
 use crate::local_clone::LocalClone;
 use crate::{DiffArgs, GlobalArgs, OutputFormat, PlanArgs, PlanSource};
+use kalypso_core::run::Isolation;
 
 /// Exit code when the plan has changes (like `terraform plan -detailed-exitcode`).
 pub(crate) const CHANGES: u8 = 2;
@@ -256,18 +257,17 @@ fn render(
     old: Option<&Tree>,
     global: &GlobalArgs,
 ) -> Result<(Environment, RepoContent), ExitCode> {
-    let mut diagnostics = Diagnostics::new();
     let current = || old.map(current_of).unwrap_or_default();
-    let (environment, rendered) = run_pipeline(inputs, env, current, &mut diagnostics);
-    report(&diagnostics, global);
-    if diagnostics.has_errors() {
+    let run = run(inputs, env, &current, Isolation::Environment);
+    report(&run.diagnostics, global);
+    if run.is_blocked() {
         eprintln!(
             "error: environment {env:?} has {} problem(s); no plan",
-            diagnostics.errors().count()
+            run.diagnostics.errors().count()
         );
         return Err(ExitCode::FAILURE);
     }
-    Ok((environment, rendered.content))
+    Ok((run.environment, run.rendered.content))
 }
 
 /// Reads the current GitOps tree `spec` names: a folder (a working copy's `.git` is

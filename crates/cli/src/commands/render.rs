@@ -14,10 +14,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use anyhow::{Context, Result};
+use kalypso_core::run::Isolation;
 use kalypso_core::tree::Package;
 use kalypso_core::tree::{PROMOTED_COMMIT_PATH, README, Rules, promotes, readme};
 use kalypso_core::{Diagnostics, Job, prepare};
-use kalypso_template::Engine;
 use rayon::prelude::*;
 
 use super::plan::{ControlPlaneSource, GitAccess};
@@ -58,19 +58,17 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
         }
     }
     let mut diagnostics = Diagnostics::new();
-    progress.stage("parsing the control plane");
-    let namespace = kalypso_core::load_namespace(&args.env, &inputs, &mut diagnostics);
-    progress.stage("scheduling");
-    let environment = super::environment(
-        namespace,
-        || crate::extenders::current_from_dir(&args.out),
+    progress.stage("loading and scheduling");
+    let environment = super::schedule(
+        &inputs,
+        &args.env,
+        &|| crate::extenders::current_from_dir(&args.out),
         &mut diagnostics,
     );
-    kalypso_core::warnings::warn(&environment, &mut diagnostics);
-    let engine = Engine::from_env().unwrap_or_else(|e| {
-        diagnostics.push(kalypso_core::Diagnostic::error("sprig-version", e));
-        Engine::new()
-    });
+    let (engine, engine_error) = super::engine();
+    if let Some(error) = engine_error {
+        diagnostics.push(error);
+    }
     progress.stage("merging configs and fingerprinting");
     let prepared = prepare(&environment, &engine, &mut diagnostics);
 
@@ -86,7 +84,9 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     // A missing or empty output folder is written while rendering; otherwise the render cache
     // says which assignments are clean.
     let _cache_lock = cache_path.as_deref().map(OutputLock::acquire_cache).transpose()?;
-    let fresh = if FreshTree::fits(&out)? {
+    // With --keep-going, what a failing registration rendered must not reach OUT: packages
+    // are written once the run is finished.
+    let fresh = if !args.keep_going && FreshTree::fits(&out)? {
         let cluster_types = environment.namespace.cluster_types.keys().map(String::as_str);
         Some(FreshTree::create(&out, cluster_types)?)
     } else {
@@ -149,17 +149,32 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
         },
     );
     progress.stage("laying out the tree");
-    report(&diagnostics, global);
-    if diagnostics.has_errors() {
+    // The clean assignments outlive the prepared render, which borrows the environment that
+    // the run takes over (it is forgotten rather than freed: see the end).
+    let clean: HashSet<(String, String)> = clean
+        .into_iter()
+        .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
+        .collect();
+    std::mem::forget(prepared);
+    let isolation = if args.keep_going {
+        Isolation::Registration
+    } else {
+        Isolation::Environment
+    };
+    let run = kalypso_core::run::finish(environment, rendered, diagnostics, isolation);
+    report(&run.diagnostics, global);
+    if run.is_blocked() {
         eprintln!(
             "error: environment {:?} has {} problem(s); nothing was written to {}",
             args.env,
-            diagnostics.errors().count(),
+            run.diagnostics.errors().count(),
             args.out.display()
         );
         progress.finish();
         return Ok(ExitCode::FAILURE);
     }
+    let rendered = &run.rendered;
+    let environment = &run.environment;
 
     // Everything the layout writes: each cluster type's README, the promoted commit, and the
     // files of every assignment that was rendered.
@@ -172,7 +187,8 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                 r.assignment.deployment_target.as_str(),
             )
         }),
-    );
+    )
+    .keeping(content.kept.as_ref());
     let readme = readme();
     // The promoted commit, when one is pinned (like every file, written only if it differs).
     let promoted = promotes(None, content);
@@ -217,7 +233,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
             let stats = write_update(&out, &rules, &files).with_context(writing)?;
             swapped = stats.added + stats.modified + stats.deleted > 0;
             let entries = if cache_path.is_some() {
-                stamp_packages(&out, &rendered)
+                stamp_packages(&out, rendered)
             } else {
                 Vec::new()
             };
@@ -230,9 +246,9 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     // entries changed are saved.
     progress.stage("saving the render cache");
     if let Some(path) = &cache_path {
-        let mut changed = cache.update(|ct, dt| rules.is_scheduled(ct, dt), entries);
+        let mut changed = cache.update(|ct, dt| rules.keeps_folder(ct, dt), entries);
         if swapped {
-            changed.extend(cache.restamp(&out, clean.iter().copied()));
+            changed.extend(cache.restamp(&out, clean.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str()))));
         }
         if let Err(e) = cache.save(path, &changed)
             && !global.quiet
@@ -264,11 +280,26 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     // The process ends with this command: the system takes back a fleet's worth of small
     // allocations at once, much faster than freeing them one by one (a tenth of a fleet
     // render's time).
-    std::mem::forget(rendered);
-    std::mem::forget(prepared);
-    std::mem::forget(environment);
+    let failed = !run.isolated.is_empty();
+    if failed {
+        eprintln!(
+            "error: environment {:?}: the workloads of {} failed; their folders in {} were kept as they were",
+            args.env,
+            run.isolated
+                .iter()
+                .map(|r| format!("{r:?}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            args.out.display()
+        );
+    }
+    std::mem::forget(run);
     std::mem::forget(inputs);
-    Ok(ExitCode::SUCCESS)
+    Ok(if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 /// The render cache's entries for the packages of `rendered`, stamped from their files in

@@ -282,6 +282,18 @@ fn numbers(n: &[u64]) -> String {
 fn print_report(report: &EnvReport, global: &GlobalArgs, verbose: bool, elapsed: std::time::Duration) {
     match &report.outcome {
         Outcome::Delivered(targets) => {
+            if !report.isolated.is_empty() {
+                eprintln!(
+                    "error: environment {}: the workloads of {} failed; their folders keep what was last delivered",
+                    report.environment,
+                    report
+                        .isolated
+                        .iter()
+                        .map(|r| format!("{r:?}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
             if global.quiet {
                 return;
             }
@@ -327,6 +339,11 @@ fn report_json(report: &EnvReport) -> serde_json::Value {
             "result": "delivered",
             "assignments": report.assignments,
             "revisions": revisions,
+            "isolated": report.isolated,
+            "isolatedFailures": report.isolated_failures.iter().map(|f| json!({
+                "title": f.title(&report.environment),
+                "message": redact(&f.message),
+            })).collect::<Vec<_>>(),
             "targets": targets.iter().map(|t| {
                 let mut v = json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch});
                 let d = match &t.delivery {

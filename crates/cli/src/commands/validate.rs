@@ -3,12 +3,11 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use kalypso_core::explain::all_conflicts;
 use kalypso_core::placement::CurrentAssignment;
-use kalypso_core::{Diagnostic, Diagnostics};
+use kalypso_core::run::Isolation;
 
 use super::plan::{ControlPlaneSource, GitAccess};
-use super::{report, run_pipeline};
+use super::{report, run};
 use crate::{GlobalArgs, ValidateArgs};
 
 pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitCode> {
@@ -28,31 +27,8 @@ pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitC
     let mut failed = false;
     for env in &environments {
         let inputs = source.inputs(env)?;
-        let mut diagnostics = Diagnostics::new();
-        let (_, rendered) = run_pipeline(&inputs, env, CurrentAssignment::new, &mut diagnostics);
-        for (conflict, assignments) in all_conflicts(&rendered.records) {
-            let values: Vec<String> = conflict
-                .values
-                .iter()
-                .map(|(source, raw)| format!("{source} gives {raw:?}"))
-                .collect();
-            let shown: Vec<&str> = assignments.iter().take(3).map(String::as_str).collect();
-            let more = if assignments.len() > 3 {
-                format!(" and {} more", assignments.len() - 3)
-            } else {
-                String::new()
-            };
-            diagnostics.push(Diagnostic::warning(
-                "config-conflict",
-                format!(
-                    "config key {:?} gets different values from ConfigMaps that apply to the same assignments: {}; \
-                     the last one silently wins (assignments: {}{more})",
-                    conflict.key,
-                    values.join(", "),
-                    shown.join(", ")
-                ),
-            ));
-        }
+        let run = run(&inputs, env, &CurrentAssignment::new, Isolation::Environment);
+        let mut diagnostics = run.diagnostics;
         if args.strict {
             diagnostics.make_warnings_errors();
         }
@@ -64,7 +40,7 @@ pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitC
         } else if !global.quiet {
             println!(
                 "environment {env}: ok, {} assignment(s), {} warning(s)",
-                rendered.records.len(),
+                run.rendered.records.len(),
                 diagnostics.warnings().count()
             );
         }

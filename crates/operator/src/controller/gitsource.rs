@@ -184,7 +184,7 @@ pub fn error_policy(env: Arc<Environment>, error: &Error, ctx: Arc<Context>) -> 
 mod tests {
     use kalypso_api::{EnvironmentSpec, RepositoryRef};
     use kalypso_core::Diagnostics;
-    use kalypso_git::render::Failure;
+    use kalypso_core::run::Failure;
 
     use super::*;
 
@@ -194,6 +194,8 @@ mod tests {
             revisions: Default::default(),
             assignments: 3,
             diagnostics: Diagnostics::new(),
+            isolated: Default::default(),
+            isolated_failures: Vec::new(),
             outcome,
         }
     }

@@ -1,0 +1,859 @@
+//! One environment, from its sources to the content of its GitOps tree: the driver behind
+//! every front end (`render`, `validate`, `plan`, `explain`, `sync`, `serve`, the operator).
+//!
+//! Front ends differ only in where the sources come from and where the content goes. What
+//! happens in between is here, once: load and schedule ([`schedule`]), the warnings about
+//! parts of a control plane that have no effect, merge config and render ([`run`], or
+//! [`crate::prepare`] and [`finish`] for a front end that streams packages to disk), the
+//! config-conflict check, the failures grouped as the original reports them ([`Failure`]),
+//! and failure isolation ([`Isolation`]).
+//!
+//! A long-running process keeps a [`RenderMemo`] per environment: the packages of its last
+//! run with the fingerprints of their inputs, so that a change re-renders only the
+//! assignments it affects.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+
+use kalypso_api::Kind;
+use kalypso_template::Engine;
+
+use crate::config::ConfigData;
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::explain::conflicts;
+use crate::fingerprint::Fingerprint;
+use crate::model::Namespace;
+use crate::pipeline::{AssignmentRecord, Environment, Inputs, Rendered, load_namespace, prepare};
+use crate::placement::{CurrentAssignment, ExtenderClient, NoExtenders, PlacementInput};
+use crate::tree::{KeptFolders, Package, RepoContent};
+use crate::warnings;
+
+/// What an error blocks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// Any error blocks the whole environment, as one failing assignment blocks the
+    /// original's pull request (`render`, `validate`, `plan`).
+    #[default]
+    Environment,
+    /// An error that belongs to one WorkloadRegistration's workloads (its files, its
+    /// Workloads, the assignments of their deployment targets) fails only that registration,
+    /// as a failing Flux Kustomization of one workload repository does in the original: its
+    /// deployment targets keep the folders last delivered, the rest of the environment is
+    /// delivered, the failure is reported. Errors of the environment as a whole still block
+    /// it (`sync`, `serve`, the operator, `render --keep-going`).
+    Registration,
+}
+
+/// What a front end gives a run besides the sources.
+#[derive(Clone, Copy)]
+pub struct RunContext<'a> {
+    /// The template engine.
+    pub engine: &'a Engine,
+    /// The current assignment, asked for only when a policy has placement fields (`Steady`
+    /// keeps targets where they are).
+    pub current: &'a dyn Fn() -> CurrentAssignment,
+    /// Makes the calls to scheduler extenders.
+    pub extenders: &'a dyn ExtenderClient,
+    /// The cluster types decided by OCM Placements, by policy name.
+    pub decisions: &'a BTreeMap<String, BTreeSet<String>>,
+    /// What an error blocks.
+    pub isolation: Isolation,
+}
+
+impl std::fmt::Debug for RunContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunContext")
+            .field("decisions", self.decisions)
+            .field("isolation", &self.isolation)
+            .finish_non_exhaustive()
+    }
+}
+
+static NO_DECISIONS: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+
+impl<'a> RunContext<'a> {
+    /// A context with nothing placed yet, no extenders, no OCM decisions, and errors that
+    /// block the environment.
+    pub fn new(engine: &'a Engine) -> RunContext<'a> {
+        RunContext {
+            engine,
+            current: &CurrentAssignment::new,
+            extenders: &NoExtenders,
+            decisions: &NO_DECISIONS,
+            isolation: Isolation::Environment,
+        }
+    }
+}
+
+/// Loads environment `name` from `inputs` and schedules it: the start of every run, and all
+/// that `explain` needs.
+pub fn schedule(
+    name: &str,
+    inputs: &Inputs,
+    context: &RunContext<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Environment {
+    let namespace = load_namespace(name, inputs, diagnostics);
+    schedule_namespace(namespace, context, diagnostics)
+}
+
+/// Schedules a loaded namespace (the operator loads it from the cluster) and adds the
+/// warnings about what has no effect.
+pub fn schedule_namespace(
+    namespace: Namespace,
+    context: &RunContext<'_>,
+    diagnostics: &mut Diagnostics,
+) -> Environment {
+    let environment = if namespace.policies.values().any(|p| p.spec.has_placement()) {
+        let current = (context.current)();
+        let input = PlacementInput {
+            current: &current,
+            extenders: context.extenders,
+            decisions: context.decisions,
+        };
+        Environment::with_placement(namespace, &input, diagnostics)
+    } else {
+        Environment::new(namespace, diagnostics)
+    };
+    warnings::warn(&environment, diagnostics);
+    environment
+}
+
+/// Schedules and renders environment `name`, re-rendering only the assignments whose
+/// fingerprints differ from `memo`'s (`memo` then holds this run's packages). The content
+/// is the same as a run with an empty memo gives.
+pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &mut RenderMemo) -> Run {
+    let mut diagnostics = Diagnostics::new();
+    let environment = schedule(name, inputs, context, &mut diagnostics);
+    let prepared = prepare(&environment, context.engine, &mut diagnostics);
+    let mut rendered = prepared.render(context.engine, &mut diagnostics, |job| {
+        let a = job.assignment;
+        memo.get(&a.cluster_type, &a.deployment_target, job.fingerprint)
+            .is_none()
+    });
+    let rendered_now = rendered.content.packages.len();
+    memo.complete(&mut rendered);
+    let mut run = finish(environment, rendered, diagnostics, context.isolation);
+    run.rendered_now = rendered_now;
+    run
+}
+
+/// Schedules and renders a loaded namespace in full (the operator's run: its inputs come
+/// from the cluster, not from source trees).
+pub fn run_namespace(namespace: Namespace, context: &RunContext<'_>) -> Run {
+    let mut diagnostics = Diagnostics::new();
+    let environment = schedule_namespace(namespace, context, &mut diagnostics);
+    let rendered = crate::pipeline::render(&environment, context.engine, &mut diagnostics);
+    let rendered_now = rendered.content.packages.len();
+    let mut run = finish(environment, rendered, diagnostics, context.isolation);
+    run.rendered_now = rendered_now;
+    run
+}
+
+/// The result of a run.
+#[derive(Debug)]
+pub struct Run {
+    /// The scheduled environment.
+    pub environment: Environment,
+    /// The content (packages of the assignments rendered), the records of every assignment
+    /// and the failed assignments.
+    pub rendered: Rendered,
+    /// Every diagnostic, warnings included.
+    pub diagnostics: Diagnostics,
+    /// The errors, grouped as the original reports them (one per failed assignment, one for
+    /// the rest).
+    pub failures: Vec<Failure>,
+    /// The WorkloadRegistrations whose errors were isolated ([`Isolation::Registration`]).
+    pub isolated: BTreeSet<String>,
+    /// Assignments rendered by this run (the others were unchanged since the memo's run).
+    pub rendered_now: usize,
+    blocked: bool,
+}
+
+impl Run {
+    /// The content to deliver, or `None` when an error blocks the environment.
+    pub fn content(&self) -> Option<&RepoContent> {
+        (!self.blocked).then_some(&self.rendered.content)
+    }
+
+    /// [`Run::content`], by value.
+    pub fn into_content(self) -> Option<RepoContent> {
+        (!self.blocked).then_some(self.rendered.content)
+    }
+
+    /// Whether an error blocks the environment.
+    pub fn is_blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// Records an error found outside the pipeline (the front end's setup) that blocks the
+    /// environment.
+    pub fn block(&mut self, error: Diagnostic) {
+        let line = error.to_string();
+        self.diagnostics.push(error);
+        self.blocked = true;
+        match self.failures.iter_mut().find(|f| f.assignment.is_none()) {
+            Some(failure) => {
+                failure.message.push('\n');
+                failure.message.push_str(&line);
+            }
+            None => self.failures.push(Failure {
+                assignment: None,
+                message: line,
+            }),
+        }
+    }
+
+    /// Assignments scheduled.
+    pub fn assignments(&self) -> usize {
+        self.environment.schedule.iter().count()
+    }
+}
+
+/// Completes a run whose rendering the front end drove (see [`crate::Prepared::render_with`]):
+/// the config-conflict warnings, the failures, and which errors block the environment.
+pub fn finish(
+    environment: Environment,
+    mut rendered: Rendered,
+    mut diagnostics: Diagnostics,
+    isolation: Isolation,
+) -> Run {
+    for warning in conflict_warnings(&rendered.records) {
+        diagnostics.push(warning);
+    }
+    let scheduled: Vec<(String, String)> = environment
+        .schedule
+        .iter()
+        .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
+        .collect();
+    let failures = failures(&scheduled, &rendered.content, &diagnostics);
+    let mut isolated = BTreeSet::new();
+    let mut blocked = diagnostics.has_errors();
+    if blocked && isolation == Isolation::Registration {
+        let scopes: Option<BTreeSet<String>> = diagnostics
+            .errors()
+            .map(|d| registration_of(d, &environment).map(ToOwned::to_owned))
+            .collect();
+        if let Some(scopes) = scopes {
+            isolate(&environment, &mut rendered.content, &scopes, &mut diagnostics);
+            isolated = scopes;
+            blocked = false;
+        }
+    }
+    Run {
+        environment,
+        rendered,
+        diagnostics,
+        failures,
+        isolated,
+        rendered_now: 0,
+        blocked,
+    }
+}
+
+/// The WorkloadRegistration an error belongs to, if it belongs to one: it was found in the
+/// registration's files, or it is about a Workload from them, a deployment target such a
+/// Workload unfolds to (and its assignments), or the registration itself.
+fn registration_of<'e>(d: &'e Diagnostic, env: &'e Environment) -> Option<&'e str> {
+    if let Some(registration) = &d.registration {
+        return Some(registration);
+    }
+    let ns = &env.namespace;
+    let (kind, name) = d.object.as_ref()?;
+    match kind {
+        Kind::WorkloadRegistration => ns.registrations.get_key_value(name).map(|(k, _)| k.as_str()),
+        Kind::Workload => ns.workloads.get(name)?.registration.as_deref(),
+        Kind::DeploymentTarget => target_registration(env, name),
+        _ => None,
+    }
+}
+
+/// The registration whose Workload unfolds to deployment target `name` (`None` for a target
+/// declared directly on a branch).
+fn target_registration<'e>(env: &'e Environment, name: &str) -> Option<&'e str> {
+    let target = env.targets.get(name)?;
+    let workload = env.namespace.workloads.get(&target.workload)?;
+    (workload.object.origin == target.origin)
+        .then_some(workload.registration.as_deref())
+        .flatten()
+}
+
+/// Takes the packages of `registrations`' deployment targets out of `content` and keeps
+/// every existing target folder that no other workload claims (the failing registration's
+/// folders, whose names may be unknown when its files do not load).
+fn isolate(
+    env: &Environment,
+    content: &mut RepoContent,
+    registrations: &BTreeSet<String>,
+    diagnostics: &mut Diagnostics,
+) {
+    let failing = |target: &str| target_registration(env, target).is_some_and(|r| registrations.contains(r));
+    content.packages.retain(|(_, target), _| !failing(target));
+    content.kept = Some(KeptFolders {
+        claimed: env
+            .targets
+            .keys()
+            .filter(|target| !failing(target))
+            .cloned()
+            .collect(),
+    });
+    for registration in registrations {
+        let mut warning = Diagnostic::warning(
+            "registration-isolated",
+            "its workloads failed (see the errors above): their deployment targets keep the folders \
+             last delivered, and the rest of the environment is delivered",
+        )
+        .on(Kind::WorkloadRegistration, registration);
+        if let Some(object) = env.namespace.registrations.get(registration) {
+            warning = warning.at(&object.origin);
+        }
+        diagnostics.push(warning);
+    }
+}
+
+/// A warning per config key that applying ConfigMaps set to different values, naming the
+/// assignments it affects (the last value silently wins).
+pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
+    // Assignments with the same merged config share it: each is checked once.
+    let mut by_config: HashMap<*const ConfigData, Vec<String>> = HashMap::new();
+    let mut configs: Vec<&Arc<ConfigData>> = Vec::new();
+    for record in records {
+        let assignments = by_config.entry(Arc::as_ptr(&record.config)).or_insert_with(|| {
+            configs.push(&record.config);
+            Vec::new()
+        });
+        assignments.push(format!(
+            "{}/{}",
+            record.assignment.cluster_type, record.assignment.deployment_target
+        ));
+    }
+    let mut found = BTreeMap::new();
+    for config in configs {
+        for conflict in conflicts(config) {
+            found
+                .entry(conflict)
+                .or_insert_with(Vec::new)
+                .extend(by_config[&Arc::as_ptr(config)].iter().cloned());
+        }
+    }
+    found
+        .into_iter()
+        .map(|(conflict, mut assignments)| {
+            assignments.sort();
+            let values: Vec<String> = conflict
+                .values
+                .iter()
+                .map(|(source, raw)| format!("{source} gives {raw:?}"))
+                .collect();
+            let shown: Vec<&str> = assignments.iter().take(3).map(String::as_str).collect();
+            let more = if assignments.len() > 3 {
+                format!(" and {} more", assignments.len() - 3)
+            } else {
+                String::new()
+            };
+            Diagnostic::warning(
+                "config-conflict",
+                format!(
+                    "config key {:?} gets different values from ConfigMaps that apply to the same assignments: {}; \
+                     the last one silently wins (assignments: {}{more})",
+                    conflict.key,
+                    values.join(", "),
+                    shown.join(", ")
+                ),
+            )
+        })
+        .collect()
+}
+
+/// The packages of an environment's last run, by (cluster type, deployment target), with
+/// the fingerprint of the inputs each was rendered from.
+#[derive(Debug, Default)]
+pub struct RenderMemo {
+    packages: HashMap<(String, String), (Fingerprint, Package)>,
+}
+
+impl RenderMemo {
+    /// Number of assignments remembered.
+    pub fn len(&self) -> usize {
+        self.packages.len()
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.packages.is_empty()
+    }
+
+    /// Where the last run placed each deployment target (for `Steady`).
+    pub fn current_assignment(&self) -> CurrentAssignment {
+        let mut current = CurrentAssignment::new();
+        for (cluster_type, target) in self.packages.keys() {
+            current
+                .entry(target.clone())
+                .or_default()
+                .insert(cluster_type.clone());
+        }
+        current
+    }
+
+    fn get(&self, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> Option<&Package> {
+        self.packages
+            .get(&(cluster_type.to_owned(), target.to_owned()))
+            .filter(|(known, _)| *known == fingerprint)
+            .map(|(_, package)| package)
+    }
+
+    /// Fills the packages `rendered` skipped from the memo, and remembers `rendered`'s.
+    fn complete(&mut self, rendered: &mut Rendered) {
+        let mut next = HashMap::with_capacity(rendered.records.len());
+        for record in &rendered.records {
+            let key = (
+                record.assignment.cluster_type.clone(),
+                record.assignment.deployment_target.clone(),
+            );
+            let package = match rendered.content.packages.get(&key) {
+                Some(package) => Some(package.clone()),
+                None => self.get(&key.0, &key.1, record.fingerprint).cloned(),
+            };
+            if let Some(package) = package {
+                rendered
+                    .content
+                    .packages
+                    .entry(key.clone())
+                    .or_insert_with(|| package.clone());
+                next.insert(key, (record.fingerprint, package));
+            }
+        }
+        self.packages = next;
+    }
+}
+
+/// One reportable failure: the original opens a GitHub issue per assignment that cannot be
+/// rendered; problems that are not about one assignment (a YAML error, a duplicate name)
+/// blocked its environment silently, and kalypso reports them in one issue per environment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// The assignment (deployment target, cluster type), or `None` for a problem of the
+    /// environment as a whole.
+    pub assignment: Option<(String, String)>,
+    /// What went wrong (one diagnostic per line).
+    pub message: String,
+}
+
+impl Failure {
+    /// The issue title, as the original writes it (typo included) for assignments.
+    pub fn title(&self, environment: &str) -> String {
+        match &self.assignment {
+            Some((target, cluster_type)) => issue_title(environment, target, cluster_type),
+            None => environment_issue_title(environment),
+        }
+    }
+}
+
+/// The original's issue title for an assignment failure.
+pub fn issue_title(environment: &str, target: &str, cluster_type: &str) -> String {
+    format!(
+        "Can't generate manifests for deplyment target {target} in cluster type {cluster_type} in {environment} environment"
+    )
+}
+
+/// The title of the issue for problems not tied to one assignment.
+pub fn environment_issue_title(environment: &str) -> String {
+    format!("Can't generate manifests in {environment} environment")
+}
+
+/// Whether `title` is one of the titles kalypso gives issues of `environment`.
+pub fn is_issue_title_of(title: &str, environment: &str) -> bool {
+    title.starts_with("Can't generate manifests ")
+        && title.ends_with(&format!(" in {environment} environment"))
+}
+
+/// Groups the error diagnostics: one failure per scheduled (deployment target, cluster type)
+/// that produced no package (with the diagnostics about it, or about its cluster type's
+/// templates), and one for the remaining errors.
+pub fn failures(
+    scheduled: &[(String, String)],
+    content: &RepoContent,
+    diagnostics: &Diagnostics,
+) -> Vec<Failure> {
+    let errors: Vec<&Diagnostic> = diagnostics.errors().collect();
+    if errors.is_empty() {
+        return Vec::new();
+    }
+    let mut used = BTreeSet::new();
+    let mut out = Vec::new();
+    for (target, cluster_type) in scheduled {
+        if content
+            .packages
+            .contains_key(&(cluster_type.clone(), target.clone()))
+        {
+            continue;
+        }
+        let about_assignment = |d: &Diagnostic| {
+            d.code == "assignment"
+                && d.object.as_ref() == Some(&(Kind::DeploymentTarget, target.clone()))
+                && d.message.contains(&format!("on cluster type {cluster_type:?}"))
+        };
+        let about_cluster_type =
+            |d: &Diagnostic| d.object.as_ref() == Some(&(Kind::ClusterType, cluster_type.clone()));
+        let mut picked: Vec<usize> = (0..errors.len())
+            .filter(|&i| about_assignment(errors[i]))
+            .collect();
+        if picked.is_empty() {
+            picked = (0..errors.len())
+                .filter(|&i| about_cluster_type(errors[i]))
+                .collect();
+        }
+        if picked.is_empty() {
+            continue;
+        }
+        used.extend(picked.iter().copied());
+        out.push(Failure {
+            assignment: Some((target.clone(), cluster_type.clone())),
+            message: picked
+                .iter()
+                .map(|&i| errors[i].to_string())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        });
+    }
+    let rest: Vec<String> = (0..errors.len())
+        .filter(|i| !used.contains(i))
+        .map(|i| errors[i].to_string())
+        .collect();
+    if !rest.is_empty() {
+        out.push(Failure {
+            assignment: None,
+            message: rest.join("\n"),
+        });
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{SourceFile, SourceTree};
+    use crate::tree::Package;
+    use std::path::Path;
+
+    /// Every file under `dir` as a source tree.
+    fn source_tree(dir: &Path) -> SourceTree {
+        fn walk(root: &Path, dir: &Path, out: &mut Vec<SourceFile>) {
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(root, &path, out);
+                } else {
+                    let rel = path.strip_prefix(root).unwrap().display().to_string();
+                    out.push(SourceFile::new(rel, std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        let mut files = Vec::new();
+        walk(dir, dir, &mut files);
+        SourceTree::new(dir.display().to_string(), files)
+    }
+
+    /// The example control plane's inputs for `env`.
+    fn example(env: &str) -> Inputs {
+        example_at("examples/control-plane", env)
+    }
+
+    /// The inputs of the example control plane at `path` (from the workspace) for `env`.
+    fn example_at(path: &str, env: &str) -> Inputs {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").join(path);
+        let workloads = std::fs::read_dir(root.join("workloads"))
+            .unwrap()
+            .map(|e| e.unwrap())
+            .map(|e| {
+                (
+                    e.file_name().to_string_lossy().into_owned(),
+                    source_tree(&e.path()),
+                )
+            })
+            .collect();
+        Inputs {
+            main: source_tree(&root.join("main")),
+            environment: source_tree(&root.join(env)),
+            workloads,
+            ..Inputs::default()
+        }
+    }
+
+    /// Replaces `from` with `to` in every file of `tree` whose path ends with `file`.
+    fn edit(tree: &SourceTree, file: &str, from: &str, to: &str) -> SourceTree {
+        let files = tree
+            .files()
+            .iter()
+            .map(|f| {
+                let text = String::from_utf8(f.content.to_vec()).unwrap();
+                let text = if f.path.ends_with(file) {
+                    text.replace(from, to)
+                } else {
+                    text
+                };
+                SourceFile::new(f.path.clone(), text.into_bytes())
+            })
+            .collect();
+        SourceTree::new(tree.label(), files)
+    }
+
+    /// A run of `inputs` as environment `dev`, against `memo`.
+    fn run_with(inputs: &Inputs, memo: &mut RenderMemo) -> Run {
+        let engine = Engine::new();
+        let current = memo.current_assignment();
+        let current = move || current.clone();
+        let context = RunContext {
+            current: &current,
+            ..RunContext::new(&engine)
+        };
+        run("dev", inputs, &context, memo)
+    }
+
+    /// A run of `inputs` as environment `dev` from scratch.
+    fn run_fresh(inputs: &Inputs) -> Run {
+        run_with(inputs, &mut RenderMemo::default())
+    }
+
+    #[test]
+    fn steady_keeps_targets_where_the_last_pass_placed_them() {
+        let on = |outcome: &Run| -> Vec<String> {
+            let content = outcome.content().unwrap();
+            content
+                .packages
+                .keys()
+                .filter(|(_, dt)| dt == "shop-web-dev")
+                .map(|(ct, _)| ct.clone())
+                .collect()
+        };
+        let inputs = example_at("examples/placement", "dev");
+        let mut memo = RenderMemo::default();
+        let first = run_with(&inputs, &mut memo);
+        assert_eq!(on(&first), ["north-edge", "west-large"]);
+        // north-edge loses its capacity, and web no longer balances.
+        let environment = edit(
+            &inputs.environment,
+            "cluster-types.yaml",
+            "{region: north, capacity: \"50\"}",
+            "{region: north, capacity: \"5\"}",
+        );
+        let changed = Inputs {
+            environment: edit(
+                &environment,
+                "policies.yaml",
+                "    - builtIn: Balance\n      weight: 1\n",
+                "",
+            ),
+            ..example_at("examples/placement", "dev")
+        };
+        assert_eq!(on(&run_fresh(&changed)), ["east-large", "west-large"]);
+        let second = run_with(&changed, &mut memo);
+        assert_eq!(
+            on(&second),
+            ["north-edge", "west-large"],
+            "Steady keeps the last pass's placement"
+        );
+    }
+
+    #[test]
+    fn a_memo_re_renders_only_changed_assignments_and_gives_the_full_render() {
+        let inputs = example("dev");
+        let mut memo = RenderMemo::default();
+        let first = run_with(&inputs, &mut memo);
+        let full = run_fresh(&inputs);
+        assert_eq!(first.content(), full.content());
+        assert!(first.content().is_some_and(|c| !c.packages.is_empty()));
+        assert_eq!(memo.len(), first.content().unwrap().packages.len());
+
+        // Unchanged inputs: the memo supplies every package.
+        let again = run_with(&inputs, &mut memo);
+        assert_eq!(again.content(), full.content());
+        assert_eq!(again.rendered_now, 0);
+        assert_eq!(first.rendered_now, memo.len());
+
+        // A config change: the result is what a full render of the new inputs gives.
+        let config = inputs
+            .environment
+            .files()
+            .iter()
+            .find(|f| String::from_utf8_lossy(&f.content).contains("MAX_REPLICAS"))
+            .map(|f| f.path.clone())
+            .unwrap();
+        let changed = Inputs {
+            environment: edit(
+                &inputs.environment,
+                &config,
+                "MAX_REPLICAS: \"",
+                "MAX_REPLICAS: \"9",
+            ),
+            ..example("dev")
+        };
+        let incremental = run_with(&changed, &mut memo);
+        let expected = run_fresh(&changed);
+        assert_eq!(incremental.content(), expected.content());
+        assert_ne!(incremental.content(), full.content(), "the change shows");
+        assert!(
+            incremental.rendered_now > 0 && incremental.rendered_now < memo.len(),
+            "only the affected assignments are rendered: {} of {}",
+            incremental.rendered_now,
+            memo.len()
+        );
+    }
+
+    fn error(code: &'static str, message: &str, object: (Kind, &str)) -> Diagnostic {
+        Diagnostic::error(code, message).on(object.0, object.1)
+    }
+
+    #[test]
+    fn groups_errors_by_assignment_then_environment() {
+        let scheduled = vec![
+            ("app-dev".to_owned(), "large".to_owned()),
+            ("app-dev".to_owned(), "small".to_owned()),
+            ("app-qa".to_owned(), "drone".to_owned()),
+            ("app-ok".to_owned(), "large".to_owned()),
+        ];
+        let mut content = RepoContent::default();
+        content
+            .packages
+            .insert(("large".into(), "app-ok".into()), Package::default());
+        let mut diags = Diagnostics::new();
+        diags.push(error(
+            "assignment",
+            "cannot generate manifests on cluster type \"small\": config data validation failed",
+            (Kind::DeploymentTarget, "app-dev"),
+        ));
+        diags.push(error(
+            "template-missing",
+            "Template \"x\" does not exist",
+            (Kind::ClusterType, "drone"),
+        ));
+        diags.push(error("yaml", "bad yaml", (Kind::ConfigMap, "c")));
+        diags.push(Diagnostic::warning("w", "just a warning"));
+        let failures = failures(&scheduled, &content, &diags);
+        let titles: Vec<String> = failures.iter().map(|f| f.title("dev")).collect();
+        assert_eq!(
+            titles,
+            [
+                "Can't generate manifests for deplyment target app-dev in cluster type small in dev environment",
+                "Can't generate manifests for deplyment target app-qa in cluster type drone in dev environment",
+                "Can't generate manifests in dev environment",
+            ]
+        );
+        assert!(failures[0].message.contains("config data validation failed"));
+        assert!(failures[1].message.contains("does not exist"));
+        assert!(failures[2].message.contains("bad yaml"));
+        assert!(!failures.iter().any(|f| f.message.contains("just a warning")));
+        // app-dev on large has no diagnostic of its own and is not reported.
+        assert!(titles.iter().all(|t| !t.contains("cluster type large")));
+        assert!(titles.iter().all(|t| is_issue_title_of(t, "dev")));
+        assert!(!is_issue_title_of(&titles[0], "stage"));
+    }
+
+    /// The example's inputs with registration `platform-svc`'s workload files broken.
+    fn broken_platform_svc() -> Inputs {
+        let mut inputs = example("dev");
+        let tree = &inputs.workloads["platform-svc"];
+        let broken = edit(
+            tree,
+            "observability.yaml",
+            "kind: Workload",
+            "kind: Workload\nspec: [unclosed",
+        );
+        inputs.workloads.insert("platform-svc".to_owned(), broken);
+        inputs
+    }
+
+    fn run_isolated(inputs: &Inputs, isolation: Isolation) -> Run {
+        let engine = Engine::new();
+        let context = RunContext {
+            isolation,
+            ..RunContext::new(&engine)
+        };
+        run("dev", inputs, &context, &mut RenderMemo::default())
+    }
+
+    #[test]
+    fn a_failing_registration_blocks_the_environment_unless_isolated() {
+        let healthy = run_fresh(&example("dev"));
+        let healthy = healthy.content().unwrap();
+        let inputs = broken_platform_svc();
+
+        let blocked = run_isolated(&inputs, Isolation::Environment);
+        assert!(blocked.is_blocked());
+        assert!(blocked.content().is_none());
+        assert!(blocked.isolated.is_empty());
+
+        let isolated = run_isolated(&inputs, Isolation::Registration);
+        assert!(!isolated.is_blocked(), "{:?}", isolated.diagnostics);
+        assert_eq!(isolated.isolated, BTreeSet::from(["platform-svc".to_owned()]));
+        let errors: Vec<&Diagnostic> = isolated.diagnostics.errors().collect();
+        assert!(!errors.is_empty());
+        assert!(
+            errors
+                .iter()
+                .all(|d| d.registration.as_deref() == Some("platform-svc"))
+        );
+        assert!(
+            isolated
+                .diagnostics
+                .warnings()
+                .any(|d| d.code == "registration-isolated"
+                    && d.object == Some((Kind::WorkloadRegistration, "platform-svc".to_owned())))
+        );
+        // The failure is reported, as a sync reports it (an issue in `pr` mode).
+        assert!(!isolated.failures.is_empty());
+
+        // The other registration's packages are delivered as a healthy run gives them.
+        let content = isolated.content().unwrap();
+        assert!(!content.packages.is_empty());
+        for (key, package) in &content.packages {
+            assert_eq!(healthy.packages.get(key), Some(package), "{key:?}");
+        }
+        // The failing registration's targets are not claimed: their folders stay.
+        let kept = content.kept.as_ref().unwrap();
+        let missing: Vec<&(String, String)> = healthy
+            .packages
+            .keys()
+            .filter(|k| !content.packages.contains_key(*k))
+            .collect();
+        assert!(!missing.is_empty());
+        for (ct, dt) in missing {
+            assert!(!kept.claimed.contains(dt));
+            let rules = crate::tree::Rules::for_content(content);
+            assert!(rules.keeps(&format!("{ct}/{dt}/reconciler.yaml")), "{ct}/{dt}");
+        }
+        // A healthy target's folder on a cluster type it left is deleted as usual.
+        let (ct, dt) = content.packages.keys().next().unwrap();
+        let rules = crate::tree::Rules::for_content(content);
+        assert!(kept.claimed.contains(dt));
+        let elsewhere = content
+            .cluster_types
+            .iter()
+            .find(|other| *other != ct && !content.packages.contains_key(&((*other).clone(), dt.clone())));
+        if let Some(other) = elsewhere {
+            assert!(!rules.keeps(&format!("{other}/{dt}/reconciler.yaml")));
+        }
+    }
+
+    #[test]
+    fn an_error_of_the_environment_blocks_even_when_isolated() {
+        let mut inputs = broken_platform_svc();
+        let tree = &inputs.environment;
+        let file = tree
+            .files()
+            .iter()
+            .find(|f| String::from_utf8_lossy(&f.content).contains("kind: ClusterType"))
+            .map(|f| f.path.clone())
+            .unwrap();
+        inputs.environment = edit(
+            tree,
+            &file,
+            "kind: ClusterType",
+            "kind: ClusterType\nspec: [unclosed",
+        );
+        let run = run_isolated(&inputs, Isolation::Registration);
+        assert!(run.is_blocked());
+        assert!(run.isolated.is_empty());
+        assert!(run.content().is_none());
+    }
+}
