@@ -355,3 +355,131 @@ fn steady_keeps_a_placed_target_and_without_it_plan_shows_the_move() {
         "{text}"
     );
 }
+
+/// The example's `prod` environment as git repositories, its extender at `url`.
+struct GitControlPlane {
+    /// The control plane's `file://` URL.
+    url: String,
+    /// The control plane (bare).
+    repo: PathBuf,
+    /// The files of its `prod` branch.
+    prod: std::collections::BTreeMap<String, String>,
+    /// The GitOps repository (bare).
+    gitops: PathBuf,
+}
+
+/// The example's `prod` environment as git repositories (control plane, workload, GitOps),
+/// its extender at `url`.
+fn git_control_plane(dir: &Path, url: &str) -> GitControlPlane {
+    use kalypso_testkit::{commit_files, init_bare, replace_in, text_files_under};
+    let folder = control_plane(dir, url, "Fail");
+    let (repo, workload, gitops) = (dir.join("cp.git"), dir.join("shop.git"), dir.join("gitops.git"));
+    for r in [&repo, &workload, &gitops] {
+        init_bare(r);
+    }
+    commit_files(
+        &workload,
+        "main",
+        "workload/",
+        &text_files_under(&folder.join("workloads/shop")),
+    );
+    let mut main = text_files_under(&folder.join("main"));
+    replace_in(
+        &mut main,
+        "platform.yaml",
+        "https://github.com/contoso/shop",
+        &format!("file://{}", workload.display()),
+    );
+    main.insert(
+        ".environments/prod.yaml".to_owned(),
+        "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Environment\nmetadata:\n  name: prod\nspec:\n  controlPlane:\n    repo: x\n    branch: prod\n    path: .\n".to_owned(),
+    );
+    main.insert(".sourceignore".to_owned(), ".environments/\n".to_owned());
+    commit_files(&repo, "main", "", &main);
+    let mut prod = text_files_under(&folder.join("prod"));
+    prod.insert(
+        "gitops-repo.yaml".to_owned(),
+        format!(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: GitOpsRepo\nmetadata:\n  name: prod\nspec:\n  repo: file://{}\n  branch: prod\n  path: .\n",
+            gitops.display()
+        ),
+    );
+    commit_files(&repo, "prod", "", &prod);
+    GitControlPlane {
+        url: format!("file://{}", repo.display()),
+        repo,
+        prod,
+        gitops,
+    }
+}
+
+/// `kalypso sync` of `prod`, in a process of its own; the deployment-target folders of the
+/// GitOps branch after it.
+fn sync_prod(cp: &GitControlPlane, cache: &Path) -> Vec<String> {
+    let output = kalypso(&[
+        "sync",
+        &cp.url,
+        "--env",
+        "prod",
+        "--cache-dir",
+        cache.to_str().unwrap(),
+        "--token-env",
+        "KALYPSO_TEST_NO_TOKEN",
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    kalypso_testkit::branch_files(&cp.gitops, "prod")
+        .keys()
+        .filter(|p| p.ends_with("/reconciler.yaml"))
+        .map(|p| p.trim_end_matches("/reconciler.yaml").to_owned())
+        .collect()
+}
+
+#[test]
+fn sync_calls_the_extenders_and_keeps_targets_where_the_gitops_branch_has_them() {
+    use kalypso_testkit::{commit_files, replace_in};
+    let server = Extender::start(Behaviour::Good);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cp = git_control_plane(dir.path(), &server.url);
+    let cache = dir.path().join("cache");
+    assert_eq!(
+        sync_prod(&cp, &cache),
+        ["east-large/shop-web-prod", "west-large/shop-web-prod"]
+    );
+    assert_eq!(server.requests.load(Ordering::SeqCst), 1);
+
+    // east-small gains capacity and east-large loses it: placed afresh, web would move to
+    // east-small; a new process reads where the GitOps branch has it, and Steady keeps it.
+    replace_in(
+        &mut cp.prod,
+        "cluster-types.yaml",
+        "{region: east, capacity: \"20\"}",
+        "{region: east, capacity: \"95\"}",
+    );
+    replace_in(
+        &mut cp.prod,
+        "cluster-types.yaml",
+        "{region: east, capacity: \"80\"}",
+        "{region: east, capacity: \"30\"}",
+    );
+    commit_files(&cp.repo, "prod", "", &cp.prod);
+    assert_eq!(
+        sync_prod(&cp, &cache),
+        ["east-large/shop-web-prod", "west-large/shop-web-prod"]
+    );
+    // Without Steady, it moves.
+    replace_in(
+        &mut cp.prod,
+        "policies.yaml",
+        "    - builtIn: Steady\n      weight: 3\n",
+        "",
+    );
+    commit_files(&cp.repo, "prod", "", &cp.prod);
+    assert_eq!(
+        sync_prod(&cp, &cache),
+        ["east-small/shop-web-prod", "west-large/shop-web-prod"]
+    );
+}

@@ -7,7 +7,7 @@
 
 mod commands;
 pub mod control_plane;
-mod extenders;
+mod current_assignment;
 pub mod fsio;
 mod hub_client;
 mod local_clone;

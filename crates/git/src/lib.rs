@@ -14,7 +14,7 @@
 //!   folders → [`kalypso_core::Inputs`];
 //! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
 //! - [`sync`]: one pass over a control plane, each environment run by
-//!   [`kalypso_core::run`]; [`promote`]: pinning a main commit on an
+//!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`promote`]: pinning a main commit on an
 //!   environment branch;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
 
@@ -22,6 +22,7 @@ pub mod auth;
 pub mod control_plane;
 pub mod deliver;
 pub mod duration;
+pub mod extenders;
 pub mod github;
 pub mod issues;
 pub mod promote;

@@ -495,6 +495,33 @@ impl Repo {
         Ok(Some(blob.content().to_vec()))
     }
 
+    /// The folders two levels deep in `commit` (in a GitOps tree: cluster type, deployment
+    /// target), without reading any file. Dot-folders are left out.
+    pub fn target_folders(&self, commit: Oid) -> Result<Vec<(String, String)>, Error> {
+        let root = self.subtree(commit, "")?;
+        let mut out = Vec::new();
+        for outer in root.iter() {
+            let Some(first) = outer.name().ok().filter(|n| !n.starts_with('.')) else {
+                continue;
+            };
+            if outer.kind() != Some(ObjectType::Tree) {
+                continue;
+            }
+            let inner = self
+                .git
+                .find_tree(outer.id())
+                .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+            for entry in inner.iter() {
+                if entry.kind() == Some(ObjectType::Tree)
+                    && let Ok(second) = entry.name()
+                {
+                    out.push((first.to_owned(), second.to_owned()));
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Every file of `commit` (`None`: an empty tree).
     pub fn snapshot(&self, commit: Option<Oid>) -> Result<Snapshot, Error> {
         let Some(commit) = commit else {

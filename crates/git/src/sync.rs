@@ -9,11 +9,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use std::collections::BTreeSet;
 
 use kalypso_core::Diagnostics;
+use kalypso_core::placement::{CurrentAssignment, ExtenderClient};
 use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
 use kalypso_template::Engine;
 use tokio::runtime::Handle;
@@ -23,8 +24,9 @@ use crate::control_plane::{
     self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, Sources,
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
+use crate::extenders::HttpExtenders;
 use crate::issues::{self, IssueReport};
-use crate::repo::{Cache, Transport};
+use crate::repo::{Cache, Repo, Transport};
 use crate::retry::RetryPolicy;
 use crate::url::{self as repo_url, RepoUrl};
 
@@ -99,6 +101,24 @@ pub struct Settings {
     /// Deliver to this repository instead of each GitOpsRepo's `spec.repo` (for trying a
     /// control plane against a copy of its GitOps repository).
     pub gitops_repo: Option<String>,
+    /// Makes the calls to the SchedulerExtenders of policies with placement fields.
+    pub extenders: Extenders,
+}
+
+/// The client that calls scheduler extenders (HTTP by default).
+#[derive(Clone)]
+pub struct Extenders(pub Arc<dyn ExtenderClient + Send>);
+
+impl Default for Extenders {
+    fn default() -> Extenders {
+        Extenders(Arc::new(HttpExtenders::new()))
+    }
+}
+
+impl std::fmt::Debug for Extenders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Extenders")
+    }
 }
 
 impl Default for Settings {
@@ -110,6 +130,7 @@ impl Default for Settings {
             main_branch: DEFAULT_MAIN_BRANCH.to_owned(),
             delivery: DeliverySettings::default(),
             gitops_repo: None,
+            extenders: Extenders::default(),
         }
     }
 }
@@ -256,14 +277,24 @@ impl Pass<'_> {
         let run = {
             let mut memos = self.syncer.memos.lock().unwrap_or_else(PoisonError::into_inner);
             let memo = memos.entry(name.clone()).or_default();
-            // Steady keeps targets where the last pass of this process placed them.
-            let current = memo.current_assignment();
-            let current = move || current.clone();
+            // Steady keeps targets where the last pass of this process placed them, or, on a
+            // process's first pass, where the GitOps branch has them.
+            let remembered = memo.current_assignment();
+            let current = || {
+                if !remembered.is_empty() {
+                    return remembered.clone();
+                }
+                targets
+                    .first()
+                    .map(|(_, url, branch, _)| self.delivered_assignment(url, branch))
+                    .unwrap_or_default()
+            };
             let engine = Engine::from_env();
             let engine_error = engine.as_ref().err().cloned();
             let engine = engine.unwrap_or_else(|_| Engine::new());
             let context = RunContext {
                 current: &current,
+                extenders: &*self.syncer.settings.extenders.0,
                 isolation: Isolation::Registration,
                 ..RunContext::new(&engine)
             };
@@ -358,6 +389,26 @@ impl Pass<'_> {
             isolated: run.isolated,
             isolated_failures: run.failures,
             outcome: Outcome::Delivered(reports),
+        })
+    }
+
+    /// Where the GitOps branch `branch` of `url` has each deployment target (nothing when it
+    /// cannot be read: placement then starts afresh, and says so in the log).
+    fn delivered_assignment(&self, url: &RepoUrl, branch: &str) -> CurrentAssignment {
+        let read = || -> Result<CurrentAssignment, crate::repo::Error> {
+            let repo = Repo::open_mirror(url, &self.syncer.cache)?;
+            repo.fetch_branches(&self.transport, &[branch], &[])?;
+            let mut current = CurrentAssignment::new();
+            if let Some(head) = repo.branch(branch)? {
+                for (cluster_type, target) in repo.target_folders(head)? {
+                    current.entry(target).or_default().insert(cluster_type);
+                }
+            }
+            Ok(current)
+        };
+        read().unwrap_or_else(|error| {
+            tracing::warn!(%error, "cannot read the GitOps branch for Steady placement; placing afresh");
+            CurrentAssignment::new()
         })
     }
 

@@ -210,6 +210,7 @@ impl Config {
                 dry_run: false,
             },
             gitops_repo: d.gitops_repo.clone(),
+            extenders: defaults.extenders,
         }
     }
 

@@ -32,7 +32,7 @@ use kalypso_core::{Diagnostic, Diagnostics, Environment, Inputs};
 use kalypso_template::Engine;
 
 use crate::GlobalArgs;
-use crate::extenders::HttpExtenders;
+use kalypso_git::extenders::HttpExtenders;
 
 /// The template engine `KALYPSO_SPRIG` asks for, or the error that it names no Sprig version.
 pub(crate) fn engine() -> (Engine, Option<Diagnostic>) {

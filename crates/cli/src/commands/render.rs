@@ -62,7 +62,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let environment = super::schedule(
         &inputs,
         &args.env,
-        &|| crate::extenders::current_from_dir(&args.out),
+        &|| crate::current_assignment::current_from_dir(&args.out),
         &mut diagnostics,
     );
     let (engine, engine_error) = super::engine();

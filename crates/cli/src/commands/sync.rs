@@ -170,6 +170,7 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
             dry_run: args.dry_run,
         },
         gitops_repo: args.gitops_repo.clone(),
+        ..Settings::default()
     };
     let runtime = runtime()?;
     let syncer = Syncer::new(settings, runtime.handle().clone()).map_err(|e| anyhow!("{e}"))?;

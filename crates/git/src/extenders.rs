@@ -1,16 +1,18 @@
-//! The edge of placement: the HTTP client of the SchedulerExtender protocol, and the current
-//! assignment read from a GitOps folder (for the `Steady` prioritizer).
+//! The HTTP client of the SchedulerExtender protocol: the edge of placement for every front
+//! end (`render`, `plan`, `explain`, `sync`, `serve`).
 //!
-//! The core ([`kalypso_core::placement`]) decides; it hands a render's extender calls over as
+//! The core ([`kalypso_core::placement`]) decides; it hands a run's extender calls over as
 //! one deduplicated batch. This client runs them on a bounded pool of threads with blocking
-//! HTTP (ureq, already the CLI's client), each with its extender's timeout, and refuses
-//! responses larger than [`MAX_RESPONSE_BYTES`] without reading them whole.
+//! HTTP (ureq), each with its extender's timeout, and refuses responses larger than
+//! [`MAX_RESPONSE_BYTES`] without reading them whole. A URL's user information never
+//! appears in an error.
 
-use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, MAX_RESPONSE_BYTES};
+use kalypso_core::placement::{ExtenderCall, ExtenderClient, MAX_RESPONSE_BYTES};
+
+use crate::redact;
 
 /// A response body, or why there is none.
 type Reply = Result<Vec<u8>, String>;
@@ -20,12 +22,13 @@ const POOL: usize = 16;
 
 /// Calls extenders over HTTP.
 #[derive(Debug)]
-pub(crate) struct HttpExtenders {
+pub struct HttpExtenders {
     agent: ureq::Agent,
 }
 
 impl HttpExtenders {
-    pub(crate) fn new() -> HttpExtenders {
+    /// A client with a pool of idle connections per extender host.
+    pub fn new() -> HttpExtenders {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .max_idle_connections_per_host(POOL)
@@ -99,66 +102,8 @@ impl ExtenderClient for HttpExtenders {
     }
 }
 
-/// A URL without its user information (`https://user:secret@host` → `https://host`).
-fn redact(url: &str) -> String {
-    kalypso_git::redact(url)
-}
-
-/// The current assignment of a GitOps folder: `<cluster type>/<deployment target>/` folders
-/// (dot-folders are not cluster types). A missing folder has none.
-pub(crate) fn current_from_dir(out: &Path) -> CurrentAssignment {
-    let mut current = CurrentAssignment::new();
-    let Ok(cluster_types) = std::fs::read_dir(out) else {
-        return current;
-    };
-    for ct in cluster_types.flatten() {
-        let name = ct.file_name().to_string_lossy().into_owned();
-        if name.starts_with('.') || !ct.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(targets) = std::fs::read_dir(ct.path()) else {
-            continue;
-        };
-        for dt in targets.flatten() {
-            if dt.file_type().is_ok_and(|t| t.is_dir()) {
-                current
-                    .entry(dt.file_name().to_string_lossy().into_owned())
-                    .or_default()
-                    .insert(name.clone());
-            }
-        }
-    }
-    current
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_current_assignment_is_the_folder_layout() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        for path in [
-            "large/app-dev",
-            "large/db-dev",
-            "small/app-dev",
-            ".github/workflows",
-        ] {
-            std::fs::create_dir_all(dir.path().join(path)).unwrap_or_else(|e| panic!("{e}"));
-        }
-        std::fs::write(dir.path().join("large/README.md"), "x").unwrap_or_else(|e| panic!("{e}"));
-        let current = current_from_dir(dir.path());
-        let shown: Vec<(String, Vec<String>)> = current
-            .into_iter()
-            .map(|(dt, cts)| (dt, cts.into_iter().collect()))
-            .collect();
-        assert_eq!(
-            shown,
-            [
-                ("app-dev".to_owned(), vec!["large".to_owned(), "small".to_owned()]),
-                ("db-dev".to_owned(), vec!["large".to_owned()])
-            ]
-        );
-        assert!(current_from_dir(&dir.path().join("missing")).is_empty());
+impl Default for HttpExtenders {
+    fn default() -> HttpExtenders {
+        HttpExtenders::new()
     }
 }
