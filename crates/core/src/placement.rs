@@ -267,10 +267,12 @@ impl Decision {
 }
 
 /// Validates the placement fields of a policy; `None` (with errors reported) if any is wrong.
+/// `decided`: whether its OCM Placement's decision was read.
 pub fn compile(
     name: &str,
     policy: &Object<SchedulingPolicySpec>,
     ns: &Namespace,
+    decided: bool,
     diagnostics: &mut Diagnostics,
 ) -> Option<PlacementSpec> {
     let spec = &policy.spec;
@@ -393,14 +395,14 @@ pub fn compile(
             Some(_) => filters.push(e.clone()),
         }
     }
-    if spec.placement_ref.is_some() {
-        // Nothing reads PlacementDecisions yet (the operator's OCM adaptor, issue 18): say so
-        // rather than let the field look effective.
+    if spec.placement_ref.is_some() && !decided {
+        // Only the operator reads PlacementDecisions: say so rather than let the field look
+        // effective.
         diagnostics.push(
             Diagnostic::warning(
                 "placement-ref-unsupported",
-                "reading an Open Cluster Management Placement's decisions is not implemented yet; \
-                 this policy places by its clusterTypeSelector",
+                "no decision of this Open Cluster Management Placement was read (only `kalypso operator` \
+                 reads them, from the cluster); this policy places by its clusterTypeSelector",
             )
             .at(&policy.origin)
             .on(Kind::SchedulingPolicy, name)

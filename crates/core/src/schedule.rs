@@ -135,7 +135,8 @@ pub fn schedule_with(
             .map(|ct| ct.name())
             .collect();
         if policy.spec.has_placement() {
-            let spec = placement::compile(name, policy, ns, diagnostics);
+            let decided = input.decisions.contains_key(name);
+            let spec = placement::compile(name, policy, ns, decided, diagnostics);
             if let Some(spec) = spec
                 && placement::check_label_values(name, &spec, &cluster_types, ns, diagnostics)
             {

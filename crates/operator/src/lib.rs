@@ -23,6 +23,7 @@ pub mod git;
 pub mod http;
 pub mod leader;
 pub mod metrics;
+pub mod ocm;
 pub mod plan;
 pub mod run;
 pub mod runtime;

@@ -185,7 +185,10 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
     let (ns, missing) = snapshot.to_namespace();
     // A failing workload fails alone, as a failing Flux Kustomization of one workload
     // repository does in the original.
+    let extenders = kalypso_git::extenders::HttpExtenders::new();
     let context = RunContext {
+        extenders: &extenders,
+        decisions: &snapshot.placement_decisions,
         isolation: Isolation::Registration,
         ..RunContext::new(engine)
     };
@@ -645,6 +648,53 @@ mod tests {
         assert_eq!(p.failures.len(), 1, "{:?}", p.failures);
         assert!(p.failures[0].message.contains("bad workload"));
         assert!(p.warnings.iter().any(|w| w.contains("registration-isolated")));
+    }
+
+    #[test]
+    fn a_placement_ref_places_on_the_decided_cluster_types() {
+        let mut s = hello_world_snapshot();
+        s.cluster_types.push(Arc::new(cluster_type(
+            "small",
+            "reconciler",
+            "namespace",
+            "config",
+        )));
+        let mut p = policy("all");
+        p.spec.placement_ref = Some(kalypso_api::PlacementRef {
+            name: "web".into(),
+            ..Default::default()
+        });
+        s.policies = vec![Arc::new(p)];
+        let on = |plan: &Plan| -> Vec<String> {
+            let Delivery::Ready(content) = &plan.delivery else {
+                panic!("blocked: {:?}", plan.delivery);
+            };
+            content
+                .content
+                .packages
+                .keys()
+                .map(|(ct, _)| ct.clone())
+                .collect()
+        };
+        // No decision read: the selector's matches, and a warning that says so.
+        let undecided = plan(&s, &engine(), Options::default());
+        assert_eq!(on(&undecided), ["large", "small"]);
+        assert!(
+            undecided
+                .warnings
+                .iter()
+                .any(|w| w.contains("placement-ref-unsupported"))
+        );
+        // OCM decided `small`.
+        s.placement_decisions = BTreeMap::from([("all".to_owned(), BTreeSet::from(["small".to_owned()]))]);
+        let decided = plan(&s, &engine(), Options::default());
+        assert_eq!(on(&decided), ["small"]);
+        assert!(
+            !decided
+                .warnings
+                .iter()
+                .any(|w| w.contains("placement-ref-unsupported"))
+        );
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct Snapshot {
     pub config_schemas: Vec<Arc<ConfigSchema>>,
     /// ConfigMaps (all of them; the pipeline picks the platform ones).
     pub config_maps: Vec<Arc<ConfigMap>>,
+    /// The cluster types the OCM Placement of each policy with a `placementRef` decided
+    /// (policy name → cluster types; see [`crate::ocm`]). Policies whose decisions could not
+    /// be read have no entry.
+    pub placement_decisions: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
 }
 
 /// A Workload whose Flux label names a WorkloadRegistration that does not exist: the

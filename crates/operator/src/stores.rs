@@ -174,6 +174,7 @@ impl Stores {
                 .into_iter()
                 .filter(|c| is_platform_config(c))
                 .collect(),
+            placement_decisions: Default::default(),
         }
     }
 }

@@ -146,11 +146,13 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
 }
 
 /// Plans and applies one namespace.
-pub async fn sync(snapshot: Snapshot, ctx: &Context) -> Result<Action, Error> {
+pub async fn sync(mut snapshot: Snapshot, ctx: &Context) -> Result<Action, Error> {
     let _timer = ctx.shared.metrics.reconcile(CONTROLLER);
     let namespace = snapshot.namespace.clone();
     let span = tracing::info_span!("environment", environment = %namespace);
     let _enter = span.enter();
+    snapshot.placement_decisions =
+        crate::ocm::decisions(&ctx.shared.client, &namespace, &snapshot.policies).await;
     let (engine, options) = (ctx.engine.clone(), ctx.options);
     let (plan, snapshot) =
         tokio::task::spawn_blocking(move || (plan::plan(&snapshot, &engine, options), snapshot))
