@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use kalypso_core::source::{SourceFile, SourceTree};
-use kalypso_core::{Diagnostics, Environment, Inputs};
+use kalypso_core::{Diagnostics, Inputs, ScheduledEnvironment};
 use kalypso_template::Engine;
 
 fn tree(root: &Path, label: &str) -> SourceTree {
@@ -68,7 +68,7 @@ fn main() {
         let mut diagnostics = Diagnostics::new();
         let namespace = kalypso_core::load_namespace(env, &inputs, &mut diagnostics);
         let started = Instant::now();
-        let environment = Environment::new(namespace, &mut diagnostics);
+        let environment = ScheduledEnvironment::new(namespace, &mut diagnostics);
         let scheduled = started.elapsed();
         let rendered = kalypso_core::render(&environment, &engine, &mut diagnostics);
         let total = started.elapsed();

@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use crate::config::{ConfigData, labels_match, merge};
 use crate::model::Object;
-use crate::pipeline::Environment;
+use crate::pipeline::ScheduledEnvironment;
 use crate::placement::{Decision, Verdict};
 use crate::selector::{RequirementCheck, Selector};
 use crate::unfold::DeploymentTarget;
@@ -210,7 +210,7 @@ pub struct TargetExplanation {
 
 /// Explains the scheduling of `target`, optionally only against `cluster_type`.
 pub fn explain_target(
-    env: &Environment,
+    env: &ScheduledEnvironment,
     target: &DeploymentTarget,
     cluster_type: Option<&str>,
 ) -> TargetExplanation {
@@ -377,7 +377,7 @@ fn mismatch(filter: &Labels, ct: &Object<ClusterTypeSpec>, target: &DeploymentTa
 
 /// Explains config key `key` for the assignment of `target` on `cluster_type`.
 pub fn explain_config(
-    env: &Environment,
+    env: &ScheduledEnvironment,
     ct: &Object<ClusterTypeSpec>,
     target: &DeploymentTarget,
     key: &str,

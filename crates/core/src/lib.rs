@@ -36,6 +36,6 @@ mod yaml_scan;
 
 pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{
-    AssignmentFailure, AssignmentRecord, Environment, Inputs, Job, Prepared, Rendered, load_namespace,
-    prepare, render,
+    AssignmentFailure, AssignmentRecord, Inputs, Job, Prepared, Rendered, ScheduledEnvironment,
+    load_namespace, prepare, render,
 };

@@ -83,7 +83,7 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
 
 /// An environment after scheduling: what `render`, `plan` and `explain` start from.
 #[derive(Debug)]
-pub struct Environment {
+pub struct ScheduledEnvironment {
     /// The namespace's objects.
     pub namespace: Namespace,
     /// The deployment targets, by name.
@@ -94,23 +94,23 @@ pub struct Environment {
     pub config: ConfigSources,
 }
 
-impl Environment {
+impl ScheduledEnvironment {
     /// Unfolds workloads, schedules, and prepares config sources.
-    pub fn new(namespace: Namespace, diagnostics: &mut Diagnostics) -> Environment {
-        Environment::with_placement(namespace, &PlacementInput::default(), diagnostics)
+    pub fn new(namespace: Namespace, diagnostics: &mut Diagnostics) -> ScheduledEnvironment {
+        ScheduledEnvironment::with_placement(namespace, &PlacementInput::default(), diagnostics)
     }
 
-    /// [`Environment::new`] with what placement needs besides the control plane (the current
+    /// [`ScheduledEnvironment::new`] with what placement needs besides the control plane (the current
     /// assignment for `Steady`, the extender client).
     pub fn with_placement(
         namespace: Namespace,
         input: &PlacementInput<'_>,
         diagnostics: &mut Diagnostics,
-    ) -> Environment {
+    ) -> ScheduledEnvironment {
         let targets = deployment_targets(&namespace, diagnostics);
         let schedule = schedule_with(&namespace, &targets, input, diagnostics);
         let config = ConfigSources::new(&namespace, kalypso_template::config_value);
-        Environment {
+        ScheduledEnvironment {
             namespace,
             targets,
             schedule,
@@ -178,13 +178,17 @@ pub struct Job<'e> {
 /// assignment fingerprinted. Rendering it fully or partially is then pure work.
 #[derive(Debug)]
 pub struct Prepared<'e> {
-    env: &'e Environment,
+    env: &'e ScheduledEnvironment,
     jobs: Vec<Job<'e>>,
 }
 
 /// Resolves everything the assignments of `env` need. Missing or broken templates are
 /// reported here (once per cluster type).
-pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Prepared<'e> {
+pub fn prepare<'e>(
+    env: &'e ScheduledEnvironment,
+    engine: &Engine,
+    diagnostics: &mut Diagnostics,
+) -> Prepared<'e> {
     let ns = &env.namespace;
     if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
         diagnostics.push(Diagnostic::warning("sprig-version", warning));
@@ -477,6 +481,6 @@ impl<'e> Prepared<'e> {
 
 /// Renders every assignment of `env`. Problems go to `diagnostics`; if any is an error the
 /// content must not be delivered (the original blocks the whole environment too).
-pub fn render(env: &Environment, engine: &Engine, diagnostics: &mut Diagnostics) -> Rendered {
+pub fn render(env: &ScheduledEnvironment, engine: &Engine, diagnostics: &mut Diagnostics) -> Rendered {
     prepare(env, engine, diagnostics).render(engine, diagnostics, |_| true)
 }

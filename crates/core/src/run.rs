@@ -23,7 +23,7 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::explain::conflicts;
 use crate::fingerprint::Fingerprint;
 use crate::model::Namespace;
-use crate::pipeline::{AssignmentRecord, Environment, Inputs, Rendered, load_namespace, prepare};
+use crate::pipeline::{AssignmentRecord, Inputs, Rendered, ScheduledEnvironment, load_namespace, prepare};
 use crate::placement::{CurrentAssignment, ExtenderClient, NoExtenders, PlacementInput};
 use crate::tree::{KeptFolders, Package, RepoContent};
 use crate::warnings;
@@ -92,7 +92,7 @@ pub fn schedule(
     inputs: &Inputs,
     context: &RunContext<'_>,
     diagnostics: &mut Diagnostics,
-) -> Environment {
+) -> ScheduledEnvironment {
     let namespace = load_namespace(name, inputs, diagnostics);
     schedule_namespace(namespace, context, diagnostics)
 }
@@ -103,7 +103,7 @@ pub fn schedule_namespace(
     namespace: Namespace,
     context: &RunContext<'_>,
     diagnostics: &mut Diagnostics,
-) -> Environment {
+) -> ScheduledEnvironment {
     let environment = if namespace.policies.values().any(|p| p.spec.has_placement()) {
         let current = (context.current)();
         let input = PlacementInput {
@@ -111,9 +111,9 @@ pub fn schedule_namespace(
             extenders: context.extenders,
             decisions: context.decisions,
         };
-        Environment::with_placement(namespace, &input, diagnostics)
+        ScheduledEnvironment::with_placement(namespace, &input, diagnostics)
     } else {
-        Environment::new(namespace, diagnostics)
+        ScheduledEnvironment::new(namespace, diagnostics)
     };
     warnings::warn(&environment, diagnostics);
     environment
@@ -154,7 +154,7 @@ pub fn run_namespace(namespace: Namespace, context: &RunContext<'_>) -> Run {
 #[derive(Debug)]
 pub struct Run {
     /// The scheduled environment.
-    pub environment: Environment,
+    pub environment: ScheduledEnvironment,
     /// The content (packages of the assignments rendered), the records of every assignment
     /// and the failed assignments.
     pub rendered: Rendered,
@@ -213,7 +213,7 @@ impl Run {
 /// Completes a run whose rendering the front end drove (see [`crate::Prepared::render_with`]):
 /// the config-conflict warnings, the failures, and which errors block the environment.
 pub fn finish(
-    environment: Environment,
+    environment: ScheduledEnvironment,
     mut rendered: Rendered,
     mut diagnostics: Diagnostics,
     isolation: Isolation,
@@ -254,7 +254,7 @@ pub fn finish(
 /// The WorkloadRegistration an error belongs to, if it belongs to one: it was found in the
 /// registration's files, or it is about a Workload from them, a deployment target such a
 /// Workload unfolds to (and its assignments), or the registration itself.
-fn registration_of<'e>(d: &'e Diagnostic, env: &'e Environment) -> Option<&'e str> {
+fn registration_of<'e>(d: &'e Diagnostic, env: &'e ScheduledEnvironment) -> Option<&'e str> {
     if let Some(registration) = &d.registration {
         return Some(registration);
     }
@@ -270,7 +270,7 @@ fn registration_of<'e>(d: &'e Diagnostic, env: &'e Environment) -> Option<&'e st
 
 /// The registration whose Workload unfolds to deployment target `name` (`None` for a target
 /// declared directly on a branch).
-fn target_registration<'e>(env: &'e Environment, name: &str) -> Option<&'e str> {
+fn target_registration<'e>(env: &'e ScheduledEnvironment, name: &str) -> Option<&'e str> {
     let target = env.targets.get(name)?;
     let workload = env.namespace.workloads.get(&target.workload)?;
     (workload.object.origin == target.origin)
@@ -282,7 +282,7 @@ fn target_registration<'e>(env: &'e Environment, name: &str) -> Option<&'e str> 
 /// every existing target folder that no other workload claims (the failing registration's
 /// folders, whose names may be unknown when its files do not load).
 fn isolate(
-    env: &Environment,
+    env: &ScheduledEnvironment,
     content: &mut RepoContent,
     registrations: &BTreeSet<String>,
     diagnostics: &mut Diagnostics,

@@ -15,12 +15,12 @@ use kalypso_api::{ConfigMapData, Kind, Labels, Manifest, labels};
 use crate::config::labels_match;
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::model::Object;
-use crate::pipeline::Environment;
+use crate::pipeline::ScheduledEnvironment;
 
 /// Adds the warnings about `env` to `diagnostics`, in a stable order: policies, deployment
 /// targets, ConfigMaps, config keys. Nothing when `diagnostics` has errors: an object that
 /// failed to load (a ClusterType, a policy) might have been what was missing.
-pub fn warn(env: &Environment, diagnostics: &mut Diagnostics) {
+pub fn warn(env: &ScheduledEnvironment, diagnostics: &mut Diagnostics) {
     if diagnostics.has_errors() {
         return;
     }
@@ -30,7 +30,7 @@ pub fn warn(env: &Environment, diagnostics: &mut Diagnostics) {
 }
 
 /// The warnings about `env` (see [`warn`]), assuming it loaded without errors.
-pub fn warnings(env: &Environment) -> Vec<Diagnostic> {
+pub fn warnings(env: &ScheduledEnvironment) -> Vec<Diagnostic> {
     let mut out = Vec::new();
     policies(env, &mut out);
     // A policy with an invalid selector (an error already) might have placed anything: what
@@ -43,7 +43,7 @@ pub fn warnings(env: &Environment) -> Vec<Diagnostic> {
     out
 }
 
-fn policies(env: &Environment, out: &mut Vec<Diagnostic>) {
+fn policies(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     for (name, policy) in &env.schedule.policies {
         if env.schedule.iter().any(|a| a.policies.contains(name)) {
             continue;
@@ -83,7 +83,7 @@ fn policies(env: &Environment, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn targets(env: &Environment, out: &mut Vec<Diagnostic>) {
+fn targets(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     for (name, target) in &env.targets {
         if target.spec.environment != env.name() || env.schedule.iter().any(|a| &a.deployment_target == name)
         {
@@ -105,7 +105,9 @@ fn targets(env: &Environment, out: &mut Vec<Diagnostic>) {
 }
 
 /// The platform ConfigMaps (label `platform-config: "true"`), by name.
-fn platform_config_maps(env: &Environment) -> impl Iterator<Item = (&String, &Object<ConfigMapData>)> {
+fn platform_config_maps(
+    env: &ScheduledEnvironment,
+) -> impl Iterator<Item = (&String, &Object<ConfigMapData>)> {
     env.namespace
         .config_maps
         .iter()
@@ -113,7 +115,7 @@ fn platform_config_maps(env: &Environment) -> impl Iterator<Item = (&String, &Ob
 }
 
 /// Whether the ConfigMap's labels select at least one assignment.
-fn applies(env: &Environment, filter: &Labels) -> bool {
+fn applies(env: &ScheduledEnvironment, filter: &Labels) -> bool {
     env.schedule.iter().any(|a| {
         match (
             env.namespace.cluster_types.get(&a.cluster_type),
@@ -130,7 +132,7 @@ fn ignored_key(key: &str) -> bool {
     key == labels::FLUX_NAME || key == labels::FLUX_NAMESPACE || key == labels::PLATFORM_CONFIG
 }
 
-fn config_maps(env: &Environment, out: &mut Vec<Diagnostic>) {
+fn config_maps(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     // Without assignments every ConfigMap matches nothing; the targets' warnings say why.
     if env.schedule.assignments.is_empty() {
         return;
@@ -159,7 +161,7 @@ fn config_maps(env: &Environment, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn config_keys(env: &Environment, out: &mut Vec<Diagnostic>) {
+fn config_keys(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     let mut read = BTreeSet::new();
     for template in env.namespace.templates.values() {
         for manifest in &template.spec.manifests {

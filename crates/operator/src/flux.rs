@@ -23,7 +23,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-use crate::plan::MANAGED_BY;
+use crate::desired::MANAGED_BY;
 
 /// Where and how Flux objects are made.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -5,7 +5,7 @@
 //! Rust types in [`crds`]), keeps the original's Flux objects for Environments, BaseRepos and
 //! WorkloadRegistrations ([`controller::sources`], [`flux`]), and replaces the original's
 //! chain of scheduling controllers by one reconcile per environment namespace that runs the
-//! shared, pure core pipeline in memory ([`controller::scheduler`], [`snapshot`], [`plan`]).
+//! shared, pure core pipeline in memory ([`controller::scheduler`], [`snapshot`], [`desired`]).
 //! Delivery to GitOps repositories goes through [`deliver::Publisher`], implemented with
 //! `kalypso-git` in [`git`], debounced so that a burst of changes gives one commit.
 //!
@@ -18,13 +18,13 @@ pub mod conditions;
 pub mod controller;
 pub mod crds;
 pub mod deliver;
+pub mod desired;
 pub mod flux;
 pub mod git;
 pub mod http;
 pub mod leader;
 pub mod metrics;
 pub mod ocm;
-pub mod plan;
 pub mod run;
 pub mod runtime;
 pub mod snapshot;

@@ -24,11 +24,11 @@ use tokio::sync::watch;
 
 use crate::controller::{Shared, gitsource, scheduler, sources};
 use crate::deliver::{Debouncer, Publisher};
+use crate::desired::Options;
 use crate::flux::FluxSettings;
 use crate::http::{self, Health};
 use crate::leader::{Elector, LeaseSettings};
 use crate::metrics::Metrics;
-use crate::plan::Options;
 use crate::stores::Stores;
 
 /// Where the control plane comes from.

@@ -28,7 +28,7 @@ pub(crate) use validate::validate;
 
 use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::run::{Isolation, Run, RunContext};
-use kalypso_core::{Diagnostic, Diagnostics, Environment, Inputs};
+use kalypso_core::{Diagnostic, Diagnostics, Inputs, ScheduledEnvironment};
 use kalypso_template::Engine;
 
 use crate::GlobalArgs;
@@ -49,7 +49,7 @@ pub(crate) fn schedule(
     env: &str,
     current: &dyn Fn() -> CurrentAssignment,
     diagnostics: &mut Diagnostics,
-) -> Environment {
+) -> ScheduledEnvironment {
     let engine = Engine::new();
     let extenders = HttpExtenders::new();
     let context = RunContext {

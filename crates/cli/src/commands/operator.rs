@@ -13,9 +13,9 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use clap::{Args, ValueEnum};
 use kalypso_operator::Source;
+use kalypso_operator::desired::Options;
 use kalypso_operator::flux::FluxSettings;
 use kalypso_operator::leader::LeaseSettings;
-use kalypso_operator::plan::Options;
 use kalypso_operator::runtime::Delivery;
 
 use crate::GlobalArgs;

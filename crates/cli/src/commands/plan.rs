@@ -23,7 +23,7 @@ use kalypso_core::model::Namespace;
 use kalypso_core::placement::{CurrentAssignment, current_from_paths};
 use kalypso_core::plan::{ChangeGroup, FORMAT_VERSION, FileChange, KeyChange, Plan, plan};
 use kalypso_core::tree::{Change, RepoContent, Tree, apply, diff};
-use kalypso_core::{Diagnostics, Environment, Inputs};
+use kalypso_core::{Diagnostics, Inputs, ScheduledEnvironment};
 use kalypso_git::auth::Credentials;
 use kalypso_git::control_plane::{ControlPlane, EnvironmentRef, Sources, short};
 use kalypso_git::repo::{Repo, Transport};
@@ -256,7 +256,7 @@ fn render(
     env: &str,
     old: Option<&Tree>,
     global: &GlobalArgs,
-) -> Result<(Environment, RepoContent), ExitCode> {
+) -> Result<(ScheduledEnvironment, RepoContent), ExitCode> {
     let current = || old.map(current_of).unwrap_or_default();
     let run = run(inputs, env, &current, Isolation::Environment);
     report(&run.diagnostics, global);

@@ -5,7 +5,7 @@
 //! change to any object of a namespace triggers one reconcile of that namespace, which:
 //!
 //! 1. takes a [`Snapshot`] of the namespace from the caches ([`crate::stores`]);
-//! 2. runs the shared core pipeline on it in memory ([`crate::plan`], on a blocking thread);
+//! 2. runs the shared core pipeline on it in memory ([`crate::desired`], on a blocking thread);
 //! 3. creates, updates and deletes the DeploymentTargets derived from Workloads (owned by
 //!    the Workload, as the original keeps them) — only those whose content differs;
 //! 4. writes `Ready` conditions on the user-facing objects, only where they change, with an
@@ -32,7 +32,7 @@ use serde_json::json;
 use super::{Shared, StatusTarget};
 use crate::conditions::{self, Desired, READY, READY_TO_PR};
 use crate::deliver::{Debouncer, Decision, PublishRequest, Published, Publisher};
-use crate::plan::{self, Delivery, MANAGED_BY, Options, Plan};
+use crate::desired::{self, Delivery, DesiredState, MANAGED_BY, Options};
 use crate::snapshot::Snapshot;
 use crate::stores::Stores;
 
@@ -91,7 +91,7 @@ pub struct Context {
     pub stores: Option<Stores>,
     /// The template engine (compiled templates are cached per reconcile).
     pub engine: Arc<Engine>,
-    /// What the plan includes.
+    /// What the desired includes.
     pub options: Options,
     /// Writes to GitOps repositories.
     pub publisher: Arc<dyn Publisher>,
@@ -154,22 +154,22 @@ pub async fn sync(mut snapshot: Snapshot, ctx: &Context) -> Result<Action, Error
     snapshot.placement_decisions =
         crate::ocm::decisions(&ctx.shared.client, &namespace, &snapshot.policies).await;
     let (engine, options) = (ctx.engine.clone(), ctx.options);
-    let (plan, snapshot) =
-        tokio::task::spawn_blocking(move || (plan::plan(&snapshot, &engine, options), snapshot))
+    let (desired, snapshot) =
+        tokio::task::spawn_blocking(move || (desired::desired_state(&snapshot, &engine, options), snapshot))
             .await
             .map_err(|_| Error::Pipeline {
                 namespace: namespace.clone(),
             })?;
-    for w in &plan.warnings {
+    for w in &desired.warnings {
         tracing::debug!(warning = %w, "pipeline warning");
     }
-    apply_targets(&plan, &snapshot, ctx).await?;
-    write_statuses(&plan, ctx).await?;
+    apply_targets(&desired, &snapshot, ctx).await?;
+    write_statuses(&desired, ctx).await?;
     if ctx.options.assignments {
-        apply_assignments(&plan, ctx).await?;
+        apply_assignments(&desired, ctx).await?;
     }
-    report_failures(&plan, &snapshot, ctx).await;
-    let wait = deliver(&plan, &snapshot, ctx).await?;
+    report_failures(&desired, &snapshot, ctx).await;
+    let wait = deliver(&desired, &snapshot, ctx).await?;
     Ok(Action::requeue(wait.map_or(ctx.resync, |w| w.min(ctx.resync))))
 }
 
@@ -184,8 +184,8 @@ pub fn needs_apply(existing: Option<&DeploymentTarget>, desired: &DeploymentTarg
             .all(|o| existing.owner_references().iter().any(|e| e.uid == o.uid))
 }
 
-async fn apply_targets(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Result<(), Error> {
-    let ns = &plan.namespace;
+async fn apply_targets(desired: &DesiredState, snapshot: &Snapshot, ctx: &Context) -> Result<(), Error> {
+    let ns = &desired.namespace;
     let api: Api<DeploymentTarget> = Api::namespaced(ctx.shared.client.clone(), ns);
     let existing: BTreeMap<String, &DeploymentTarget> = snapshot
         .deployment_targets
@@ -193,7 +193,7 @@ async fn apply_targets(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Resul
         .map(|t| (t.name_any(), t.as_ref()))
         .collect();
     let params = PatchParams::apply(crate::FIELD_MANAGER).force();
-    for target in &plan.targets {
+    for target in &desired.targets {
         let name = target.name_any();
         if !needs_apply(existing.get(&name).copied(), target) {
             continue;
@@ -204,7 +204,7 @@ async fn apply_targets(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Resul
         ctx.shared.metrics.targets_applied.inc();
         tracing::info!(deployment_target = %name, "deployment target applied");
     }
-    for name in &plan.stale_targets {
+    for name in &desired.stale_targets {
         match api.delete(name, &DeleteParams::default()).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 => {}
@@ -215,29 +215,29 @@ async fn apply_targets(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Resul
     Ok(())
 }
 
-async fn write_statuses(plan: &Plan, ctx: &Context) -> Result<(), Error> {
-    for s in &plan.statuses {
+async fn write_statuses(desired: &DesiredState, ctx: &Context) -> Result<(), Error> {
+    for s in &desired.statuses {
         ctx.shared
             .write_status(&s.target, &s.current, std::slice::from_ref(&s.desired), &[], None)
             .await
             .map_err(kube_error(
                 "cannot write the status of",
                 s.kind.name(),
-                &plan.namespace,
+                &desired.namespace,
                 &s.name,
             ))?;
     }
     Ok(())
 }
 
-async fn apply_assignments(plan: &Plan, ctx: &Context) -> Result<(), Error> {
-    let ns = &plan.namespace;
+async fn apply_assignments(desired: &DesiredState, ctx: &Context) -> Result<(), Error> {
+    let ns = &desired.namespace;
     let client = ctx.shared.client.clone();
     let assignments: Api<Assignment> = Api::namespaced(client.clone(), ns);
     let packages: Api<AssignmentPackage> = Api::namespaced(client, ns);
     let params = PatchParams::apply(crate::FIELD_MANAGER).force();
     let mut wanted = BTreeSet::new();
-    for (assignment, package) in &plan.assignments {
+    for (assignment, package) in &desired.assignments {
         let name = assignment.name_any();
         wanted.insert(name.clone());
         let mut body = assignment.clone();
@@ -264,7 +264,7 @@ async fn apply_assignments(plan: &Plan, ctx: &Context) -> Result<(), Error> {
             .await
             .map_err(kube_error("cannot write the status of", "Assignment", ns, &name))?;
         let mut package = package.clone();
-        package.metadata.owner_references = plan::package_owner(&written).map(|o| vec![o]);
+        package.metadata.owner_references = desired::package_owner(&written).map(|o| vec![o]);
         packages
             .patch(&name, &params, &Patch::Apply(&package))
             .await
@@ -293,10 +293,14 @@ fn repo_conditions(repo: &GitOpsRepo) -> Vec<k8s_openapi::apimachinery::pkg::api
 
 /// Delivers to every GitOpsRepo of the namespace what is due; returns how long until the
 /// debounce of pending content ends, if any is pending.
-async fn deliver(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Result<Option<Duration>, Error> {
-    let ns = &plan.namespace;
+async fn deliver(
+    desired: &DesiredState,
+    snapshot: &Snapshot,
+    ctx: &Context,
+) -> Result<Option<Duration>, Error> {
+    let ns = &desired.namespace;
     let mut wait: Option<Duration> = None;
-    let blocked = matches!(plan.delivery, Delivery::Blocked(_));
+    let blocked = matches!(desired.delivery, Delivery::Blocked(_));
     if let Ok(mut b) = ctx.blocked.lock() {
         if blocked {
             b.insert(ns.clone());
@@ -318,7 +322,7 @@ async fn deliver(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Result<Opti
         let current = repo_conditions(repo);
         let target = StatusTarget::of(repo.as_ref());
         let status_error = kube_error("cannot write the status of", "GitOpsRepo", ns, &name);
-        let content = match &plan.delivery {
+        let content = match &desired.delivery {
             Delivery::Blocked(problems) => {
                 if let Ok(mut d) = ctx.debouncer.lock() {
                     d.forget(&key);
@@ -327,7 +331,7 @@ async fn deliver(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Result<Opti
                     .write_status(
                         &target,
                         &current,
-                        &[Desired::not_ready("Blocked", plan::summarize(problems))],
+                        &[Desired::not_ready("Blocked", desired::summarize(problems))],
                         &[READY_TO_PR],
                         None,
                     )
@@ -438,7 +442,7 @@ async fn deliver(plan: &Plan, snapshot: &Snapshot, ctx: &Context) -> Result<Opti
 /// Reports the environment's failures as the original does (GitHub issues in the first
 /// GitOps repository; closed again once everything renders), each distinct set once.
 /// Reporting is a courtesy: a failure is logged and an Event, and retried next time.
-async fn report_failures(plan: &Plan, snapshot: &Snapshot, ctx: &Context) {
+async fn report_failures(desired: &DesiredState, snapshot: &Snapshot, ctx: &Context) {
     let Some(repo) = snapshot
         .gitops_repos
         .iter()
@@ -446,8 +450,8 @@ async fn report_failures(plan: &Plan, snapshot: &Snapshot, ctx: &Context) {
     else {
         return;
     };
-    let ns = &plan.namespace;
-    let fingerprint = crate::deliver::failures_fingerprint(&plan.failures);
+    let ns = &desired.namespace;
+    let fingerprint = crate::deliver::failures_fingerprint(&desired.failures);
     let last = ctx.reported.lock().ok().and_then(|r| r.get(ns).cloned());
     if last.as_deref() == Some(fingerprint.as_str()) {
         return;
@@ -456,7 +460,7 @@ async fn report_failures(plan: &Plan, snapshot: &Snapshot, ctx: &Context) {
         environment: ns.clone(),
         gitops_repo: repo.name_any(),
         spec: repo.spec.clone(),
-        failures: plan.failures.clone(),
+        failures: desired.failures.clone(),
     };
     match ctx.publisher.report(request).await {
         Ok(()) => {

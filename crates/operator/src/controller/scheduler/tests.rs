@@ -38,14 +38,14 @@ fn context(
 /// object carries its condition, and the GitOpsRepo has received the content.
 fn settled(mut s: Snapshot, delivered: bool) -> Snapshot {
     let engine = Engine::new();
-    let first = plan::plan(&s, &engine, Options::default());
+    let first = desired::desired_state(&s, &engine, Options::default());
     for t in &first.targets {
         let mut t = t.clone();
         t.metadata.uid = Some(format!("uid-{}", t.name_any()));
         t.metadata.generation = Some(1);
         s.deployment_targets.push(Arc::new(t));
     }
-    let second = plan::plan(&s, &engine, Options::default());
+    let second = desired::desired_state(&s, &engine, Options::default());
     let status = |name: &str| {
         let d = second
             .statuses
@@ -431,7 +431,7 @@ async fn assignments_are_written_only_when_asked_for() {
 #[test]
 fn targets_are_applied_only_when_they_differ() {
     let s = settled(hello_world_snapshot(), true);
-    let p = plan::plan(&s, &Engine::new(), Options::default());
+    let p = desired::desired_state(&s, &Engine::new(), Options::default());
     let existing = s.deployment_targets[0].as_ref();
     assert!(!needs_apply(Some(existing), &p.targets[0]));
     assert!(needs_apply(None, &p.targets[0]));

@@ -1,15 +1,17 @@
 //! What one environment namespace should look like, computed from a [`Snapshot`] without
 //! touching the API server.
 //!
-//! [`plan`] runs the shared core pipeline (unfold, schedule, config, schemas, render) on the
-//! namespace's objects and turns its result into the operator's to-do list: the
-//! DeploymentTargets to keep (owned by their Workload, as the original keeps them) and the
-//! ones to delete, the `Ready` condition of every user-facing object, the repository content
-//! to deliver with its hash (or the problems that block it: as in the original, one failure
-//! blocks the environment), and, when asked for, Assignment and AssignmentPackage objects.
+//! [`desired_state`] runs the shared core pipeline ([`kalypso_core::run`]: unfold, schedule,
+//! config, schemas, render) on the namespace's objects and turns its result into the
+//! operator's to-do list: the DeploymentTargets to keep (owned by their Workload, as the
+//! original keeps them) and the ones to delete, the `Ready` condition of every user-facing
+//! object, the repository content to deliver with its hash (or the problems that block it; a
+//! failing workload fails alone, see [`kalypso_core::run::Isolation`]), and, when asked for,
+//! Assignment and AssignmentPackage objects.
 //!
 //! It is plain data in, plain data out, so that all of the scheduler's decisions are unit
-//! tested here; the controller only applies the plan.
+//! tested here; the controller only applies it. (Named "desired state" rather than "plan": in
+//! kalypso a plan is what `kalypso plan` shows, the changes a render would make.)
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -20,7 +22,7 @@ use kalypso_api::{
 };
 use kalypso_core::run::{Failure, Isolation, RunContext};
 use kalypso_core::tree::RepoContent;
-use kalypso_core::{Diagnostic, Diagnostics, Environment};
+use kalypso_core::{Diagnostic, Diagnostics, ScheduledEnvironment};
 use kalypso_template::Engine;
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
@@ -34,7 +36,7 @@ pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kalypso-s
 /// How many problems a GitOpsRepo's `Ready` message lists before summarising.
 const LISTED_PROBLEMS: usize = 10;
 
-/// What the plan should include besides the essentials.
+/// What the desired should include besides the essentials.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Options {
     /// Also produce Assignment and AssignmentPackage objects (the original's internal kinds).
@@ -78,7 +80,7 @@ pub enum Delivery {
 
 /// The operator's to-do list for one namespace.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub struct DesiredState {
     /// The namespace.
     pub namespace: String,
     /// DeploymentTargets derived from Workloads, to create or update.
@@ -179,8 +181,8 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
-/// Computes the plan of `snapshot`'s namespace with the shared pipeline.
-pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
+/// Computes the desired of `snapshot`'s namespace with the shared pipeline.
+pub fn desired_state(snapshot: &Snapshot, engine: &Engine, options: Options) -> DesiredState {
     let namespace = snapshot.namespace.clone();
     let (ns, missing) = snapshot.to_namespace();
     // A failing workload fails alone, as a failing Flux Kustomization of one workload
@@ -290,7 +292,7 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
         Vec::new()
     };
 
-    Plan {
+    DesiredState {
         namespace,
         targets,
         stale_targets,
@@ -304,7 +306,7 @@ pub fn plan(snapshot: &Snapshot, engine: &Engine, options: Options) -> Plan {
 
 fn statuses(
     snapshot: &Snapshot,
-    env: &Environment,
+    env: &ScheduledEnvironment,
     by: &ByObject,
     missing: &[MissingRegistration],
 ) -> Vec<ObjectStatus> {
@@ -433,7 +435,7 @@ fn statuses(
 
 fn assignment_objects(
     namespace: &str,
-    env: &Environment,
+    env: &ScheduledEnvironment,
     content: &RepoContent,
     by: &ByObject,
 ) -> Vec<(Assignment, AssignmentPackage)> {
@@ -532,7 +534,7 @@ mod tests {
     #[test]
     fn a_healthy_environment_is_ready_to_deliver() {
         let s = hello_world_snapshot();
-        let p = plan(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default());
         let Delivery::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
@@ -580,9 +582,9 @@ mod tests {
     #[test]
     fn hash_is_stable_and_follows_content() {
         let s = hello_world_snapshot();
-        let a = plan(&s, &engine(), Options::default());
-        let b = plan(&s, &engine(), Options::default());
-        let hash = |p: &Plan| match &p.delivery {
+        let a = desired_state(&s, &engine(), Options::default());
+        let b = desired_state(&s, &engine(), Options::default());
+        let hash = |p: &DesiredState| match &p.delivery {
             Delivery::Ready(c) => c.hash.clone(),
             Delivery::Blocked(p) => panic!("{p:?}"),
         };
@@ -591,14 +593,17 @@ mod tests {
         changed
             .config_maps
             .push(Arc::new(platform_config("extra", &[("REGION", "west")])));
-        assert_ne!(hash(&a), hash(&plan(&changed, &engine(), Options::default())));
+        assert_ne!(
+            hash(&a),
+            hash(&desired_state(&changed, &engine(), Options::default()))
+        );
     }
 
     #[test]
     fn a_broken_template_blocks_delivery_and_is_reported_on_its_objects() {
         let mut s = hello_world_snapshot();
         s.templates = vec![Arc::new(template("reconciler", &["{{ .Broken "]))];
-        let p = plan(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default());
         let Delivery::Blocked(problems) = &p.delivery else {
             panic!("not blocked");
         };
@@ -613,7 +618,7 @@ mod tests {
         assert!(summarize(problems).contains("block delivery"));
         assert!(!p.failures.is_empty(), "reported as issues");
         assert!(
-            plan(&hello_world_snapshot(), &engine(), Options::default())
+            desired_state(&hello_world_snapshot(), &engine(), Options::default())
                 .failures
                 .is_empty(),
             "nothing to report when everything renders"
@@ -632,7 +637,7 @@ mod tests {
         s.registrations.push(Arc::new(registration("broken", "team-b")));
         s.workloads
             .push(Arc::new(workload("bad", "broken", &[("dev", "dev")])));
-        let p = plan(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default());
         let Delivery::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
@@ -665,9 +670,9 @@ mod tests {
             ..Default::default()
         });
         s.policies = vec![Arc::new(p)];
-        let on = |plan: &Plan| -> Vec<String> {
-            let Delivery::Ready(content) = &plan.delivery else {
-                panic!("blocked: {:?}", plan.delivery);
+        let on = |desired: &DesiredState| -> Vec<String> {
+            let Delivery::Ready(content) = &desired.delivery else {
+                panic!("blocked: {:?}", desired.delivery);
             };
             content
                 .content
@@ -677,7 +682,7 @@ mod tests {
                 .collect()
         };
         // No decision read: the selector's matches, and a warning that says so.
-        let undecided = plan(&s, &engine(), Options::default());
+        let undecided = desired_state(&s, &engine(), Options::default());
         assert_eq!(on(&undecided), ["large", "small"]);
         assert!(
             undecided
@@ -687,7 +692,7 @@ mod tests {
         );
         // OCM decided `small`.
         s.placement_decisions = BTreeMap::from([("all".to_owned(), BTreeSet::from(["small".to_owned()]))]);
-        let decided = plan(&s, &engine(), Options::default());
+        let decided = desired_state(&s, &engine(), Options::default());
         assert_eq!(on(&decided), ["small"]);
         assert!(
             !decided
@@ -705,7 +710,7 @@ mod tests {
             .push(Arc::new(owned_target(&w, "hw-old", "dev")));
         s.deployment_targets
             .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
-        let p = plan(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default());
         assert_eq!(p.stale_targets, ["hw-old"]);
         // The existing derived target gets a status; the stale one does not.
         let names: Vec<_> = p
@@ -724,7 +729,7 @@ mod tests {
         s.deployment_targets
             .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
         s.registrations.clear();
-        let p = plan(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default());
         assert!(p.stale_targets.is_empty());
         assert!(p.targets.is_empty());
         let workload = p
@@ -739,8 +744,12 @@ mod tests {
     #[test]
     fn assignments_are_objects_only_when_asked_for() {
         let s = hello_world_snapshot();
-        assert!(plan(&s, &engine(), Options::default()).assignments.is_empty());
-        let p = plan(&s, &engine(), Options { assignments: true });
+        assert!(
+            desired_state(&s, &engine(), Options::default())
+                .assignments
+                .is_empty()
+        );
+        let p = desired_state(&s, &engine(), Options { assignments: true });
         assert_eq!(p.assignments.len(), 1);
         let (a, pkg) = &p.assignments[0];
         assert_eq!(a.name_any(), "hw-hw-dev-large");
