@@ -14,6 +14,7 @@
 
 pub mod config;
 pub mod diag;
+pub mod duration;
 pub mod explain;
 pub mod fingerprint;
 pub mod limits;

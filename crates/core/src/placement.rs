@@ -509,26 +509,11 @@ pub fn extenders(ns: &Namespace, diagnostics: &mut Diagnostics) -> BTreeMap<Stri
 
 /// A Go duration of ms, s, m or h units (`1m30s`, `500ms`), positive.
 pub fn parse_duration(text: &str) -> Option<Duration> {
-    let mut rest = text;
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .filter(|&n| n > 0)?;
-        let value: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let seconds = match &rest[..unit_len] {
-            "ms" => value / 1000.0,
-            "s" => value,
-            "m" => value * 60.0,
-            "h" => value * 3600.0,
-            _ => return None,
-        };
-        total += Duration::try_from_secs_f64(seconds).ok()?;
-        rest = &rest[unit_len..];
+    // A unit is required here (`5` is not a Go duration).
+    if text.trim().parse::<f64>().is_ok() {
+        return None;
     }
-    (total > Duration::ZERO).then_some(total)
+    crate::duration::parse(text).ok().filter(|d| !d.is_zero())
 }
 
 /// One (policy, target) to place: the work [`place`] is given by the scheduler.

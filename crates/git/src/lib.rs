@@ -21,7 +21,6 @@
 pub mod auth;
 pub mod control_plane;
 pub mod deliver;
-pub mod duration;
 pub mod extenders;
 pub mod github;
 pub mod issues;

@@ -18,10 +18,10 @@ pub struct RetryPolicy {
     /// Attempts in all, the first included (at least 1).
     pub attempts: u32,
     /// Wait before the second attempt.
-    #[serde(with = "crate::duration")]
+    #[serde(with = "kalypso_core::duration")]
     pub initial_backoff: Duration,
     /// Longest wait between attempts.
-    #[serde(with = "crate::duration")]
+    #[serde(with = "kalypso_core::duration")]
     pub max_backoff: Duration,
 }
 

@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use kalypso_git::AuthSettings;
 use kalypso_git::deliver::{DeliverySettings, Mode};
@@ -55,11 +54,6 @@ pub enum Error {
     /// The operator failed.
     #[error(transparent)]
     Run(#[from] crate::run::Error),
-}
-
-/// Parses `3s`, `500ms`, `5m`, `1h30m` or a bare number of seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    kalypso_git::duration::parse(text)
 }
 
 /// Installs the global log subscriber (`RUST_LOG` wins over `level`).
@@ -176,6 +170,5 @@ mod tests {
             ..d
         };
         assert!(matches!(delivery_settings(&bad), Err(Error::Setting(_))));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
     }
 }

@@ -45,7 +45,7 @@ pub struct Config {
     #[serde(default)]
     pub environments: Vec<String>,
     /// Time between polls.
-    #[serde(default = "default_interval", with = "kalypso_git::duration")]
+    #[serde(default = "default_interval", with = "kalypso_core::duration")]
     pub interval: Duration,
     /// Address of the HTTP server (health, readiness, metrics, webhook).
     #[serde(default = "default_listen")]

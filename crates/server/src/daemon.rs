@@ -206,7 +206,7 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send) ->
     tracing::info!(
         address = %config.listen,
         control_plane = %daemon.control_plane,
-        interval = %kalypso_git::duration::format(config.interval),
+        interval = %kalypso_core::duration::format(config.interval),
         "kalypso serve started"
     );
     daemon.run(listener, shutdown).await

@@ -41,10 +41,10 @@ pub(crate) struct CheckPromoteArgs {
     #[arg(long, value_name = "SHA")]
     commit: String,
     /// How long to wait for the clusters: `90s`, `30m`, `1h`.
-    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_git::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_core::duration::parse)]
     timeout: Duration,
     /// How often to ask the hub.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = kalypso_git::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = kalypso_core::duration::parse)]
     interval: Duration,
     /// Set a GitHub commit status on the control-plane commit (pending while waiting, then
     /// success, failure or error), in the repository given with --control-plane.
@@ -167,7 +167,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                             gate.total,
                             short(gate.gitops_commit.as_deref().unwrap_or(&args.commit)),
                             control_plane_note(&gate),
-                            kalypso_git::duration::format(round_seconds(started.elapsed())),
+                            kalypso_core::duration::format(round_seconds(started.elapsed())),
                         );
                         if let Some(s) = &mut status {
                             s.set(
@@ -232,7 +232,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                 if message != last_line {
                     eprintln!(
                         "warning: {message}; asking again in {}",
-                        kalypso_git::duration::format(args.interval)
+                        kalypso_core::duration::format(args.interval)
                     );
                 }
                 last_line = message;
@@ -256,7 +256,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                 .unwrap_or_else(|| format!("{}: the hub at {} never answered", args.env, client.base()));
             eprintln!(
                 "error: timed out after {}: {waiting}",
-                kalypso_git::duration::format(args.timeout)
+                kalypso_core::duration::format(args.timeout)
             );
             if let Some(s) = &mut status {
                 s.set(

@@ -41,10 +41,10 @@ pub(crate) struct HubArgs {
     #[arg(long)]
     no_dashboard: bool,
     /// A cluster silent for longer is stale (and no longer required by gates).
-    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_git::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_core::duration::parse)]
     stale_after: Duration,
     /// How often the GitOps branches are read again.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = kalypso_git::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = kalypso_core::duration::parse)]
     refresh: Duration,
     #[command(flatten)]
     git: GitArgs,

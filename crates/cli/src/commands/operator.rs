@@ -78,13 +78,13 @@ pub(crate) struct OperatorArgs {
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set)]
     assignments: bool,
     /// Deliver new content only after it has not changed for this long.
-    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "3s", value_parser = kalypso_core::duration::parse)]
     debounce: Duration,
     /// Reconcile every environment at least this often.
-    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "5m", value_parser = kalypso_core::duration::parse)]
     resync: Duration,
     /// With --source git: how often each environment is read and delivered.
-    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1m", value_parser = kalypso_core::duration::parse)]
     poll: Duration,
     /// Environments reconciled at the same time.
     #[arg(long, value_name = "N", default_value = "4")]
@@ -117,10 +117,6 @@ fn parse_addr(text: &str) -> Result<SocketAddr, String> {
         text.to_owned()
     };
     full.parse().map_err(|e| format!("invalid address {text:?}: {e}"))
-}
-
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    kalypso_operator::runtime::parse_duration(text)
 }
 
 pub(crate) fn operator(args: &OperatorArgs, global: &GlobalArgs) -> Result<ExitCode> {

@@ -39,7 +39,7 @@ pub(crate) struct GitArgs {
     #[arg(long, value_name = "N", default_value_t = 5)]
     retries: u32,
     /// Wait before the first retry (doubling up to 30s): `500ms`, `2s`.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kalypso_git::duration::parse)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kalypso_core::duration::parse)]
     backoff: std::time::Duration,
 }
 

@@ -1,11 +1,13 @@
-//! Durations as people write them in configuration: `500ms`, `30s`, `5m`, `1h`, `1h30m`, or a
-//! bare number of seconds.
+//! Durations as people write them in configuration and in control planes: `500ms`, `30s`,
+//! `1.5s`, `5m`, `1h30m` (Go's notation for the units kalypso needs), or a bare number of
+//! seconds. One parser for the daemon's and operator's settings, the CLI's flags and a
+//! SchedulerExtender's `timeout`; pure, like the rest of the core.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
 
-/// Parses `text` (`500ms`, `30s`, `5m`, `2h`, `1h30m`, `45`).
+/// Parses `text` (`500ms`, `30s`, `1.5s`, `5m`, `2h`, `1h30m`, `45`).
 pub fn parse(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     if text.is_empty() {
@@ -17,28 +19,32 @@ pub fn parse(text: &str) -> Result<Duration, String> {
     let mut total = Duration::ZERO;
     let mut rest = text;
     while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit()).unwrap_or(rest.len());
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
         if digits == 0 {
             return Err(format!(
                 "invalid duration {text:?}: expected a number at {rest:?}"
             ));
         }
-        let value: u64 = rest[..digits]
+        let value: f64 = rest[..digits]
             .parse()
             .map_err(|e| format!("invalid duration {text:?}: {e}"))?;
         rest = &rest[digits..];
         let unit_len = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
-        let part = match &rest[..unit_len] {
-            "ms" => Duration::from_millis(value),
-            "s" => Duration::from_secs(value),
-            "m" => Duration::from_secs(value.saturating_mul(60)),
-            "h" => Duration::from_secs(value.saturating_mul(3600)),
+        let seconds = match &rest[..unit_len] {
+            "ms" => value / 1000.0,
+            "s" => value,
+            "m" => value * 60.0,
+            "h" => value * 3600.0,
             unit => {
                 return Err(format!(
                     "invalid duration {text:?}: unknown unit {unit:?} (use ms, s, m or h)"
                 ));
             }
         };
+        let part = Duration::try_from_secs_f64(seconds)
+            .map_err(|_| format!("invalid duration {text:?}: out of range"))?;
         total = total.saturating_add(part);
         rest = &rest[unit_len..];
     }
@@ -65,7 +71,7 @@ pub fn format(d: Duration) -> String {
     out
 }
 
-/// `#[serde(with = "kalypso_git::duration")]` for `Duration` fields.
+/// `#[serde(deserialize_with = "kalypso_core::duration::deserialize")]` for `Duration` fields.
 pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     #[derive(Deserialize)]
     #[serde(untagged)]
@@ -89,6 +95,8 @@ mod tests {
         assert_eq!(parse("250ms"), Ok(Duration::from_millis(250)));
         assert_eq!(parse("1h30m"), Ok(Duration::from_secs(5400)));
         assert_eq!(parse("2m5s"), Ok(Duration::from_secs(125)));
+        assert_eq!(parse("1.5s"), Ok(Duration::from_millis(1500)));
+        assert!(parse("1.2.3s").is_err());
         assert!(parse("5 minutes").is_err());
         assert!(parse("m").is_err());
         assert!(parse("").is_err());
