@@ -7,9 +7,9 @@
 //! iteratively, so no input can overflow the stack when a template is dropped.
 
 use crate::builtins::Builtin;
-use crate::func::Func;
 use crate::str::Str;
 use crate::value::MapKey;
+use crate::value::func::Func;
 
 /// A byte offset into the template text.
 pub(crate) type Pos = usize;

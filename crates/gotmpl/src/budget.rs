@@ -10,9 +10,41 @@
 
 use std::cell::Cell;
 
-use crate::func::FuncError;
-use crate::template::Limits;
 use crate::value::Value;
+use crate::value::func::FuncError;
+
+/// Bounds on one execution, so that a hostile or buggy template fails with an
+/// [`crate::ErrorKind::Limit`] error instead of hanging, overflowing the stack or exhausting
+/// memory.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// Maximum number of evaluation steps (nodes visited, loop iterations, function calls):
+    /// the `template-steps` limit.
+    pub max_steps: u64,
+    /// Maximum nesting of `{{template}}` calls (`template-depth`). Go's limit is 100000;
+    /// reaching it is an [`crate::ErrorKind::Exec`] error with Go's message, as in Go.
+    pub max_depth: usize,
+    /// Maximum output size in bytes (`template-output`).
+    pub max_output: usize,
+    /// Maximum bytes of strings, lists and maps that function calls build in one execution,
+    /// counted as they are returned (`template-alloc`, see [`crate::budget`]).
+    pub max_alloc: usize,
+    /// Maximum nesting of lists and maps that encoding and hashing functions recurse into
+    /// (`data-depth`, see [`crate::budget::check_data`]).
+    pub max_data_depth: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_steps: 10_000_000,
+            max_depth: 100_000,
+            max_output: 64 << 20,
+            max_alloc: 256 << 20,
+            max_data_depth: 1_000,
+        }
+    }
+}
 
 #[derive(Clone, Copy)]
 struct Budget {

@@ -8,10 +8,10 @@
 
 use std::cmp::Ordering;
 
-use crate::exec::{
+use crate::fmt;
+use crate::reflect::{
     ParamType, Val, deref_type_name, elem_val, has_type, printable, truncate_int, truncate_uint, zero_value,
 };
-use crate::fmt;
 use crate::str::Str;
 use crate::unicode;
 use crate::value::{List, MapKey, Type, UintKind, Value};

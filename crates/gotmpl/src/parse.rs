@@ -14,11 +14,11 @@ use crate::ast::{
 };
 use crate::builtins::Builtin;
 use crate::error::{Error, ErrorKind};
-use crate::func::FuncMap;
 use crate::lex::{self, Item, ItemType, Lexed};
 use crate::str::Str;
 use crate::strconv;
 use crate::unicode;
+use crate::value::func::FuncMap;
 
 /// Go's `maxStackDepth`: the deepest nesting of parenthesized pipelines.
 const MAX_STACK_DEPTH: usize = 10_000;

@@ -15,14 +15,16 @@
 //! There is deliberately no "invalid" value here: Go's missing map entries (printed as
 //! `<no value>`) exist only inside the executor. Functions always receive real values.
 
+pub mod func;
+
 use std::any::Any;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::func::Func;
 use crate::str::Str;
+use func::Func;
 
 /// The sizes of Go's signed integer types.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
@@ -956,6 +958,13 @@ pub trait Object: Send + Sync + 'static {
     /// The result of the type's `String()` method, if it implements `fmt.Stringer`.
     /// `fmt` prints such values with it.
     fn go_string(&self) -> Option<String> {
+        None
+    }
+
+    /// Go's `reflect.DeepEqual` with `other` (of the same type name), for types whose
+    /// state is not in their fields (a `time.Time`, a `*semver.Version`). `None`: compare
+    /// the fields.
+    fn deep_equal(&self, _other: &dyn Object) -> Option<bool> {
         None
     }
 

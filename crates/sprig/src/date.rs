@@ -1368,6 +1368,10 @@ impl Object for TimeObject {
         Str::from(TIME_TYPE)
     }
 
+    fn deep_equal(&self, other: &dyn Object) -> Option<bool> {
+        other.as_any().downcast_ref::<TimeObject>().map(|y| self.0 == y.0)
+    }
+
     fn method(&self, name: &str) -> Option<Func> {
         let t = self.0.clone();
         let int = |f: fn(&Civil) -> i64| {
@@ -1465,13 +1469,6 @@ impl Object for TimeObject {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// `reflect.DeepEqual` for two time objects, if both are.
-pub(crate) fn objects_equal(a: &Obj, b: &Obj) -> Option<bool> {
-    let x = a.as_any().downcast_ref::<TimeObject>()?;
-    let y = b.as_any().downcast_ref::<TimeObject>()?;
-    Some(x.0 == y.0)
 }
 
 /// A time's `MarshalJSON` (RFC 3339 with nanoseconds), if `o` is a time.

@@ -7,7 +7,7 @@
 //! `mod`, `max`, `biggest`, `min` and `slice` parse strings as decimal (`int "010"` is 10,
 //! v3's spf13/cast reads it as octal 8); `trunc` with a negative length panics instead of
 //! keeping the end of the string; and `semver`/`semverCompare` use Masterminds/semver v1.5.0,
-//! whose constraints differ from v3's (`semver_v1`).
+//! whose constraints differ from v3's (`semver::v1`).
 //!
 //! Only deterministic functions are provided: nothing that reads the clock, random numbers,
 //! the process environment (`env`, `expandenv`) or generates keys. Templates rendered in a
@@ -29,7 +29,6 @@ mod numeric;
 mod paths;
 mod regex;
 mod semver;
-mod semver_v1;
 mod strings;
 mod url;
 mod util;
@@ -188,7 +187,7 @@ pub fn funcs_for(version: Version) -> FuncMap {
             m.remove(name);
         }
         numeric::register_int_math(&mut m, cast::to_int64_v2);
-        semver_v1::register_all(&mut m);
+        semver::v1::register_all(&mut m);
         util::register(
             &mut m,
             &["slice"],

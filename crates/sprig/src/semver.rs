@@ -7,6 +7,8 @@
 //! (`.Major`, `.Prerelease`, `.Compare`, `.IncPatch`...). The parsing regular expressions are
 //! the library's own, run through this crate's Go-compatible regexp engine.
 
+pub(crate) mod v1;
+
 use std::any::Any;
 use std::cmp::Ordering;
 use std::sync::{Arc, OnceLock};
@@ -65,7 +67,7 @@ pub(crate) struct Version {
 }
 
 /// Which Masterminds/semver a version object behaves like: v1.5.0 (Sprig v2.22.0, see
-/// [`crate::semver_v1`]) or v3.2.0 (Sprig v3).
+/// [`v1`]) or v3.2.0 (Sprig v3).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Library {
     V1,
@@ -497,6 +499,13 @@ fn version_of(v: &Value) -> Option<&Version> {
 }
 
 impl Object for VersionObject {
+    fn deep_equal(&self, other: &dyn Object) -> Option<bool> {
+        other
+            .as_any()
+            .downcast_ref::<VersionObject>()
+            .map(|y| self.pointer == y.pointer && self.version == y.version)
+    }
+
     fn type_name(&self) -> Str {
         Str::from(if self.pointer {
             POINTER_TYPE
@@ -520,7 +529,7 @@ impl Object for VersionObject {
         };
         let valid = move |text: &str, invalid: &str| -> Result<(), FuncError> {
             match library {
-                Library::V1 if crate::semver_v1::valid_label(text) => Ok(()),
+                Library::V1 if v1::valid_label(text) => Ok(()),
                 Library::V1 => Err(FuncError::new(invalid)),
                 Library::V3 if invalid.contains("Prerelease") => validate_prerelease(text),
                 Library::V3 => validate_metadata(text),
@@ -587,13 +596,6 @@ impl Object for VersionObject {
     fn as_any(&self) -> &dyn Any {
         self
     }
-}
-
-/// `reflect.DeepEqual` for two semver objects, if both are.
-pub(crate) fn objects_equal(a: &Obj, b: &Obj) -> Option<bool> {
-    let x = a.as_any().downcast_ref::<VersionObject>()?;
-    let y = b.as_any().downcast_ref::<VersionObject>()?;
-    Some(x.pointer == y.pointer && x.version == y.version)
 }
 
 /// A semver object's JSON (its `MarshalJSON` encodes `String()`), if `o` is one.

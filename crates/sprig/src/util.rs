@@ -417,10 +417,7 @@ pub(crate) fn deep_equal(a: &Value, b: &Value) -> bool {
             if std::sync::Arc::ptr_eq(x, y) {
                 return true;
             }
-            if let Some(eq) = crate::date::objects_equal(x, y) {
-                return eq;
-            }
-            if let Some(eq) = crate::semver::objects_equal(x, y) {
+            if let Some(eq) = x.deep_equal(y.as_ref()) {
                 return eq;
             }
             match (x.fields(), y.fields()) {

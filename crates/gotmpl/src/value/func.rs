@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
-use crate::value::{Type, Value};
+use super::{Type, Value};
 
 /// The error a function returns (Go's `error` result, or a recovered panic). The executor
 /// reports it as `error calling NAME: MESSAGE`.

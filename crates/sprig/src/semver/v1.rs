@@ -17,10 +17,10 @@ use std::cmp::Ordering;
 
 use kalypso_gotmpl::{FuncError, FuncMap};
 
-use crate::semver::{Constraint, Library, Regexes, Version, is_x, regex_unavailable, register_with};
+use super::{Constraint, Library, Regexes, Version, is_x, regex_unavailable, register_with};
 
 fn regexes() -> Result<&'static Regexes, FuncError> {
-    crate::semver::regexes().ok_or_else(regex_unavailable)
+    super::regexes().ok_or_else(regex_unavailable)
 }
 
 fn group(m: &[Option<&[u8]>], i: usize) -> String {
