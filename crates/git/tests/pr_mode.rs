@@ -360,24 +360,7 @@ fn failures_become_issues_that_follow_the_error_and_close_when_fixed() {
 fn a_failing_workload_is_reported_as_an_issue_while_the_rest_goes_out_in_a_pull_request() {
     let s = Scenario::new();
     // The workload repository breaks, and the environment gains a cluster type.
-    write_files(
-        &s.fx.workload,
-        "main",
-        &[(
-            "workload/workload.yaml",
-            Some("kind: Workload\nspec: [unclosed\n"),
-        )],
-        "break the workload",
-    );
-    write_files(
-        &s.fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::break_the_workload_and_add_a_cluster_type(&s.fx);
     let report = s.sync().unwrap();
     assert!(matches!(
         pull_request(&report),
@@ -391,12 +374,7 @@ fn a_failing_workload_is_reported_as_an_issue_while_the_rest_goes_out_in_a_pull_
     assert_eq!(issue.state, "open");
 
     // Fixed: the issue closes.
-    write_files(
-        &s.fx.workload,
-        "main",
-        &[("workload/workload.yaml", Some(common::WORKLOAD))],
-        "fix the workload",
-    );
+    common::fix_the_workload(&s.fx);
     let fixed = s.sync().unwrap();
     assert!(fixed.is_success());
     let issues = s.github.issues();

@@ -251,24 +251,7 @@ fn a_failing_workload_keeps_its_folders_and_the_rest_is_delivered() {
     let before = branch_files(&fx.gitops, "dev");
 
     // The workload repository breaks, and the environment gains a cluster type.
-    write_files(
-        &fx.workload,
-        "main",
-        &[(
-            "workload/workload.yaml",
-            Some("kind: Workload\nspec: [unclosed\n"),
-        )],
-        "break the workload",
-    );
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&common::cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::break_the_workload_and_add_a_cluster_type(&fx);
     let reports = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);
     let report = reports[0].as_ref().unwrap();
     assert!(
@@ -297,12 +280,7 @@ fn a_failing_workload_keeps_its_folders_and_the_rest_is_delivered() {
     }
 
     // Fixed: the workload is delivered again, on the new cluster type too.
-    write_files(
-        &fx.workload,
-        "main",
-        &[("workload/workload.yaml", Some(common::WORKLOAD))],
-        "fix the workload",
-    );
+    common::fix_the_workload(&fx);
     let fixed = sync(&syncer, &file_url(&fx.control_plane), &["dev"]);
     let fixed = fixed[0].as_ref().unwrap();
     assert!(fixed.is_success(), "{fixed:?}");

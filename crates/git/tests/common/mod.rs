@@ -268,3 +268,36 @@ pub fn sync(
     let environments = pass.environments(&names).unwrap();
     environments.iter().map(|e| pass.sync(e)).collect()
 }
+
+/// A workload repository whose only file no longer parses, and a new cluster type `small` in
+/// `dev`: what failure isolation is tested with.
+pub fn break_the_workload_and_add_a_cluster_type(fx: &Fixture) {
+    write_files(
+        &fx.workload,
+        "main",
+        &[(
+            "workload/workload.yaml",
+            Some("kind: Workload\nspec: [unclosed\n"),
+        )],
+        "break the workload",
+    );
+    write_files(
+        &fx.control_plane,
+        "dev",
+        &[(
+            "cluster-types/small.yaml",
+            Some(&cluster_type("small", "reconciler")),
+        )],
+        "a new cluster type",
+    );
+}
+
+/// The workload file as [`Fixture::new`] commits it.
+pub fn fix_the_workload(fx: &Fixture) {
+    write_files(
+        &fx.workload,
+        "main",
+        &[("workload/workload.yaml", Some(WORKLOAD))],
+        "fix the workload",
+    );
+}
