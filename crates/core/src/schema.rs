@@ -355,6 +355,14 @@ fn compile_problem(e: &jsonschema::ValidationError<'_>) -> String {
             } else {
                 v.pointer.as_str()
             };
+            // The meta-schema's `type` is an anyOf of a name and a list of names.
+            if at.ends_with("/type") && matches!(e.kind(), jsonschema::error::ValidationErrorKind::AnyOf { .. }) {
+                return format!(
+                    "{at} must be array, boolean, integer, null, number, object or string (or a list of them), \
+                     found {}",
+                    shown(e.instance())
+                );
+            }
             format!("{at} {}", v.rule)
         })
         .collect();
@@ -648,7 +656,13 @@ mod tests {
         );
         assert!(!err.contains("feature"), "{err}");
         let err = problems(&[r#"{"type":"strin"}"#], &[]).unwrap_err();
-        assert!(err.contains("it is not a valid JSON Schema: /type "), "{err}");
+        assert!(
+            err.contains(
+                "it is not a valid JSON Schema: /type must be array, boolean, integer, null, number, object or \
+                 string (or a list of them), found \"strin\""
+            ),
+            "{err}"
+        );
     }
 
     fn check(schema: &str, pairs: &[(&str, &str)]) -> Result<(), String> {
