@@ -510,7 +510,7 @@ impl<'e> Prepared<'e> {
 
         let env = self.env;
         let ns = &env.namespace;
-        let mut schema_errors = SchemaErrors::new(env, &self.jobs, &results);
+        let mut schema_errors = SchemaErrors::new(&self.jobs, &results);
         let mut rendered = Rendered::default();
         for (job, result) in self.jobs.iter().zip(results) {
             let a = job.assignment;
@@ -533,7 +533,7 @@ impl<'e> Prepared<'e> {
                 Err(Failed::Schema(problems)) => {
                     // Reported once per schema and problem, where the first assignment it
                     // fails comes in tree order.
-                    let errors = schema_errors.for_job(env, job, &problems, diagnostics);
+                    let errors = schema_errors.for_job(job, &problems, diagnostics);
                     rendered.failures.push(AssignmentFailure {
                         cluster_type: a.cluster_type.clone(),
                         deployment_target: a.deployment_target.clone(),
@@ -589,9 +589,9 @@ enum Failed {
 /// How many assignments an error names before "and N more".
 const SHOWN_ASSIGNMENTS: usize = 3;
 
-/// The `config-schema` errors of a render: one per schema, problem and WorkloadRegistration
-/// (an error that belongs to one registration can be isolated with it, see
-/// [`crate::run::Isolation`]), naming the assignments it fails.
+/// The `config-schema` errors of a render: one per schema and problem, naming the assignments
+/// it fails (each assignment's [`AssignmentFailure::errors`] lists those about it, which is
+/// also how a run isolates them by registration: [`crate::run::Isolation`]).
 struct SchemaErrors {
     /// Each error's key, its assignments (`<cluster type>/<deployment target>`, tree order)
     /// and whether it was reported yet.
@@ -599,10 +599,10 @@ struct SchemaErrors {
     index: HashMap<SchemaErrorKey, usize>,
 }
 
-type SchemaErrorKey = (SchemaSource, Problem, Option<String>);
+type SchemaErrorKey = (SchemaSource, Problem);
 
 impl SchemaErrors {
-    fn new(env: &Environment, jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
+    fn new(jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
         let mut errors = SchemaErrors {
             groups: Vec::new(),
             index: HashMap::new(),
@@ -612,13 +612,8 @@ impl SchemaErrors {
                 continue;
             };
             let a = job.assignment;
-            let registration = target_registration(env, &a.deployment_target);
             for (schema, problem) in problems {
-                let key = (
-                    job.schema_sources[*schema].clone(),
-                    problem.clone(),
-                    registration.clone(),
-                );
+                let key = (job.schema_sources[*schema].clone(), problem.clone());
                 let next = errors.groups.len();
                 let i = *errors.index.entry(key.clone()).or_insert(next);
                 if i == next {
@@ -637,19 +632,13 @@ impl SchemaErrors {
     /// The errors about `job`'s `problems`, each pushed to `diagnostics` the first time.
     fn for_job(
         &mut self,
-        env: &Environment,
         job: &Job<'_>,
         problems: &[(usize, Problem)],
         diagnostics: &mut Diagnostics,
     ) -> Vec<Diagnostic> {
         let mut errors: Vec<Diagnostic> = Vec::new();
-        let registration = target_registration(env, &job.assignment.deployment_target);
         for (schema, problem) in problems {
-            let key = (
-                job.schema_sources[*schema].clone(),
-                problem.clone(),
-                registration.clone(),
-            );
+            let key = (job.schema_sources[*schema].clone(), problem.clone());
             let Some(&i) = self.index.get(&key) else {
                 continue;
             };
@@ -667,13 +656,10 @@ impl SchemaErrors {
                 } else {
                     "assignments"
                 };
-                let mut d = key.0.attach(Diagnostic::error(
+                let d = key.0.attach(Diagnostic::error(
                     "config-schema",
                     format!("{} (failing {what}: {shown}{more})", key.1),
                 ));
-                if let Some(registration) = &key.2 {
-                    d = d.in_registration(registration);
-                }
                 diagnostics.push(d.clone());
                 d
             });
@@ -683,15 +669,6 @@ impl SchemaErrors {
         }
         errors
     }
-}
-
-/// The WorkloadRegistration whose Workload unfolds to deployment target `name`.
-fn target_registration(env: &Environment, name: &str) -> Option<String> {
-    let target = env.targets.get(name)?;
-    let workload = env.namespace.workloads.get(&target.workload)?;
-    (workload.object.origin == target.origin)
-        .then(|| workload.registration.clone())
-        .flatten()
 }
 
 /// Renders every assignment of `env`. Problems go to `diagnostics`; if any is an error the

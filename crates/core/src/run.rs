@@ -234,8 +234,9 @@ pub fn finish(
     if blocked && isolation == Isolation::Registration {
         let scopes: Option<BTreeSet<String>> = diagnostics
             .errors()
-            .map(|d| registration_of(d, &environment).map(ToOwned::to_owned))
-            .collect();
+            .map(|d| registrations_of(d, &environment, &rendered.failures))
+            .collect::<Option<Vec<_>>>()
+            .map(|sets| sets.into_iter().flatten().collect());
         if let Some(scopes) = scopes {
             isolate(&environment, &mut rendered.content, &scopes, &mut diagnostics);
             isolated = scopes;
@@ -251,6 +252,27 @@ pub fn finish(
         rendered_now: 0,
         blocked,
     }
+}
+
+/// The WorkloadRegistrations an error belongs to, if it belongs only to them: those of the
+/// assignments it fails (an error that reports several assignments, such as a schema rule
+/// they break: see [`AssignmentFailure::errors`]), or the one of [`registration_of`].
+fn registrations_of(
+    d: &Diagnostic,
+    env: &Environment,
+    assignment_failures: &[AssignmentFailure],
+) -> Option<BTreeSet<String>> {
+    let failing: Vec<&AssignmentFailure> = assignment_failures
+        .iter()
+        .filter(|f| f.errors.contains(d))
+        .collect();
+    if d.registration.is_none() && !failing.is_empty() {
+        return failing
+            .iter()
+            .map(|f| target_registration(env, &f.deployment_target).map(ToOwned::to_owned))
+            .collect();
+    }
+    registration_of(d, env).map(|r| BTreeSet::from([r.to_owned()]))
 }
 
 /// The WorkloadRegistration an error belongs to, if it belongs to one: it was found in the
@@ -805,6 +827,52 @@ mod tests {
         assert_eq!(failures[2].assignment, None);
         assert!(failures[2].message.contains("bad yaml"));
         assert!(!failures[2].message.contains("config-schema"));
+    }
+
+    #[test]
+    fn a_schema_rule_broken_by_two_registrations_is_one_error_that_isolates_both() {
+        let mut inputs = example("dev");
+        let mut files = inputs.main.files().to_vec();
+        files.push(SourceFile::new(
+            "schema.yaml",
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ConfigSchema\nmetadata:\n  name: owner\n\
+             spec:\n  schema: '{\"required\": [\"OWNER\"]}'\n"
+                .as_bytes()
+                .to_vec(),
+        ));
+        inputs.main = SourceTree::new(inputs.main.label(), files);
+
+        let blocked = run_isolated(&inputs, Isolation::Environment);
+        assert!(blocked.is_blocked());
+        let errors: Vec<&Diagnostic> = blocked.diagnostics.errors().collect();
+        assert_eq!(errors.len(), 1, "one error for the rule: {errors:?}");
+        assert_eq!(errors[0].code, "config-schema");
+        assert!(
+            errors[0].message.contains("/OWNER: is required but missing"),
+            "{}",
+            errors[0]
+        );
+        // Each failing assignment is its own failure (an issue), each with the shared error.
+        let failing = blocked.rendered.failures.len();
+        assert!(failing > 1);
+        assert_eq!(
+            blocked.failures.iter().filter(|f| f.assignment.is_some()).count(),
+            failing
+        );
+        assert!(
+            blocked
+                .failures
+                .iter()
+                .all(|f| f.message == errors[0].to_string())
+        );
+
+        let isolated = run_isolated(&inputs, Isolation::Registration);
+        assert!(!isolated.is_blocked(), "{:?}", isolated.diagnostics);
+        assert_eq!(
+            isolated.isolated,
+            BTreeSet::from(["hello-world-app".to_owned(), "platform-svc".to_owned()])
+        );
+        assert!(isolated.content().unwrap().packages.is_empty());
     }
 
     /// The example's inputs with registration `platform-svc`'s workload files broken.
