@@ -174,8 +174,6 @@ pub struct Job<'e> {
     /// The config as a frozen map, shared by the renders whose templates cannot change it.
     shared_config: Map,
     schemas: Vec<&'e str>,
-    /// Where each of `schemas` was declared.
-    schema_sources: Vec<SchemaSource>,
 }
 
 /// Where a config schema was declared: a ConfigSchema object, or a field of the Workload or
@@ -197,6 +195,26 @@ impl SchemaSource {
             None => d,
         }
     }
+}
+
+/// Where each of an assignment's schemas was declared, in the order of [`Job`]'s `schemas`:
+/// the matching ConfigSchemas, then the target's own. Only asked for when a config fails
+/// (it is not needed to render).
+fn schema_sources(env: &Environment, a: &Assignment) -> Vec<SchemaSource> {
+    let ns = &env.namespace;
+    let ct = &ns.cluster_types[&a.cluster_type];
+    let target = &env.targets[&a.deployment_target];
+    ns.config_schemas
+        .values()
+        .filter(|s| labels_match(s.labels(), ct, target))
+        .map(|s| SchemaSource {
+            kind: Kind::ConfigSchema,
+            name: s.meta.name.clone(),
+            origin: s.origin.clone(),
+            field: None,
+        })
+        .chain(target_schema_sources(ns, target))
+        .collect()
 }
 
 /// Where each of `target`'s own schemas (`spec.configSchemas`: its own, then its Workload's)
@@ -387,25 +405,12 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
             let (templates, templates_id, ct_name) = &per_cluster_type[a.cluster_type.as_str()];
             let (target_values, target_id) = &targets[a.deployment_target.as_str()];
             let (config, shared_config, config_id) = &configs[key];
-            let matching: Vec<_> = ns
+            let schemas: Vec<&str> = ns
                 .config_schemas
                 .values()
                 .filter(|s| labels_match(s.labels(), ct, target))
-                .collect();
-            let schemas: Vec<&str> = matching
-                .iter()
                 .map(|s| s.spec.schema.as_str())
                 .chain(target.spec.config_schemas.iter().map(String::as_str))
-                .collect();
-            let schema_sources: Vec<SchemaSource> = matching
-                .iter()
-                .map(|s| SchemaSource {
-                    kind: Kind::ConfigSchema,
-                    name: s.meta.name.clone(),
-                    origin: s.origin.clone(),
-                    field: None,
-                })
-                .chain(target_schema_sources(ns, target))
                 .collect();
             let fingerprint = Hasher::new()
                 .str(FORMAT)
@@ -425,7 +430,6 @@ pub fn prepare<'e>(env: &'e Environment, engine: &Engine, diagnostics: &mut Diag
                 config: config.clone(),
                 shared_config: shared_config.clone(),
                 schemas,
-                schema_sources,
             }
         })
         .collect();
@@ -510,9 +514,9 @@ impl<'e> Prepared<'e> {
 
         let env = self.env;
         let ns = &env.namespace;
-        let mut schema_errors = SchemaErrors::new(&self.jobs, &results);
+        let mut schema_errors = SchemaErrors::new(env, &self.jobs, &results);
         let mut rendered = Rendered::default();
-        for (job, result) in self.jobs.iter().zip(results) {
+        for (n, (job, result)) in self.jobs.iter().zip(results).enumerate() {
             let a = job.assignment;
             match result {
                 Ok(package) => {
@@ -533,7 +537,7 @@ impl<'e> Prepared<'e> {
                 Err(Failed::Schema(problems)) => {
                     // Reported once per schema and problem, where the first assignment it
                     // fails comes in tree order.
-                    let errors = schema_errors.for_job(job, &problems, diagnostics);
+                    let errors = schema_errors.for_job(n, diagnostics);
                     rendered.failures.push(AssignmentFailure {
                         cluster_type: a.cluster_type.clone(),
                         deployment_target: a.deployment_target.clone(),
@@ -596,52 +600,49 @@ struct SchemaErrors {
     /// Each error's key, its assignments (`<cluster type>/<deployment target>`, tree order)
     /// and whether it was reported yet.
     groups: Vec<(SchemaErrorKey, Vec<String>, Option<Diagnostic>)>,
-    index: HashMap<SchemaErrorKey, usize>,
+    /// For each failing job (by index), the group of each of its problems.
+    of_job: HashMap<usize, Vec<usize>>,
 }
 
 type SchemaErrorKey = (SchemaSource, Problem);
 
 impl SchemaErrors {
-    fn new(jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
+    fn new(env: &Environment, jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
         let mut errors = SchemaErrors {
             groups: Vec::new(),
-            index: HashMap::new(),
+            of_job: HashMap::new(),
         };
-        for (job, result) in jobs.iter().zip(results) {
+        let mut index: HashMap<SchemaErrorKey, usize> = HashMap::new();
+        for (n, (job, result)) in jobs.iter().zip(results).enumerate() {
             let Err(Failed::Schema(problems)) = result else {
                 continue;
             };
             let a = job.assignment;
+            let sources = schema_sources(env, a);
+            let assignment = format!("{}/{}", a.cluster_type, a.deployment_target);
+            let mut groups = Vec::with_capacity(problems.len());
             for (schema, problem) in problems {
-                let key = (job.schema_sources[*schema].clone(), problem.clone());
+                let key = (sources[*schema].clone(), problem.clone());
                 let next = errors.groups.len();
-                let i = *errors.index.entry(key.clone()).or_insert(next);
+                let i = *index.entry(key.clone()).or_insert(next);
                 if i == next {
                     errors.groups.push((key, Vec::new(), None));
                 }
-                let assignment = format!("{}/{}", a.cluster_type, a.deployment_target);
                 let assignments = &mut errors.groups[i].1;
                 if assignments.last() != Some(&assignment) {
-                    assignments.push(assignment);
+                    assignments.push(assignment.clone());
                 }
+                groups.push(i);
             }
+            errors.of_job.insert(n, groups);
         }
         errors
     }
 
-    /// The errors about `job`'s `problems`, each pushed to `diagnostics` the first time.
-    fn for_job(
-        &mut self,
-        job: &Job<'_>,
-        problems: &[(usize, Problem)],
-        diagnostics: &mut Diagnostics,
-    ) -> Vec<Diagnostic> {
+    /// The errors about the problems of job `n`, each pushed to `diagnostics` the first time.
+    fn for_job(&mut self, n: usize, diagnostics: &mut Diagnostics) -> Vec<Diagnostic> {
         let mut errors: Vec<Diagnostic> = Vec::new();
-        for (schema, problem) in problems {
-            let key = (job.schema_sources[*schema].clone(), problem.clone());
-            let Some(&i) = self.index.get(&key) else {
-                continue;
-            };
+        for i in self.of_job.get(&n).cloned().unwrap_or_default() {
             let (key, assignments, reported) = &mut self.groups[i];
             let error = reported.get_or_insert_with(|| {
                 let shown = assignments[..assignments.len().min(SHOWN_ASSIGNMENTS)].join(", ");
