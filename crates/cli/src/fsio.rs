@@ -63,6 +63,10 @@ pub enum FsError {
     /// The output path exists but is not a folder (nor a link to one).
     #[error("{0} is not a folder")]
     NotAFolder(PathBuf),
+    /// The output folder is read-only: the new tree, which takes over its permissions,
+    /// could not be written either.
+    #[error("{0} is read-only (no write permission); make it writable (chmod u+w) to render into it")]
+    ReadOnly(PathBuf),
 }
 
 fn read_err(path: &Path) -> impl FnOnce(io::Error) -> FsError + '_ {
@@ -491,6 +495,11 @@ fn swap_in(
     writes: &[(&str, &[u8])],
     prune: bool,
 ) -> Result<(), FsError> {
+    // The new tree takes over the folder's permissions: a read-only folder says "do not
+    // write here", and its copy could not be written either.
+    if rfs::access(dir, rfs::Access::WRITE_OK).is_err_and(|e| e == Errno::ACCESS || e == Errno::ROFS) {
+        return Err(FsError::ReadOnly(dir.to_owned()));
+    }
     let staging = output::staging_path(dir);
     output::remove_all(&staging).map_err(write_err(&staging))?;
     let guard = Staging(staging.clone());

@@ -72,6 +72,11 @@ struct CaseFile {
     /// Paths (relative to `[ROOT]`) that must not exist after the runs (leftovers cleaned up).
     #[serde(default)]
     absent: Vec<String>,
+    /// Folders (relative to `[ROOT]`) made read-only (`chmod a-w`) before the runs, writable
+    /// again after them. A process running as root can still write them: the case is then
+    /// skipped, with a note.
+    #[serde(default)]
+    read_only: Vec<String>,
 }
 
 /// The default of [`CaseFile::seed`].
@@ -93,6 +98,9 @@ struct RunSpec {
     /// Whether the run may change the temporary folder; by default nothing in it may change.
     #[serde(default)]
     writes: bool,
+    /// Environment variables of the run (`KALYPSO_SPRIG: "9"`).
+    #[serde(default)]
+    env: std::collections::BTreeMap<String, String>,
 }
 
 /// A case's temporary folder: `control-plane/` (the case's `input/`), `out/` (the seeded
@@ -149,11 +157,12 @@ impl Sandbox {
 
     /// Runs `kalypso` with `args` (placeholders expanded) in a child process; the temporary
     /// folder is `[ROOT]` in what it prints.
-    fn kalypso(&self, args: &[&str]) -> Run {
+    fn kalypso(&self, args: &[&str], env: &std::collections::BTreeMap<String, String>) -> Run {
         let args: Vec<String> = args.iter().map(|a| self.expand(a)).collect();
         let cache = self.path().join("cache");
         let run = Run::of(
             support::as_cli_child(&mut Command::new(std::env::current_exe().unwrap()), &args)
+                .envs(env)
                 .env("XDG_CACHE_HOME", &cache)
                 .env("KALYPSO_CACHE_DIR", &cache)
                 .env("HOME", self.path())
@@ -176,7 +185,7 @@ impl Sandbox {
     fn run(&self, spec: &RunSpec) -> Result<Run, String> {
         let before = (!spec.writes).then(|| snapshot(self.path()));
         let args: Vec<&str> = spec.args.iter().map(String::as_str).collect();
-        let outcome = self.kalypso(&args);
+        let outcome = self.kalypso(&args, &spec.env);
         if outcome.code != spec.code {
             return Err(format!(
                 "run {}: exit code {}, not {}: {outcome:#?}",
@@ -204,6 +213,7 @@ impl Sandbox {
             args: args.iter().map(|&a| a.to_owned()).collect(),
             code: 1,
             writes: false,
+            env: std::collections::BTreeMap::new(),
         };
         let render = self.run(&spec(
             "render",
@@ -272,6 +282,16 @@ fn check_case(dir: &Path) -> Result<(), String> {
     }
     // Held until the runs are over, as another kalypso would.
     let _lock = case.locked.then(|| hold_lock(&sandbox.out()));
+    let _read_only = match ReadOnly::make(&sandbox, &case.read_only) {
+        Some(guard) => guard,
+        None => {
+            eprintln!(
+                "{}: skipped: the read-only folders can still be written (running as root)",
+                dir.display()
+            );
+            return Ok(());
+        }
+    };
     let mut outcomes = match case.fails {
         Some(errors) => sandbox.fails(errors)?,
         None => Vec::new(),
@@ -328,6 +348,44 @@ fn check_case(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// Folders made read-only for a case's runs, writable again when dropped.
+struct ReadOnly(Vec<PathBuf>);
+
+impl ReadOnly {
+    /// Removes the write permission of `folders` (relative to the sandbox); `None` (with
+    /// the permissions restored) when this process can still write into them.
+    fn make(sandbox: &Sandbox, folders: &[String]) -> Option<ReadOnly> {
+        use std::os::unix::fs::PermissionsExt;
+        let guard = ReadOnly(folders.iter().map(|f| sandbox.path().join(f)).collect());
+        for folder in &guard.0 {
+            let mode = fs::metadata(folder).unwrap().permissions().mode();
+            fs::set_permissions(folder, fs::Permissions::from_mode(mode & !0o222)).unwrap();
+        }
+        for folder in &guard.0 {
+            let probe = folder.join(".kalypso-write-probe");
+            if fs::write(&probe, "").is_ok() {
+                let _ = fs::remove_file(probe);
+                return None;
+            }
+        }
+        Some(guard)
+    }
+}
+
+impl Drop for ReadOnly {
+    fn drop(&mut self) {
+        use std::os::unix::fs::PermissionsExt;
+        for folder in &self.0 {
+            if let Ok(meta) = fs::metadata(folder) {
+                let _ = fs::set_permissions(
+                    folder,
+                    fs::Permissions::from_mode(meta.permissions().mode() | 0o200),
+                );
+            }
+        }
+    }
+}
+
 /// Holds the lock of the output folder `out` as another kalypso would: its lock file beside
 /// it, locked, holding a process id (4242, so that the message is the same in every run).
 fn hold_lock(out: &Path) -> fs::File {
@@ -364,7 +422,7 @@ fn bad_input_cases() {
 #[track_caller]
 fn fails_with(sandbox: &Sandbox, args: &[&str], parts: &[&str]) -> Run {
     let before = snapshot(sandbox.path());
-    let outcome = sandbox.kalypso(args);
+    let outcome = sandbox.kalypso(args, &std::collections::BTreeMap::new());
     assert_eq!(outcome.code, 1, "{outcome:#?}");
     outcome.reports(parts);
     assert_eq!(snapshot(sandbox.path()), before, "nothing changed: {outcome:#?}");

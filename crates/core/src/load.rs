@@ -746,38 +746,97 @@ fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
         let full = path.map_or_else(|| field.to_owned(), |p| format!("{p}.{field}"));
         return (Some(full), "required field is missing".to_owned());
     }
-    let yaml_type = |t: &str| -> String {
-        let t = t.trim();
-        if t.starts_with("struct ") || t == "map" || t.starts_with("a map") {
-            "a mapping".to_owned()
-        } else if t == "sequence" || t == "a sequence" {
-            "a list".to_owned()
-        } else if t == "unit value" {
-            "null".to_owned()
-        } else {
-            t.to_owned()
-        }
-    };
     if let Some(rest) = message.strip_prefix("invalid type: ")
         && let Some((found, expected)) = rest.split_once(", expected ")
     {
-        let found = yaml_type(found);
-        let expected = yaml_type(expected);
         return (
             path.map(str::to_owned),
-            format!("expected {expected}, found {found}"),
+            format!(
+                "must be {}, found {}",
+                expected_words(expected),
+                found_words(found)
+            ),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid value: ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        return (
+            path.map(str::to_owned),
+            format!(
+                "must be {}, found {}",
+                expected_words(expected),
+                found_words(found)
+            ),
+        );
+    }
+    if let Some(rest) = message.strip_prefix("invalid length ")
+        && let Some((found, expected)) = rest.split_once(", expected ")
+    {
+        return (
+            path.map(str::to_owned),
+            format!("must have {}, found {found} item(s)", expected_words(expected)),
         );
     }
     if message.starts_with("data did not match any variant of untagged enum Manifest") {
         return (
             path.map(str::to_owned),
-            "expected a template string (or, in the pre-2023 form, a mapping)".to_owned(),
+            "must be a template string (or, in the pre-2023 form, a mapping)".to_owned(),
         );
     }
     if let Some(rest) = message.strip_prefix("unknown variant ") {
-        return (path.map(str::to_owned), format!("unknown value {rest}"));
+        let (found, expected) = rest.split_once(", expected ").unwrap_or((rest, ""));
+        let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+        return (
+            path.map(str::to_owned),
+            if expected.is_empty() {
+                format!("unknown value {found}")
+            } else {
+                format!("must be one of {expected}, found {found}")
+            },
+        );
     }
     (path.map(str::to_owned), message.to_owned())
+}
+
+/// What serde says a field expects, in the words of YAML (`a mapping`, not `struct ObjectMeta`).
+fn expected_words(expected: &str) -> String {
+    let t = expected.trim();
+    match t {
+        _ if t.starts_with("struct ") || t.starts_with("a map") || t == "map" => "a mapping".to_owned(),
+        "a sequence" | "sequence" => "a list".to_owned(),
+        "unit value" | "unit" => "null".to_owned(),
+        "a borrowed string" | "a string" | "string" => "a string".to_owned(),
+        "a boolean" | "bool" => "true or false".to_owned(),
+        "u8" | "u16" | "u32" | "u64" | "usize" => "a whole number, 0 or more".to_owned(),
+        "i8" | "i16" | "i32" | "i64" | "isize" => "a whole number".to_owned(),
+        "f32" | "f64" => "a number".to_owned(),
+        _ => t.to_owned(),
+    }
+}
+
+/// What serde says it found, in the words of YAML (`the number 42`, `a mapping`).
+fn found_words(found: &str) -> String {
+    let t = found.trim();
+    let quoted = |prefix: &str| {
+        t.strip_prefix(prefix)
+            .map(|rest| rest.trim_matches('`').to_owned())
+    };
+    if let Some(n) = quoted("integer ").or_else(|| quoted("floating point ")) {
+        return format!("the number {n}");
+    }
+    if let Some(b) = quoted("boolean ") {
+        return format!("the boolean {b}");
+    }
+    if let Some(s) = t.strip_prefix("string ") {
+        return format!("the string {s}");
+    }
+    match t {
+        "map" => "a mapping".to_owned(),
+        "sequence" => "a list".to_owned(),
+        "unit value" => "null".to_owned(),
+        _ => t.to_owned(),
+    }
 }
 
 /// The selectors the original's SchedulingPolicy CRD requires
@@ -829,6 +888,43 @@ fn selectors_present(doc: &Document<'_>, origin: &Origin, name: &str, diagnostic
         );
     }
     ok
+}
+
+/// The leaf of an error serde reports at a Workload's deployment target
+/// (`spec.deploymentTargets[0]`): its spec is flattened into it, and serde buffers flattened
+/// content, losing the path inside. Re-reading the target's spec alone finds the field
+/// (`spec.deploymentTargets[0].manifests.repo`). Returns the path, serde's message and the
+/// path's steps; `None` when the error is not about a target's spec.
+fn flattened_leaf(text: &str, kind: Kind, path: &str) -> Option<(String, String, Vec<Segment>)> {
+    if kind != Kind::Workload {
+        return None;
+    }
+    let index: usize = path
+        .strip_prefix("spec.deploymentTargets[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()?;
+    let value: serde_yaml_ng::Value = serde_yaml_ng::from_str(text).ok()?;
+    let target = value.get("spec")?.get("deploymentTargets")?.get(index)?.clone();
+    let err = serde_path_to_error::deserialize::<_, kalypso_api::DeploymentTargetSpec>(target).err()?;
+    let mut segments = vec![
+        Segment::Key("spec".to_owned()),
+        Segment::Key("deploymentTargets".to_owned()),
+        Segment::Index(index),
+    ];
+    for step in err.path().iter() {
+        match step {
+            serde_path_to_error::Segment::Seq { index } => segments.push(Segment::Index(*index)),
+            serde_path_to_error::Segment::Map { key } => segments.push(Segment::Key(key.clone())),
+            serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
+        }
+    }
+    Some((path_string(&segments), err.into_inner().to_string(), segments))
+}
+
+/// The line of the deepest step of `path` that [`locate`] finds.
+fn locate_deepest(text: &str, path: &[Segment]) -> Option<u32> {
+    (1..=path.len()).rev().find_map(|n| locate(text, &path[..n]))
 }
 
 /// The fields of a Workload's deployment target.
@@ -953,7 +1049,14 @@ fn parse_document<T: DeserializeOwned>(
             let line = inner.location().map_or(origin.line, |l| {
                 doc.first_line + u32::try_from(l.line()).unwrap_or(1) - 1
             });
-            let (field, message) = describe_error(&path, &inner.to_string());
+            let (path, raw, line) = match flattened_leaf(doc.text, kind, &path) {
+                Some((leaf, raw, segments)) => {
+                    let line = locate_deepest(doc.text, &segments).map_or(line, |l| doc.first_line + l);
+                    (leaf, raw, line)
+                }
+                None => (path, inner.to_string(), line),
+            };
+            let (field, message) = describe_error(&path, &raw);
             let mut d = Diagnostic::error("invalid-object", message)
                 .at(&origin.at_line(line))
                 .on(kind, name);
@@ -1250,9 +1353,52 @@ mod tests {
         );
         assert_eq!(
             d.to_string().trim_end(),
-            "error[invalid-object]: dev/f.yaml:5: ClusterType \"x\": spec.reconciler: expected a string, \
+            "error[invalid-object]: dev/f.yaml:5: ClusterType \"x\": spec.reconciler: must be a string, \
              found a list"
         );
+    }
+
+    #[test]
+    fn wrong_types_in_a_deployment_target_name_the_leaf_without_serde_wording() {
+        let workload = |target: &str| {
+            load(&format!(
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Workload\nmetadata: {{name: app}}\nspec:\n  \
+                 deploymentTargets:\n    - name: a\n      environment: dev\n{target}"
+            ))
+            .1
+            .to_string()
+        };
+        assert_eq!(
+            workload("    - name: b\n      environment: dev\n      manifests:\n        repo: 42\n")
+                .trim_end(),
+            "error[invalid-object]: dev/f.yaml:11: Workload \"app\": spec.deploymentTargets[1].manifests.repo: \
+             must be a string, found the number 42"
+        );
+        assert_eq!(
+            workload("    - name: b\n      environment: [dev]\n").trim_end(),
+            "error[invalid-object]: dev/f.yaml:9: Workload \"app\": spec.deploymentTargets[1].environment: \
+             must be a string, found a list"
+        );
+        assert_eq!(
+            workload("    - name: b\n      environment: dev\n      configSchemas: {a: b}\n").trim_end(),
+            "error[invalid-object]: dev/f.yaml:10: Workload \"app\": spec.deploymentTargets[1].configSchemas: \
+             must be a list, found a mapping"
+        );
+        assert_eq!(
+            workload("    - name: b\n      environment: dev\n      configSchemas: [true]\n").trim_end(),
+            "error[invalid-object]: dev/f.yaml:10: Workload \"app\": spec.deploymentTargets[1].configSchemas[0]: \
+             must be a string, found the boolean true"
+        );
+        for shown in [
+            workload("    - name: b\n      environment: {x: 1}\n"),
+            workload("    - name: {x: 1}\n      environment: dev\n"),
+        ] {
+            assert!(
+                !shown.contains("invalid type") && !shown.contains("expected"),
+                "{shown}"
+            );
+            assert!(shown.contains("must be a string, found a mapping"), "{shown}");
+        }
     }
 
     #[test]

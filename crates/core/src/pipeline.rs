@@ -22,7 +22,7 @@ use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
 };
 use crate::schedule::{Assignment, Schedule, schedule_with};
-use crate::schema::SchemaCache;
+use crate::schema::{Problem, SchemaCache};
 use crate::source::SourceTree;
 use crate::tree::{Package, RepoContent};
 use crate::unfold::{DeploymentTarget, deployment_targets};
@@ -145,6 +145,8 @@ pub struct AssignmentFailure {
     pub deployment_target: String,
     /// What went wrong (Go's message for template errors, the schema violations for config).
     pub message: String,
+    /// The errors that report it (a `config-schema` error may report several assignments).
+    pub errors: Vec<Diagnostic>,
 }
 
 /// The result of rendering an environment.
@@ -172,6 +174,89 @@ pub struct Job<'e> {
     /// The config as a frozen map, shared by the renders whose templates cannot change it.
     shared_config: Map,
     schemas: Vec<&'e str>,
+}
+
+/// Where a config schema was declared: a ConfigSchema object, or a field of the Workload or
+/// DeploymentTarget that declares a target's own schemas (`spec.configSchemas[0]`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct SchemaSource {
+    kind: Kind,
+    name: String,
+    origin: crate::diag::Origin,
+    field: Option<String>,
+}
+
+impl SchemaSource {
+    /// `d`, about this schema.
+    fn attach(&self, d: Diagnostic) -> Diagnostic {
+        let d = d.at(&self.origin).on(self.kind, &self.name);
+        match &self.field {
+            Some(field) => d.field(field),
+            None => d,
+        }
+    }
+}
+
+/// Where each of an assignment's schemas was declared, in the order of [`Job`]'s `schemas`:
+/// the matching ConfigSchemas, then the target's own. Only asked for when a config fails
+/// (it is not needed to render).
+fn schema_sources(env: &ScheduledEnvironment, a: &Assignment) -> Vec<SchemaSource> {
+    let ns = &env.namespace;
+    let ct = &ns.cluster_types[&a.cluster_type];
+    let target = &env.targets[&a.deployment_target];
+    ns.config_schemas
+        .values()
+        .filter(|s| labels_match(s.labels(), ct, target))
+        .map(|s| SchemaSource {
+            kind: Kind::ConfigSchema,
+            name: s.meta.name.clone(),
+            origin: s.origin.clone(),
+            field: None,
+        })
+        .chain(target_schema_sources(ns, target))
+        .collect()
+}
+
+/// Where each of `target`'s own schemas (`spec.configSchemas`: its own, then its Workload's)
+/// was declared.
+fn target_schema_sources(ns: &Namespace, target: &DeploymentTarget) -> Vec<SchemaSource> {
+    let count = target.spec.config_schemas.len();
+    let declared = |kind: Kind, name: &str, fields: Vec<String>| {
+        fields
+            .into_iter()
+            .map(|field| SchemaSource {
+                kind,
+                name: name.to_owned(),
+                origin: target.origin.clone(),
+                field: Some(field),
+            })
+            .collect()
+    };
+    // A target derived from a Workload: the target's entry, then the Workload's list.
+    if let Some(workload) = ns.workloads.get(&target.workload)
+        && workload.object.origin == target.origin
+        && let Some((i, detail)) = workload
+            .object
+            .spec
+            .deployment_targets
+            .iter()
+            .enumerate()
+            .find(|(_, d)| format!("{}-{}", target.workload, d.name) == target.name)
+    {
+        let own = detail.spec.config_schemas.len();
+        let fields = (0..count)
+            .map(|j| {
+                if j < own {
+                    format!("spec.deploymentTargets[{i}].configSchemas[{j}]")
+                } else {
+                    format!("spec.configSchemas[{}]", j - own)
+                }
+            })
+            .collect();
+        return declared(Kind::Workload, &target.workload, fields);
+    }
+    let fields = (0..count).map(|j| format!("spec.configSchemas[{j}]")).collect();
+    declared(Kind::DeploymentTarget, &target.name, fields)
 }
 
 /// An environment resolved for rendering: templates compiled, configs merged, every
@@ -388,7 +473,7 @@ impl<'e> Prepared<'e> {
         // Bytes rendered by all assignments together, against the render-output limit.
         let max_total = crate::limits::current().render_output;
         let total = std::sync::atomic::AtomicUsize::new(0);
-        let results: Vec<Result<Option<Package>, String>> = self
+        let results: Vec<Result<Option<Package>, Failed>> = self
             .jobs
             .par_iter()
             .map(|job| {
@@ -398,7 +483,10 @@ impl<'e> Prepared<'e> {
                 if !select(job) {
                     return Ok(None);
                 }
-                schemas.validate(&job.config, &job.schemas)?;
+                let problems = schemas.check(&job.config, &job.schemas);
+                if !problems.is_empty() {
+                    return Err(Failed::Schema(problems));
+                }
                 render_package(
                     engine,
                     templates,
@@ -408,20 +496,20 @@ impl<'e> Prepared<'e> {
                     &job.shared_config,
                 )
                 .map_err(|f: RenderFailure| {
-                    format!(
+                    Failed::Other(format!(
                         "{}: Template {:?}: spec.manifests[{}]: {}",
                         f.origin, f.template, f.manifest, f.message
-                    )
+                    ))
                 })
                 .and_then(|package| {
                     let size: usize = package.files().map(|(_, blob)| blob.len()).sum();
                     let before = total.fetch_add(size, std::sync::atomic::Ordering::Relaxed);
                     if before.saturating_add(size) > max_total {
-                        return Err(format!(
+                        return Err(Failed::Other(format!(
                             "the manifests of the render exceed the render-output limit ({max_total} bytes) \
                              with this assignment's {size} bytes; {}",
                             crate::limits::hint("render-output")
-                        ));
+                        )));
                     }
                     Ok(deliver(job, package))
                 })
@@ -430,8 +518,9 @@ impl<'e> Prepared<'e> {
 
         let env = self.env;
         let ns = &env.namespace;
+        let mut schema_errors = SchemaErrors::new(env, &self.jobs, &results);
         let mut rendered = Rendered::default();
-        for (job, result) in self.jobs.iter().zip(results) {
+        for (n, (job, result)) in self.jobs.iter().zip(results).enumerate() {
             let a = job.assignment;
             match result {
                 Ok(package) => {
@@ -449,23 +538,41 @@ impl<'e> Prepared<'e> {
                         });
                     }
                 }
-                Err(message) => {
+                Err(Failed::Schema(problems)) => {
+                    // Reported once per schema and problem, where the first assignment it
+                    // fails comes in tree order.
+                    let errors = schema_errors.for_job(n, diagnostics);
+                    rendered.failures.push(AssignmentFailure {
+                        cluster_type: a.cluster_type.clone(),
+                        deployment_target: a.deployment_target.clone(),
+                        message: format!(
+                            "config data validation failed: {}",
+                            problems
+                                .iter()
+                                .map(|(_, p)| p.to_string())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        ),
+                        errors,
+                    });
+                }
+                Err(Failed::Other(message)) => {
                     let target = &env.targets[&a.deployment_target];
-                    diagnostics.push(
-                        Diagnostic::error(
-                            "assignment",
-                            format!(
-                                "cannot generate manifests on cluster type {:?}: {message}",
-                                a.cluster_type
-                            ),
-                        )
-                        .at(&target.origin)
-                        .on(Kind::DeploymentTarget, &a.deployment_target),
-                    );
+                    let error = Diagnostic::error(
+                        "assignment",
+                        format!(
+                            "cannot generate manifests on cluster type {:?}: {message}",
+                            a.cluster_type
+                        ),
+                    )
+                    .at(&target.origin)
+                    .on(Kind::DeploymentTarget, &a.deployment_target);
+                    diagnostics.push(error.clone());
                     rendered.failures.push(AssignmentFailure {
                         cluster_type: a.cluster_type.clone(),
                         deployment_target: a.deployment_target.clone(),
                         message,
+                        errors: vec![error],
                     });
                 }
             }
@@ -476,6 +583,96 @@ impl<'e> Prepared<'e> {
             .map(|b| b.spec.commit.clone())
             .filter(|c| !c.is_empty());
         rendered
+    }
+}
+
+/// Why an assignment could not be rendered.
+enum Failed {
+    /// Its config has problems with its schemas (index into the job's schemas, problem).
+    Schema(Vec<(usize, Problem)>),
+    /// A template failed, or a limit was hit.
+    Other(String),
+}
+
+/// How many assignments an error names before "and N more".
+const SHOWN_ASSIGNMENTS: usize = 3;
+
+/// The `config-schema` errors of a render: one per schema and problem, naming the assignments
+/// it fails (each assignment's [`AssignmentFailure::errors`] lists those about it, which is
+/// also how a run isolates them by registration: [`crate::run::Isolation`]).
+struct SchemaErrors {
+    /// Each error's key, its assignments (`<cluster type>/<deployment target>`, tree order)
+    /// and whether it was reported yet.
+    groups: Vec<(SchemaErrorKey, Vec<String>, Option<Diagnostic>)>,
+    /// For each failing job (by index), the group of each of its problems.
+    of_job: HashMap<usize, Vec<usize>>,
+}
+
+type SchemaErrorKey = (SchemaSource, Problem);
+
+impl SchemaErrors {
+    fn new(env: &ScheduledEnvironment, jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
+        let mut errors = SchemaErrors {
+            groups: Vec::new(),
+            of_job: HashMap::new(),
+        };
+        let mut index: HashMap<SchemaErrorKey, usize> = HashMap::new();
+        for (n, (job, result)) in jobs.iter().zip(results).enumerate() {
+            let Err(Failed::Schema(problems)) = result else {
+                continue;
+            };
+            let a = job.assignment;
+            let sources = schema_sources(env, a);
+            let assignment = format!("{}/{}", a.cluster_type, a.deployment_target);
+            let mut groups = Vec::with_capacity(problems.len());
+            for (schema, problem) in problems {
+                let key = (sources[*schema].clone(), problem.clone());
+                let next = errors.groups.len();
+                let i = *index.entry(key.clone()).or_insert(next);
+                if i == next {
+                    errors.groups.push((key, Vec::new(), None));
+                }
+                let assignments = &mut errors.groups[i].1;
+                if assignments.last() != Some(&assignment) {
+                    assignments.push(assignment.clone());
+                }
+                groups.push(i);
+            }
+            errors.of_job.insert(n, groups);
+        }
+        errors
+    }
+
+    /// The errors about the problems of job `n`, each pushed to `diagnostics` the first time.
+    fn for_job(&mut self, n: usize, diagnostics: &mut Diagnostics) -> Vec<Diagnostic> {
+        let mut errors: Vec<Diagnostic> = Vec::new();
+        for i in self.of_job.get(&n).cloned().unwrap_or_default() {
+            let (key, assignments, reported) = &mut self.groups[i];
+            let error = reported.get_or_insert_with(|| {
+                let shown = assignments[..assignments.len().min(SHOWN_ASSIGNMENTS)].join(", ");
+                let more = assignments.len().saturating_sub(SHOWN_ASSIGNMENTS);
+                let more = if more > 0 {
+                    format!(" and {more} more")
+                } else {
+                    String::new()
+                };
+                let what = if assignments.len() == 1 {
+                    "assignment"
+                } else {
+                    "assignments"
+                };
+                let d = key.0.attach(Diagnostic::error(
+                    "config-schema",
+                    format!("{} (failing {what}: {shown}{more})", key.1),
+                ));
+                diagnostics.push(d.clone());
+                d
+            });
+            if !errors.contains(error) {
+                errors.push(error.clone());
+            }
+        }
+        errors
     }
 }
 

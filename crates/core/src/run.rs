@@ -23,7 +23,9 @@ use crate::diag::{Diagnostic, Diagnostics};
 use crate::explain::conflicts;
 use crate::fingerprint::Fingerprint;
 use crate::model::Namespace;
-use crate::pipeline::{AssignmentRecord, Inputs, Rendered, ScheduledEnvironment, load_namespace, prepare};
+use crate::pipeline::{
+    AssignmentFailure, AssignmentRecord, Inputs, Rendered, ScheduledEnvironment, load_namespace, prepare,
+};
 use crate::placement::{CurrentAssignment, ExtenderClient, NoExtenders, PlacementInput};
 use crate::tree::{KeptFolders, Package, RepoContent};
 use crate::warnings;
@@ -226,14 +228,15 @@ pub fn finish(
         .iter()
         .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
         .collect();
-    let failures = failures(&scheduled, &rendered.content, &diagnostics);
+    let failures = failures(&scheduled, &rendered.content, &rendered.failures, &diagnostics);
     let mut isolated = BTreeSet::new();
     let mut blocked = diagnostics.has_errors();
     if blocked && isolation == Isolation::Registration {
         let scopes: Option<BTreeSet<String>> = diagnostics
             .errors()
-            .map(|d| registration_of(d, &environment).map(ToOwned::to_owned))
-            .collect();
+            .map(|d| registrations_of(d, &environment, &rendered.failures))
+            .collect::<Option<Vec<_>>>()
+            .map(|sets| sets.into_iter().flatten().collect());
         if let Some(scopes) = scopes {
             isolate(&environment, &mut rendered.content, &scopes, &mut diagnostics);
             isolated = scopes;
@@ -249,6 +252,27 @@ pub fn finish(
         rendered_now: 0,
         blocked,
     }
+}
+
+/// The WorkloadRegistrations an error belongs to, if it belongs only to them: those of the
+/// assignments it fails (an error that reports several assignments, such as a schema rule
+/// they break: see [`AssignmentFailure::errors`]), or the one of [`registration_of`].
+fn registrations_of(
+    d: &Diagnostic,
+    env: &ScheduledEnvironment,
+    assignment_failures: &[AssignmentFailure],
+) -> Option<BTreeSet<String>> {
+    let failing: Vec<&AssignmentFailure> = assignment_failures
+        .iter()
+        .filter(|f| f.errors.contains(d))
+        .collect();
+    if d.registration.is_none() && !failing.is_empty() {
+        return failing
+            .iter()
+            .map(|f| target_registration(env, &f.deployment_target).map(ToOwned::to_owned))
+            .collect();
+    }
+    registration_of(d, env).map(|r| BTreeSet::from([r.to_owned()]))
 }
 
 /// The WorkloadRegistration an error belongs to, if it belongs to one: it was found in the
@@ -468,11 +492,14 @@ pub fn is_issue_title_of(title: &str, environment: &str) -> bool {
 }
 
 /// Groups the error diagnostics: one failure per scheduled (deployment target, cluster type)
-/// that produced no package (with the diagnostics about it, or about its cluster type's
-/// templates), and one for the remaining errors.
+/// that produced no package (with the diagnostics about it: its `assignment` errors, the
+/// `config-schema` errors `assignment_failures` lists for it, or else those about its
+/// cluster type's templates), and one for the remaining errors. An error that fails several
+/// assignments (a schema violation) is in each of their failures.
 pub fn failures(
     scheduled: &[(String, String)],
     content: &RepoContent,
+    assignment_failures: &[AssignmentFailure],
     diagnostics: &Diagnostics,
 ) -> Vec<Failure> {
     let errors: Vec<&Diagnostic> = diagnostics.errors().collect();
@@ -488,10 +515,16 @@ pub fn failures(
         {
             continue;
         }
+        let reported: Vec<&Diagnostic> = assignment_failures
+            .iter()
+            .filter(|f| &f.deployment_target == target && &f.cluster_type == cluster_type)
+            .flat_map(|f| &f.errors)
+            .collect();
         let about_assignment = |d: &Diagnostic| {
-            d.code == "assignment"
+            (d.code == "assignment"
                 && d.object.as_ref() == Some(&(Kind::DeploymentTarget, target.clone()))
-                && d.message.contains(&format!("on cluster type {cluster_type:?}"))
+                && d.message.contains(&format!("on cluster type {cluster_type:?}")))
+                || reported.contains(&d)
         };
         let about_cluster_type =
             |d: &Diagnostic| d.object.as_ref() == Some(&(Kind::ClusterType, cluster_type.clone()));
@@ -729,7 +762,7 @@ mod tests {
         ));
         diags.push(error("yaml", "bad yaml", (Kind::ConfigMap, "c")));
         diags.push(Diagnostic::warning("w", "just a warning"));
-        let failures = failures(&scheduled, &content, &diags);
+        let failures = failures(&scheduled, &content, &[], &diags);
         let titles: Vec<String> = failures.iter().map(|f| f.title("dev")).collect();
         assert_eq!(
             titles,
@@ -747,6 +780,99 @@ mod tests {
         assert!(titles.iter().all(|t| !t.contains("cluster type large")));
         assert!(titles.iter().all(|t| is_issue_title_of(t, "dev")));
         assert!(!is_issue_title_of(&titles[0], "stage"));
+    }
+
+    #[test]
+    fn a_schema_error_shared_by_assignments_is_in_each_of_their_failures() {
+        let scheduled = vec![
+            ("app-dev".to_owned(), "large".to_owned()),
+            ("app-qa".to_owned(), "large".to_owned()),
+            ("app-ok".to_owned(), "large".to_owned()),
+        ];
+        let mut content = RepoContent::default();
+        content
+            .packages
+            .insert(("large".into(), "app-ok".into()), Package::default());
+        let shared = error(
+            "config-schema",
+            "config value /REPLICAS: must be at most 2, found 3 (failing assignments: large/app-dev, large/app-qa)",
+            (Kind::ConfigSchema, "replicas"),
+        );
+        let own = error(
+            "config-schema",
+            "config value /OWNER: is required but missing (failing assignment: large/app-qa)",
+            (Kind::Workload, "app"),
+        );
+        let failed = |target: &str, errors: Vec<Diagnostic>| AssignmentFailure {
+            cluster_type: "large".to_owned(),
+            deployment_target: target.to_owned(),
+            message: String::new(),
+            errors,
+        };
+        let assignment_failures = [
+            failed("app-dev", vec![shared.clone()]),
+            failed("app-qa", vec![shared.clone(), own.clone()]),
+        ];
+        let mut diags = Diagnostics::new();
+        diags.push(shared.clone());
+        diags.push(own.clone());
+        diags.push(error("yaml", "bad yaml", (Kind::ConfigMap, "c")));
+        let failures = failures(&scheduled, &content, &assignment_failures, &diags);
+        assert_eq!(failures.len(), 3, "{failures:?}");
+        assert_eq!(failures[0].assignment, Some(("app-dev".into(), "large".into())));
+        assert_eq!(failures[0].message, shared.to_string());
+        assert_eq!(failures[1].assignment, Some(("app-qa".into(), "large".into())));
+        assert_eq!(failures[1].message, format!("{shared}\n{own}"));
+        // The schema errors are not repeated in the environment's failure.
+        assert_eq!(failures[2].assignment, None);
+        assert!(failures[2].message.contains("bad yaml"));
+        assert!(!failures[2].message.contains("config-schema"));
+    }
+
+    #[test]
+    fn a_schema_rule_broken_by_two_registrations_is_one_error_that_isolates_both() {
+        let mut inputs = example("dev");
+        let mut files = inputs.main.files().to_vec();
+        files.push(SourceFile::new(
+            "schema.yaml",
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ConfigSchema\nmetadata:\n  name: owner\n\
+             spec:\n  schema: '{\"required\": [\"OWNER\"]}'\n"
+                .as_bytes()
+                .to_vec(),
+        ));
+        inputs.main = SourceTree::new(inputs.main.label(), files);
+
+        let blocked = run_isolated(&inputs, Isolation::Environment);
+        assert!(blocked.is_blocked());
+        let errors: Vec<&Diagnostic> = blocked.diagnostics.errors().collect();
+        assert_eq!(errors.len(), 1, "one error for the rule: {errors:?}");
+        assert_eq!(errors[0].code, "config-schema");
+        assert!(
+            errors[0].message.contains("/OWNER: is required but missing"),
+            "{}",
+            errors[0]
+        );
+        // Each failing assignment is its own failure (an issue), each with the shared error.
+        let failing = blocked.rendered.failures.len();
+        assert!(failing > 1);
+        assert_eq!(
+            blocked.failures.iter().filter(|f| f.assignment.is_some()).count(),
+            failing
+        );
+        assert!(
+            blocked
+                .failures
+                .iter()
+                .all(|f| f.message == errors[0].to_string())
+        );
+
+        let isolated = run_isolated(&inputs, Isolation::Registration);
+        assert!(!isolated.is_blocked(), "{:?}", isolated.diagnostics);
+        assert_eq!(
+            isolated.isolated,
+            BTreeSet::from(["hello-world-app".to_owned(), "platform-svc".to_owned()])
+        );
+        assert!(isolated.content().unwrap().packages.is_empty());
     }
 
     /// The example's inputs with registration `platform-svc`'s workload files broken.

@@ -64,43 +64,318 @@ impl SchemaCache {
         compiled
     }
 
-    /// Validates `config` against every schema; returns every violation of every schema,
-    /// and every schema that cannot be compiled, as one line
-    /// (`config data validation failed: REPLICAS: 0 is less than the minimum of 1; ...`).
-    pub fn validate(&self, config: &ConfigData, schemas: &[&str]) -> Result<(), String> {
+    /// Checks `config` against each of `schemas`: every violation, and every schema that
+    /// cannot be used, with the index of the schema it is about (in the order of `schemas`,
+    /// each schema's violations in the validator's order). Empty when the config passes.
+    pub fn check(&self, config: &ConfigData, schemas: &[&str]) -> Vec<(usize, Problem)> {
         if schemas.is_empty() {
-            return Ok(());
+            return Vec::new();
         }
         let instance = config_instance(config);
-        let mut failures: Vec<String> = Vec::new();
-        for text in schemas {
+        let mut problems = Vec::new();
+        for (index, text) in schemas.iter().enumerate() {
             match &*self.get(text) {
-                Err(e) => failures.push(format!("invalid schema ({e})")),
-                Ok(validator) => failures.extend(validator.iter_errors(&instance).map(|e| {
-                    let path = e.instance_path().to_string();
-                    let field = path.trim_start_matches('/').replace('/', ".");
-                    if field.is_empty() {
-                        e.to_string()
-                    } else {
-                        format!("{field}: {e}")
-                    }
-                })),
+                Err(e) => problems.push((index, Problem::Invalid(e.clone()))),
+                Ok(validator) => problems.extend(
+                    validator
+                        .iter_errors(&instance)
+                        .flat_map(|e| violations(&e))
+                        .map(|v| (index, Problem::Violation(v))),
+                ),
             }
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            let joined = failures.join("; ").replace(['\n', '\r'], " ");
-            Err(format!("config data validation failed: {joined}"))
+        problems
+    }
+}
+
+/// What is wrong with a config for one schema.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Problem {
+    /// The config breaks one of the schema's rules.
+    Violation(Violation),
+    /// The schema cannot be used (it does not parse, is not a JSON Schema, or refers to
+    /// something outside itself); every config fails it, as in the original.
+    Invalid(String),
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Problem::Violation(v) => v.fmt(f),
+            Problem::Invalid(reason) => write!(f, "the schema cannot be used: {reason}"),
         }
     }
+}
+
+/// One rule of a schema that a config breaks.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Violation {
+    /// The JSON pointer of the config value (`/REPLICAS`, `/LIMITS/cpu`); for a required key
+    /// that is missing, the pointer it would have.
+    pub pointer: String,
+    /// The rule, in plain words (`must be at most 2, found 3`).
+    pub rule: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let pointer = if self.pointer.is_empty() {
+            "/"
+        } else {
+            &self.pointer
+        };
+        write!(
+            f,
+            "config value {}: {}",
+            crate::diag::escape(pointer),
+            crate::diag::escape(&self.rule)
+        )
+    }
+}
+
+/// `key` as one step of a JSON pointer (`~` and `/` escaped, RFC 6901).
+fn pointer_step(key: &str) -> String {
+    key.replace('~', "~0").replace('/', "~1")
+}
+
+/// A JSON value as the user wrote it, shortened when long.
+fn shown(value: &Json) -> String {
+    let text = value.to_string();
+    if text.chars().count() <= 60 {
+        text
+    } else {
+        let head: String = text.chars().take(57).collect();
+        format!("{head}...")
+    }
+}
+
+/// What a JSON value is, in words (`a string`, `a mapping`).
+fn type_of(value: &Json) -> &'static str {
+    match value {
+        Json::Null => "null",
+        Json::Bool(_) => "a boolean",
+        Json::Number(n) if n.is_f64() => "a number",
+        Json::Number(_) => "an integer",
+        Json::String(_) => "a string",
+        Json::Array(_) => "a list",
+        Json::Object(_) => "a mapping",
+    }
+}
+
+/// A JSON Schema type name in words.
+fn type_name(ty: jsonschema::JsonType) -> &'static str {
+    use jsonschema::JsonType as T;
+    match ty {
+        T::Array => "a list",
+        T::Boolean => "a boolean",
+        T::Integer => "an integer",
+        T::Null => "null",
+        T::Number => "a number",
+        T::Object => "a mapping",
+        T::String => "a string",
+    }
+}
+
+/// `a, b or c`.
+fn one_of_words(items: &[String]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
+}
+
+/// The length of a string value, in characters (what JSON Schema counts).
+fn length(value: &Json) -> usize {
+    value.as_str().map_or(0, |s| s.chars().count())
+}
+
+/// A validator's error as violations in plain words: the validator's own messages name its
+/// internals ("the schemas listed in the 'anyOf' keyword"), so each kind is worded here.
+fn violations(e: &jsonschema::ValidationError<'_>) -> Vec<Violation> {
+    use jsonschema::error::{TypeKind, ValidationErrorKind as K};
+    let pointer = e.instance_path().to_string();
+    let value = e.instance();
+    let found = shown(value);
+    let at = |rule: String| {
+        vec![Violation {
+            pointer: pointer.clone(),
+            rule,
+        }]
+    };
+    let each_key = |keys: &[String], rule: &str| -> Vec<Violation> {
+        keys.iter()
+            .map(|key| Violation {
+                pointer: format!("{pointer}/{}", pointer_step(key)),
+                rule: rule.to_owned(),
+            })
+            .collect()
+    };
+    match e.kind() {
+        K::Required { property } => vec![Violation {
+            pointer: format!(
+                "{pointer}/{}",
+                pointer_step(property.as_str().unwrap_or_default())
+            ),
+            rule: "is required but missing".to_owned(),
+        }],
+        K::Type { kind } => {
+            let expected: Vec<String> = match kind {
+                TypeKind::Single(ty) => vec![type_name(*ty).to_owned()],
+                TypeKind::Multiple(set) => set.iter().map(|ty| type_name(ty).to_owned()).collect(),
+            };
+            at(format!(
+                "must be {}, found {} ({found})",
+                one_of_words(&expected),
+                type_of(value)
+            ))
+        }
+        K::Minimum { limit } => at(format!("must be at least {limit}, found {found}")),
+        K::Maximum { limit } => at(format!("must be at most {limit}, found {found}")),
+        K::ExclusiveMinimum { limit } => at(format!("must be greater than {limit}, found {found}")),
+        K::ExclusiveMaximum { limit } => at(format!("must be less than {limit}, found {found}")),
+        K::MultipleOf { multiple_of } => at(format!("must be a multiple of {multiple_of}, found {found}")),
+        K::MinLength { limit } => at(format!(
+            "must be at least {limit} character(s) long, found {} ({found})",
+            length(value)
+        )),
+        K::MaxLength { limit } => at(format!(
+            "must be at most {limit} character(s) long, found {} ({found})",
+            length(value)
+        )),
+        K::MinItems { limit } => at(format!(
+            "must have at least {limit} item(s), found {}",
+            value.as_array().map_or(0, Vec::len)
+        )),
+        K::MaxItems { limit } => at(format!(
+            "must have at most {limit} item(s), found {}",
+            value.as_array().map_or(0, Vec::len)
+        )),
+        K::MinProperties { limit } => at(format!(
+            "must have at least {limit} key(s), found {}",
+            value.as_object().map_or(0, JsonMap::len)
+        )),
+        K::MaxProperties { limit } => at(format!(
+            "must have at most {limit} key(s), found {}",
+            value.as_object().map_or(0, JsonMap::len)
+        )),
+        K::Enum { options } => {
+            let options: Vec<String> = match &**options {
+                Json::Array(items) => items.iter().map(shown).collect(),
+                other => vec![shown(other)],
+            };
+            at(format!("must be {}, found {found}", one_of_words(&options)))
+        }
+        K::Constant { expected_value } => at(format!("must be {}, found {found}", shown(expected_value))),
+        K::Pattern { pattern } => at(format!("must match the pattern {pattern:?}, found {found}")),
+        K::Format { format } => at(format!("must be a valid {format}, found {found}")),
+        K::AdditionalProperties { unexpected } => {
+            each_key(unexpected, "is not allowed: the schema lists the keys it accepts")
+        }
+        K::UnevaluatedProperties { unexpected } => each_key(
+            unexpected,
+            "is not allowed: no part of the schema accepts this key",
+        ),
+        K::AdditionalItems { limit } => at(format!(
+            "must have at most {limit} item(s), found {}",
+            value.as_array().map_or(0, Vec::len)
+        )),
+        K::UnevaluatedItems { unexpected } => at(format!(
+            "has item(s) no part of the schema accepts: {}",
+            unexpected.join(", ")
+        )),
+        K::AnyOf { .. } => at(format!(
+            "must match at least one of the schema's alternatives (anyOf), found {found}"
+        )),
+        K::OneOfNotValid { .. } => at(format!(
+            "must match exactly one of the schema's alternatives (oneOf), matches none: {found}"
+        )),
+        K::OneOfMultipleValid { .. } => at(format!(
+            "must match exactly one of the schema's alternatives (oneOf), matches several: {found}"
+        )),
+        K::Not { .. } => at(format!("must not match the schema under \"not\", found {found}")),
+        K::Contains => at("must contain an item the schema's \"contains\" accepts".to_owned()),
+        K::UniqueItems => at(format!("must not repeat an item, found {found}")),
+        K::FalseSchema => at("is not allowed: the schema for it is `false`".to_owned()),
+        K::PropertyNames { error } => {
+            let key = error.instance().as_str().unwrap_or_default().to_owned();
+            let rules: Vec<String> = violations(error).into_iter().map(|v| v.rule).collect();
+            vec![Violation {
+                pointer: format!("{pointer}/{}", pointer_step(&key)),
+                rule: format!("is not an allowed key name: the name {}", rules.join("; ")),
+            }]
+        }
+        K::ContentEncoding { content_encoding } => {
+            at(format!("must be {content_encoding}-encoded, found {found}"))
+        }
+        K::FromUtf8 { .. } => at("must decode to UTF-8 text".to_owned()),
+        K::ContentMediaType { content_media_type } => at(format!(
+            "must be a valid {content_media_type} document, found {found}"
+        )),
+        K::BacktrackLimitExceeded { .. } | K::RegexEngineFailure { .. } => {
+            at("cannot be checked: the schema's pattern is too complex to evaluate".to_owned())
+        }
+        K::Custom { message, .. } => at(message.clone()),
+        K::Referencing(error) => at(reference_problem(error)),
+    }
+}
+
+/// A `$ref` that cannot be followed, in plain words (schemas never reach the network or the
+/// file system, so any reference outside the schema itself fails).
+fn reference_problem(error: &jsonschema::ReferencingError) -> String {
+    use jsonschema::ReferencingError as R;
+    match error {
+        R::Unretrievable { uri, .. } => format!(
+            "the schema refers to {uri:?} ($ref); kalypso reads schemas only from the control plane and does not \
+             fetch others"
+        ),
+        R::PointerToNowhere { pointer } => {
+            format!("the schema's $ref {pointer:?} points to nothing in the schema")
+        }
+        R::NoSuchAnchor { anchor } | R::InvalidAnchor { anchor } => {
+            format!("the schema's $ref names the anchor {anchor:?}, which the schema does not have")
+        }
+        R::UnknownSpecification { specification } => {
+            format!("the schema declares $schema {specification:?}, which is not a JSON Schema draft")
+        }
+        other => format!("the schema has a $ref that cannot be followed ({other})"),
+    }
+}
+
+/// A schema compile error in plain words.
+fn compile_problem(e: &jsonschema::ValidationError<'_>) -> String {
+    if let jsonschema::error::ValidationErrorKind::Referencing(error) = e.kind() {
+        return reference_problem(error);
+    }
+    let rules: Vec<String> = violations(e)
+        .into_iter()
+        .map(|v| {
+            let at = if v.pointer.is_empty() {
+                "/"
+            } else {
+                v.pointer.as_str()
+            };
+            // The meta-schema's `type` is an anyOf of a name and a list of names.
+            if at.ends_with("/type") && matches!(e.kind(), jsonschema::error::ValidationErrorKind::AnyOf { .. }) {
+                return format!(
+                    "{at} must be array, boolean, integer, null, number, object or string (or a list of them), \
+                     found {}",
+                    shown(e.instance())
+                );
+            }
+            format!("{at} {}", v.rule)
+        })
+        .collect();
+    format!("it is not a valid JSON Schema: {}", rules.join("; "))
 }
 
 fn parse(text: &str) -> Result<Json, String> {
     match serde_json::from_str(text) {
         Ok(v) => Ok(v),
         // A YAML schema is accepted too (the original accepts only JSON).
-        Err(json_err) => serde_yaml_ng::from_str(text).map_err(|_| format!("not valid JSON: {json_err}")),
+        Err(json_err) => {
+            serde_yaml_ng::from_str(text).map_err(|_| format!("it is not valid JSON: {json_err}"))
+        }
     }
 }
 
@@ -137,7 +412,7 @@ fn compile(text: &str) -> Result<jsonschema::Validator, String> {
         .with_draft(draft)
         .should_validate_formats(true)
         .build(&schema)
-        .map_err(|e| e.to_string())
+        .map_err(|e| compile_problem(&e))
 }
 
 /// gojsonschema's hybrid draft as draft 7: a boolean `exclusiveMinimum: true` turns
@@ -276,33 +551,129 @@ mod tests {
         }
     }
 
+    /// Every problem of `pairs` with `schemas`, one per line (`<schema index>: <problem>`).
+    fn problems(schemas: &[&str], pairs: &[(&str, &str)]) -> Result<(), String> {
+        let found = SchemaCache::new().check(&config(pairs), schemas);
+        if found.is_empty() {
+            return Ok(());
+        }
+        Err(found
+            .iter()
+            .map(|(i, p)| format!("{i}: {p}"))
+            .collect::<Vec<_>>()
+            .join("\n"))
+    }
+
     #[test]
     fn numeric_strings_validate_as_numbers() {
-        let cache = SchemaCache::new();
         let schema = r#"{"type":"object","properties":{"REPLICAS":{"type":"integer","minimum":1}},"required":["REPLICAS","REGION"]}"#;
         assert_eq!(
-            cache.validate(&config(&[("REPLICAS", "3"), ("REGION", "eu")]), &[schema]),
+            problems(&[schema], &[("REPLICAS", "3"), ("REGION", "eu")]),
             Ok(())
         );
-        let err = cache
-            .validate(&config(&[("REPLICAS", "0")]), &[schema])
-            .unwrap_err();
-        assert!(err.starts_with("config data validation failed: "), "{err}");
-        assert!(!err.contains('\n'), "one line: {err}");
-        assert!(err.contains("\"REGION\" is a required property"), "{err}");
-        assert!(err.contains("; "), "{err}");
-        assert!(err.contains("REPLICAS: 0 is less than the minimum of 1"), "{err}");
+        let err = problems(&[schema], &[("REPLICAS", "0")]).unwrap_err();
+        assert_eq!(
+            err,
+            "0: config value /REGION: is required but missing\n\
+             0: config value /REPLICAS: must be at least 1, found 0"
+        );
+    }
+
+    #[test]
+    fn every_schema_is_checked_and_each_problem_names_its_schema() {
+        let a = r#"{"properties":{"N":{"maximum":2}}}"#;
+        let b = r#"{"required":["OWNER"],"properties":{"N":{"enum":[1,2]}}}"#;
+        let found = SchemaCache::new().check(&config(&[("N", "3")]), &[a, "{not json", b]);
+        let shown: Vec<String> = found.iter().map(|(i, p)| format!("{i}: {p}")).collect();
+        assert_eq!(
+            shown,
+            [
+                "0: config value /N: must be at most 2, found 3",
+                "1: the schema cannot be used: it is not valid JSON: key must be a string at line 1 column 2",
+                "2: config value /OWNER: is required but missing",
+                "2: config value /N: must be 1 or 2, found 3",
+            ]
+        );
+    }
+
+    #[test]
+    fn violations_are_in_plain_words_with_the_pointer_of_the_value() {
+        let schema = r#"{
+            "properties": {
+                "S": {"type": "string", "minLength": 3},
+                "L": {"type": "array", "maxItems": 1, "items": {"type": "integer"}},
+                "M": {"type": "object", "additionalProperties": false, "properties": {"cpu": {"type": "string"}}},
+                "O": {"oneOf": [{"type": "string"}, {"type": "integer"}]},
+                "P": {"pattern": "^[a-z]+$"}
+            },
+            "propertyNames": {"maxLength": 2}
+        }"#;
+        let cache = SchemaCache::new();
+        let mut values = BTreeMap::new();
+        values.insert("S".to_owned(), Value::from("ab"));
+        values.insert("L".to_owned(), kalypso_template::config_value("[1, x]"));
+        values.insert(
+            "M".to_owned(),
+            kalypso_template::config_value("{cpu: 1, mem/x: 2}"),
+        );
+        values.insert("O".to_owned(), Value::Bool(true));
+        values.insert("P".to_owned(), Value::from("ABC"));
+        values.insert("LONGKEY".to_owned(), Value::from("x"));
+        let config = ConfigData {
+            values,
+            provenance: BTreeMap::new(),
+        };
+        let mut shown: Vec<String> = cache
+            .check(&config, &[schema])
+            .iter()
+            .map(|(_, p)| p.to_string())
+            .collect();
+        shown.sort();
+        assert_eq!(
+            shown,
+            [
+                "config value /L/1: must be an integer, found a string (\"x\")",
+                "config value /L: must have at most 1 item(s), found 2",
+                "config value /LONGKEY: is not an allowed key name: the name must be at most 2 character(s) long, found 7 (\"LONGKEY\")",
+                "config value /M/cpu: must be a string, found an integer (1)",
+                "config value /M/mem~1x: is not allowed: the schema lists the keys it accepts",
+                "config value /O: must match exactly one of the schema's alternatives (oneOf), matches none: true",
+                "config value /P: must match the pattern \"^[a-z]+$\", found \"ABC\"",
+                "config value /S: must be at least 3 character(s) long, found 2 (\"ab\")",
+            ]
+        );
+        for line in &shown {
+            assert!(!line.contains("keyword") && !line.contains("feature"), "{line}");
+        }
+    }
+
+    #[test]
+    fn a_reference_outside_the_schema_is_refused_in_plain_words() {
+        let err = problems(&[r#"{"$ref":"https://example.com/s.json"}"#], &[]).unwrap_err();
+        assert!(
+            err.contains("refers to \"https://example.com/s.json\"") && err.contains("does not fetch"),
+            "{err}"
+        );
+        assert!(!err.contains("feature"), "{err}");
+        let err = problems(&[r#"{"type":"strin"}"#], &[]).unwrap_err();
+        assert!(
+            err.contains(
+                "it is not a valid JSON Schema: /type must be array, boolean, integer, null, number, object or \
+                 string (or a list of them), found \"strin\""
+            ),
+            "{err}"
+        );
     }
 
     fn check(schema: &str, pairs: &[(&str, &str)]) -> Result<(), String> {
-        SchemaCache::new().validate(&config(pairs), &[schema])
+        problems(&[schema], pairs)
     }
 
     #[test]
     fn without_schema_draft4_booleans_and_draft6_numbers_both_work() {
         // gojsonschema's hybrid draft (schema.go, case Hybrid).
         let boolean = r#"{"properties":{"N":{"type":"integer","minimum":5,"exclusiveMinimum":true,"maximum":9,"exclusiveMaximum":false}}}"#;
-        assert!(check(boolean, &[("N", "5")]).unwrap_err().contains("N: "));
+        assert!(check(boolean, &[("N", "5")]).unwrap_err().contains("/N: "));
         assert_eq!(check(boolean, &[("N", "6")]), Ok(()));
         assert_eq!(check(boolean, &[("N", "9")]), Ok(()));
         assert!(check(boolean, &[("N", "10")]).is_err());
@@ -317,7 +688,7 @@ mod tests {
         assert!(
             check(mixed, &[("N", "6"), ("A", "x")])
                 .unwrap_err()
-                .contains("\"B\"")
+                .contains("/B: is required")
         );
         // A boolean without its bound is gojsonschema's error.
         let err = check(r#"{"exclusiveMinimum":true}"#, &[]).unwrap_err();
@@ -352,7 +723,7 @@ mod tests {
         assert!(
             check(schema, &[("E", "not an address")])
                 .unwrap_err()
-                .contains("E: ")
+                .contains("/E: ")
         );
         assert!(check(schema, &[("H", "999.1.1.1")]).is_err());
         assert!(check(schema, &[("D", "yesterday")]).is_err());
@@ -402,9 +773,11 @@ mod tests {
     }
 
     #[test]
-    fn invalid_schemas_fail_the_assignment() {
-        let cache = SchemaCache::new();
-        let err = cache.validate(&config(&[]), &["{not json"]).unwrap_err();
-        assert!(err.contains("invalid schema"), "{err}");
+    fn invalid_schemas_fail_every_config() {
+        let err = problems(&["{not json"], &[]).unwrap_err();
+        assert!(
+            err.contains("the schema cannot be used: it is not valid JSON"),
+            "{err}"
+        );
     }
 }
