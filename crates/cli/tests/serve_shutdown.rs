@@ -145,3 +145,87 @@ fn sigterm_during_a_backoff_stops_serve_at_once_with_exit_code_0() {
         "{log:?}"
     );
 }
+
+/// SIGTERM while an environment's fetch hangs (the server accepts the connection and never
+/// answers): the step is abandoned after the grace period and serve exits 0.
+#[test]
+fn sigterm_during_a_hanging_fetch_abandons_it_and_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (accepted, connection) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming() {
+            held.push(stream);
+            let _ = accepted.send(());
+        }
+    });
+    let config = dir.path().join("kalypso.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "controlPlane: http://127.0.0.1:{port}/control-plane.git\nenvironments: [dev]\nlisten: 127.0.0.1:0\ncacheDir: {}\n\
+             auth:\n  tokenEnv: KALYPSO_TEST_NO_TOKEN\nwebhook:\n  secretEnv: KALYPSO_TEST_NO_SECRET\n",
+            dir.path().join("cache").display()
+        ),
+    )
+    .unwrap();
+    let args: Vec<String> = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    support::as_cli_child(&mut command, &args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = command.spawn().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        BufReader::new(stderr)
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(&l.unwrap()).unwrap())
+            .collect::<Vec<_>>()
+    });
+    connection
+        .recv_timeout(Duration::from_secs(60))
+        .expect("serve fetches the control plane");
+
+    let asked = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if asked.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            panic!("serve did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    println!(
+        "kalypso serve exited {:?} {:.0} ms after SIGTERM, during a fetch that never ends",
+        status.code(),
+        asked.elapsed().as_secs_f64() * 1000.0
+    );
+    assert_eq!(status.code(), Some(0));
+    let log = reader.join().unwrap();
+    let abandoned = log
+        .iter()
+        .find(|l| l["fields"]["step"] == "reading the control plane")
+        .unwrap_or_else(|| panic!("the abandoned step is logged: {log:?}"));
+    assert_eq!(abandoned["fields"]["environment"], "dev", "{abandoned}");
+    assert_eq!(abandoned["level"], "WARN", "{abandoned}");
+}

@@ -71,6 +71,9 @@ pub enum Error {
     /// The HTTP server failed.
     #[error("HTTP server failed: {0}")]
     Server(std::io::Error),
+    /// The mirrors' folder cannot be locked (another daemon uses it) or repaired.
+    #[error("{0}")]
+    Mirrors(String),
 }
 
 /// What one poll did to one environment.
@@ -142,6 +145,8 @@ pub struct Daemon {
     environments: Vec<String>,
     /// Lists the environments when none are configured.
     discovery: Arc<Mutex<Syncer>>,
+    /// The lock on the discovery's mirrors, held while the daemon lives.
+    _discovery_lock: File,
     workers: Mutex<BTreeMap<String, Arc<Worker>>>,
 }
 
@@ -183,9 +188,11 @@ impl Daemon {
             },
             ..configured
         };
+        let discovery_dir = settings.cache_dir.join("serve").join("_environments");
+        let discovery_lock = lock_mirrors(&discovery_dir).map_err(Error::Mirrors)?;
         let discovery = Syncer::new(
             Settings {
-                cache_dir: settings.cache_dir.join("serve").join("_environments"),
+                cache_dir: discovery_dir,
                 ..settings.clone()
             },
             runtime.clone(),
@@ -206,6 +213,7 @@ impl Daemon {
             }),
             environments: config.environments.clone(),
             discovery: Arc::new(Mutex::new(discovery)),
+            _discovery_lock: discovery_lock,
             workers: Mutex::new(BTreeMap::new()),
         })
     }
@@ -850,5 +858,46 @@ fn describe(delivery: &Delivery) -> (&'static str, String) {
             ),
         ),
         Delivery::DryRun { mode, changes } => ("dry_run", format!("would deliver in {mode} mode: {changes}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_mirrors_lock_is_exclusive_and_removes_locks_left_by_a_killed_write() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("serve").join("dev");
+        let stale = dir.join("mirror/refs/kalypso-tracking/dev.lock");
+        std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+        std::fs::write(&stale, "").unwrap();
+        std::fs::write(dir.join("mirror/HEAD"), "ref: refs/heads/main\n").unwrap();
+
+        let held = lock_mirrors(&dir).unwrap();
+        assert!(!stale.exists(), "a stale reference lock is removed");
+        assert!(dir.join("mirror/HEAD").exists(), "nothing else is touched");
+        std::fs::write(&stale, "").unwrap();
+        let second = lock_mirrors(&dir).unwrap_err();
+        assert!(
+            second.contains("another kalypso serve uses the mirrors in"),
+            "{second}"
+        );
+        assert!(stale.exists(), "a lock of the running daemon is left alone");
+        drop(held);
+        lock_mirrors(&dir).unwrap();
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn environment_names_that_cannot_name_a_folder_are_refused() {
+        for good in ["dev", "prod-eu.1"] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", ".", "..", "../x", "a/b", "_environments", "Dev"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
     }
 }
