@@ -145,8 +145,9 @@ pub struct Daemon {
     environments: Vec<String>,
     /// Lists the environments when none are configured.
     discovery: Arc<Mutex<Syncer>>,
-    /// The lock on the discovery's mirrors, held while the daemon lives.
-    _discovery_lock: File,
+    /// The lock on the discovery's mirrors (when it lists the environments), held while
+    /// the daemon lives.
+    _discovery_lock: Option<File>,
     workers: Mutex<BTreeMap<String, Arc<Worker>>>,
 }
 
@@ -189,7 +190,11 @@ impl Daemon {
             ..configured
         };
         let discovery_dir = settings.cache_dir.join("serve").join("_environments");
-        let discovery_lock = lock_mirrors(&discovery_dir).map_err(Error::Mirrors)?;
+        let discovery_lock = if config.environments.is_empty() {
+            Some(lock_mirrors(&discovery_dir).map_err(Error::Mirrors)?)
+        } else {
+            None
+        };
         let discovery = Syncer::new(
             Settings {
                 cache_dir: discovery_dir,
@@ -455,17 +460,6 @@ async fn poll_environment(shared: Arc<Shared>, worker: Arc<Worker>) -> (EnvPoll,
                 s.consecutive_failures = failures;
                 s.retry_in = (failures > 0).then(|| kalypso_git::duration::format(wait));
             });
-            if failures > 0 {
-                tracing::warn!(
-                    environment = %worker.name,
-                    consecutive_failures = failures,
-                    retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
-                    next_poll = next,
-                    "environment {} failed {failures} time(s) in a row; retrying in {}",
-                    worker.name,
-                    kalypso_git::duration::format(wait)
-                );
-            }
         }
         (poll, wait)
     })
@@ -760,8 +754,11 @@ fn failed(
         .failures
         .get_or_create(&Metrics::env_result(name, reason))
         .inc();
-    tracing::error!(environment = name, reason, error = %error, "environment not delivered");
     let now = now_unix();
+    let wait = shared.backoff.backoff(*failures);
+    let next = now.saturating_add(wait.as_secs_f64().ceil() as u64);
+    let count = *failures;
+    // `/status` first, so that whoever reads the log line finds it there too.
     shared.state.update_status(name, |s: &mut EnvStatus| {
         if !revisions.is_empty() {
             s.revisions = revisions.to_owned();
@@ -775,7 +772,21 @@ fn failed(
             detail: error.clone(),
             diagnostics: Vec::new(),
         });
+        s.consecutive_failures = count;
+        s.next_poll = Some(next);
+        s.retry_in = Some(kalypso_git::duration::format(wait));
     });
+    tracing::error!(
+        environment = name,
+        reason,
+        error = %error,
+        consecutive_failures = count,
+        retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        next_poll = next,
+        "environment {name} not delivered ({}); retrying in {}",
+        if count == 1 { "first failure".to_owned() } else { format!("{count} failures in a row") },
+        kalypso_git::duration::format(wait)
+    );
     EnvPoll::Error(error)
 }
 
