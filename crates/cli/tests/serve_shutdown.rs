@@ -31,6 +31,32 @@ fn get(addr: SocketAddr, path: &str) -> String {
     out.split_once("\r\n\r\n").unwrap().1.to_owned()
 }
 
+/// A child process killed if the test fails before it exits, so that no daemon outlives it.
+struct Reaped(std::process::Child);
+
+impl std::ops::Deref for Reaped {
+    type Target = std::process::Child;
+
+    fn deref(&self) -> &std::process::Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reaped {
+    fn deref_mut(&mut self) -> &mut std::process::Child {
+        &mut self.0
+    }
+}
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Ok(None) = self.0.try_wait() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Sends SIGTERM to `child`.
 fn terminate(child: &std::process::Child) {
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
@@ -70,7 +96,7 @@ fn sigterm_during_a_backoff_stops_serve_at_once_with_exit_code_0() {
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
+    let mut child = Reaped(command.spawn().unwrap());
 
     // Every log line, parsed, as it comes.
     let (lines, logged) = mpsc::channel::<serde_json::Value>();
@@ -187,7 +213,7 @@ fn sigterm_during_a_hanging_fetch_abandons_it_and_exits_0() {
         .env_remove("RUST_LOG")
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = command.spawn().unwrap();
+    let mut child = Reaped(command.spawn().unwrap());
     let stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         BufReader::new(stderr)
