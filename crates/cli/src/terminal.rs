@@ -8,9 +8,14 @@
 use std::ffi::OsString;
 use std::io::IsTerminal;
 
-use tracing_subscriber::EnvFilter;
+use tracing::Level;
+use tracing_subscriber::filter::Targets;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::ColorChoice;
+use crate::progress::{LogWriter, ProgressLayer};
 
 /// The log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -62,25 +67,31 @@ pub(crate) fn colour_stderr(choice: ColorChoice) -> bool {
 }
 
 /// Installs the log subscriber on standard error: `format`, the filter from `RUST_LOG`, else
-/// `level`; colour as [`colour_stderr`] decides (JSON is never coloured). Fails if a subscriber
-/// is already installed (a test that runs several commands in one process).
+/// `level`; colour as [`colour_stderr`] decides (JSON is never coloured). Lines are written
+/// with a progress display cleared, and the display names `kalypso-git`'s fetches and pushes
+/// (see [`crate::progress`]). Fails if a subscriber is already installed (a test that runs
+/// several commands in one process).
 pub(crate) fn init_logs(format: LogFormat, level: &str, choice: ColorChoice) -> Result<(), String> {
     let filter = EnvFilter::try_from_default_env()
         .or_else(|_| EnvFilter::try_new(level))
         .map_err(|e| format!("invalid log level: {e}"))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder
+    let lines = tracing_subscriber::fmt::layer().with_writer(LogWriter);
+    let lines = match format {
+        LogFormat::Json => lines
             .with_ansi(false)
             .json()
             .with_current_span(true)
             .with_span_list(false)
-            .try_init(),
-        LogFormat::Text => builder.with_ansi(colour_stderr(choice)).try_init(),
-    }
-    .map_err(|e| e.to_string())
+            .with_filter(filter)
+            .boxed(),
+        LogFormat::Text => lines.with_ansi(colour_stderr(choice)).with_filter(filter).boxed(),
+    };
+    let git_steps = Targets::new().with_target("kalypso_git", Level::DEBUG);
+    tracing_subscriber::registry()
+        .with(lines)
+        .with(ProgressLayer.with_filter(git_steps))
+        .try_init()
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

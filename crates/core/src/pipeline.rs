@@ -611,7 +611,11 @@ struct SchemaErrors {
 type SchemaErrorKey = (SchemaSource, Problem);
 
 impl SchemaErrors {
-    fn new(env: &ScheduledEnvironment, jobs: &[Job<'_>], results: &[Result<Option<Package>, Failed>]) -> SchemaErrors {
+    fn new(
+        env: &ScheduledEnvironment,
+        jobs: &[Job<'_>],
+        results: &[Result<Option<Package>, Failed>],
+    ) -> SchemaErrors {
         let mut errors = SchemaErrors {
             groups: Vec::new(),
             of_job: HashMap::new(),

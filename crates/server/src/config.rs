@@ -65,8 +65,9 @@ pub struct Config {
     /// The GitHub push webhook.
     #[serde(default)]
     pub webhook: WebhookConfig,
-    /// Retrying of network failures.
-    #[serde(default)]
+    /// Each environment's backoff after an error (`initialBackoff`, `maxBackoff`; each key
+    /// may be left out for its default).
+    #[serde(default, deserialize_with = "retry_with_defaults")]
     pub retry: Option<RetryPolicy>,
     /// Logging.
     #[serde(default)]
@@ -133,6 +134,45 @@ pub struct LogConfig {
     /// A `tracing` filter (`info`, `kalypso_git=debug,info`); `RUST_LOG` wins.
     #[serde(default)]
     pub level: Option<String>,
+}
+
+/// The `retry` section as written: every key optional.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct RetrySection {
+    attempts: Option<u32>,
+    #[serde(default, with = "optional_duration")]
+    initial_backoff: Option<Duration>,
+    #[serde(default, with = "optional_duration")]
+    max_backoff: Option<Duration>,
+}
+
+mod optional_duration {
+    use std::time::Duration;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Duration>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrapped(#[serde(with = "kalypso_core::duration")] Duration);
+        Ok(Option::<Wrapped>::deserialize(d)?.map(|Wrapped(d)| d))
+    }
+}
+
+fn retry_with_defaults<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<RetryPolicy>, D::Error> {
+    let Some(section) = Option::<RetrySection>::deserialize(d)? else {
+        return Ok(None);
+    };
+    let defaults = RetryPolicy::default();
+    let initial_backoff = section.initial_backoff.unwrap_or(defaults.initial_backoff);
+    Ok(Some(RetryPolicy {
+        attempts: section.attempts.unwrap_or(defaults.attempts).max(1),
+        initial_backoff,
+        max_backoff: section
+            .max_backoff
+            .unwrap_or(defaults.max_backoff)
+            .max(initial_backoff),
+    }))
 }
 
 fn default_interval() -> Duration {
@@ -288,5 +328,23 @@ log:
         );
         assert!(Config::parse("controlPlane: x\ninterval: soon\n").is_err());
         assert!(Config::parse("controlPlane: ''\n").is_err());
+        // A retry section may give only the backoff.
+        let partial = Config::parse("controlPlane: x\nretry:\n  initialBackoff: 5s\n").unwrap();
+        let retry = partial.settings().retry;
+        assert_eq!(
+            (retry.attempts, retry.initial_backoff, retry.max_backoff),
+            (5, Duration::from_secs(5), Duration::from_secs(30))
+        );
+        let long = Config::parse("controlPlane: x\nretry:\n  initialBackoff: 2m\n").unwrap();
+        assert_eq!(
+            long.settings().retry.max_backoff,
+            Duration::from_secs(120),
+            "the maximum is at least the first wait"
+        );
+        assert!(
+            Config::parse("controlPlane: x\nretry:\n  initalBackoff: 5s\n")
+                .unwrap_err()
+                .contains("initalBackoff")
+        );
     }
 }

@@ -1,27 +1,52 @@
-//! The poll loop: every `interval` (or at once when a push webhook arrives) fetch the
-//! control plane, resolve each environment's input commits, and render and deliver only the
-//! environments whose inputs changed since they were last handled.
+//! The poll loop: each environment is polled by its own task, every `interval` (or at once
+//! when a push webhook arrives): fetch the control plane, resolve the environment's input
+//! commits, and render and deliver it only when they changed since it was last handled.
+//!
+//! Environments are independent. Each has its own task, its own mirrors of the
+//! repositories (`<cacheDir>/serve/<environment>/`, so that two environments never write
+//! the same local repository at once) and its own backoff: after an error it waits
+//! `initialBackoff`, then twice that, … up to `maxBackoff`, and the wait is reset by a
+//! success. A broken or slow environment never delays another's delivery. Git and GitHub
+//! calls are attempted once per poll (the backoff is the retry), so no thread ever sleeps
+//! inside a blocking call.
 //!
 //! An environment's inputs are remembered after a delivery, and after a render failure too
 //! (the same commits would fail the same way; the failure is already reported); they are
-//! not remembered after an infrastructure error, so the next poll tries again. Git and
-//! GitHub calls block, so each pass runs on a blocking thread. On shutdown the pass under
-//! way finishes (a push is never cut in half), then the HTTP server drains and stops.
+//! not remembered after an error, which is retried with backoff. On shutdown the tasks stop
+//! at once when idle or backing off; a poll under way stops before its next step (reading,
+//! rendering and delivering are steps) and is given [`SHUTDOWN_GRACE`] to finish the one it
+//! is in. A step still running then is abandoned: a push has happened or not (the remote
+//! updates a branch in one step), the objects a fetch or delivery writes into a mirror are
+//! stored before any reference names them, and a reference lock left by a killed write is
+//! removed when the environment's task next starts (it holds the mirrors' lock, so no other
+//! process is writing them).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::fs::File;
 use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kalypso_git::control_plane::short;
 use kalypso_git::sync::TargetReport;
-use kalypso_git::{Delivery, Outcome, RepoUrl, Revisions, Syncer};
+use kalypso_git::{Delivery, Outcome, RepoUrl, RetryPolicy, Revisions, Settings, Syncer};
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 use crate::config::Config;
-use crate::http::{AppState, EnvStatus, app};
+use crate::http::{AppState, EnvStatus, LastFailure, app};
 use crate::metrics::Metrics;
+
+/// How long a poll under way at shutdown may take to finish its step before it is
+/// abandoned; with the HTTP server's drain, the daemon stops within a second.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_millis(700);
+
+/// How long the HTTP server may take to drain at shutdown.
+const SERVER_DRAIN: Duration = Duration::from_millis(200);
 
 /// Why the daemon cannot run.
 #[derive(Debug, thiserror::Error)]
@@ -46,6 +71,9 @@ pub enum Error {
     /// The HTTP server failed.
     #[error("HTTP server failed: {0}")]
     Server(std::io::Error),
+    /// The mirrors' folder cannot be locked (another daemon uses it) or repaired.
+    #[error("{0}")]
+    Mirrors(String),
 }
 
 /// What one poll did to one environment.
@@ -57,38 +85,77 @@ pub enum EnvPoll {
     Delivered(Vec<TargetReport>),
     /// Rendering failed (reported; not retried until the inputs change).
     RenderFailed(usize),
-    /// Reading or delivering failed (retried next poll).
+    /// Reading or delivering failed (retried with backoff).
     Error(String),
+    /// The daemon is shutting down: the poll stopped before its next step.
+    Stopped,
 }
 
 /// What one poll did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PollReport {
-    /// Why the control plane could not be read, if it could not.
+    /// Why the control plane's environments could not be listed, if they could not.
     pub error: Option<String>,
     /// Each environment, in order.
     pub environments: Vec<(String, EnvPoll)>,
 }
 
-struct Poller {
-    syncer: Syncer,
-    last: HashMap<String, Revisions>,
+/// What every environment's task shares.
+struct Shared {
+    control_plane: RepoUrl,
+    /// The settings of every environment's syncer (its own cache folder apart); one
+    /// attempt per network operation.
+    settings: Settings,
+    /// The backoff after failures.
+    backoff: RetryPolicy,
+    interval: Duration,
+    runtime: Handle,
+    state: AppState,
+    /// Set at shutdown: polls stop before their next step.
+    stopping: AtomicBool,
+}
+
+/// One environment: its syncer, what it last handled, and its failures in a row.
+struct Worker {
+    name: String,
+    inner: Mutex<WorkerState>,
+    /// The step a poll is in, for the shutdown log.
+    step: Mutex<Option<&'static str>>,
+    /// The environment left the control plane: its results are no longer published.
+    retired: AtomicBool,
+}
+
+#[derive(Default)]
+struct WorkerState {
+    /// Made at the first poll (with the lock on its mirrors).
+    syncer: Option<Syncer>,
+    /// The lock on `<cacheDir>/serve/<environment>`, held while the daemon runs.
+    lock: Option<File>,
+    last: Option<Revisions>,
+    /// The result, detail and diagnostics `/status` showed when `last` was handled, shown
+    /// again when a passing error is followed by unchanged inputs.
+    last_result: Option<(String, String, Vec<String>)>,
+    failures: u32,
 }
 
 /// The daemon.
 pub struct Daemon {
-    control_plane: RepoUrl,
+    shared: Arc<Shared>,
+    /// The configured environments (empty: every Environment of the main branch).
     environments: Vec<String>,
-    interval: Duration,
-    state: AppState,
-    poller: Arc<Mutex<Poller>>,
+    /// Lists the environments when none are configured.
+    discovery: Arc<Mutex<Syncer>>,
+    /// The lock on the discovery's mirrors (when it lists the environments), held while
+    /// the daemon lives.
+    _discovery_lock: Option<File>,
+    workers: Mutex<BTreeMap<String, Arc<Worker>>>,
 }
 
 impl std::fmt::Debug for Daemon {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Daemon")
-            .field("control_plane", &self.control_plane)
-            .field("interval", &self.interval)
+            .field("control_plane", &self.shared.control_plane)
+            .field("interval", &self.shared.interval)
             .finish_non_exhaustive()
     }
 }
@@ -100,49 +167,133 @@ fn now_unix() -> u64 {
         .unwrap_or_default()
 }
 
+/// Whether `name` can name a folder: an Environment's name is a Kubernetes namespace name.
+fn valid_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.')
+}
+
 impl Daemon {
     /// A daemon for `config`; GitHub calls run on `runtime`.
     pub fn new(config: &Config, runtime: Handle) -> Result<Daemon, Error> {
         let control_plane = RepoUrl::parse(&config.control_plane)?;
-        let syncer = Syncer::new(config.settings(), runtime)?;
+        let configured = config.settings();
+        let backoff = configured.retry;
+        let settings = Settings {
+            retry: RetryPolicy {
+                attempts: 1,
+                ..backoff
+            },
+            ..configured
+        };
+        let discovery_dir = settings.cache_dir.join("serve").join("_environments");
+        let discovery_lock = if config.environments.is_empty() {
+            Some(lock_mirrors(&discovery_dir).map_err(Error::Mirrors)?)
+        } else {
+            None
+        };
+        let discovery = Syncer::new(
+            Settings {
+                cache_dir: discovery_dir,
+                ..settings.clone()
+            },
+            runtime.clone(),
+        )?;
         let secret = config.webhook_secret()?;
         if secret.is_none() {
             tracing::warn!("no webhook secret configured: webhook requests are not authenticated");
         }
         Ok(Daemon {
-            control_plane,
+            shared: Arc::new(Shared {
+                control_plane,
+                settings,
+                backoff,
+                interval: config.interval,
+                runtime,
+                state: AppState::new(secret),
+                stopping: AtomicBool::new(false),
+            }),
             environments: config.environments.clone(),
-            interval: config.interval,
-            state: AppState::new(secret),
-            poller: Arc::new(Mutex::new(Poller {
-                syncer,
-                last: HashMap::new(),
-            })),
+            discovery: Arc::new(Mutex::new(discovery)),
+            _discovery_lock: discovery_lock,
+            workers: Mutex::new(BTreeMap::new()),
         })
     }
 
     /// The state the HTTP handlers see.
     pub fn state(&self) -> AppState {
-        self.state.clone()
+        self.shared.state.clone()
     }
 
-    /// Runs one poll.
+    /// Polls every environment once, one after the other.
     pub async fn poll_once(&self) -> PollReport {
-        let poller = self.poller.clone();
-        let state = self.state.clone();
-        let url = self.control_plane.clone();
-        let names = self.environments.clone();
-        let report = tokio::task::spawn_blocking(move || {
-            let mut poller = poller.lock().unwrap_or_else(PoisonError::into_inner);
-            poller.poll(&url, &names, &state)
+        let mut report = PollReport::default();
+        let names = if self.environments.is_empty() {
+            match self.discover().await {
+                Ok(names) => names,
+                Err(e) => {
+                    report.error = Some(e);
+                    return report;
+                }
+            }
+        } else {
+            self.environments.clone()
+        };
+        for name in names {
+            let worker = self.worker(&name);
+            let (poll, _) = poll_environment(self.shared.clone(), worker).await;
+            report.environments.push((name, poll));
+        }
+        report
+    }
+
+    /// The worker of `name`, made if new.
+    fn worker(&self, name: &str) -> Arc<Worker> {
+        self.workers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(name.to_owned())
+            .or_insert_with(|| {
+                Arc::new(Worker {
+                    name: name.to_owned(),
+                    inner: Mutex::new(WorkerState::default()),
+                    step: Mutex::new(None),
+                    retired: AtomicBool::new(false),
+                })
+            })
+            .clone()
+    }
+
+    /// Lists the control plane's environments (on a blocking thread).
+    async fn discover(&self) -> Result<Vec<String>, String> {
+        let discovery = self.discovery.clone();
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let syncer = discovery.lock().unwrap_or_else(PoisonError::into_inner);
+            let url = &shared.control_plane;
+            let metrics = shared.state.metrics();
+            let listed = syncer
+                .pass(url)
+                .and_then(|pass| pass.environments(&[]))
+                .map(|envs| envs.into_iter().map(|e| e.name).collect::<Vec<_>>());
+            match listed {
+                Ok(names) => {
+                    shared.state.set_ready();
+                    Ok(names)
+                }
+                Err(e) => {
+                    metrics.poll_errors.inc();
+                    let error = kalypso_git::redact(&e.to_string());
+                    tracing::error!(control_plane = %url, error = %error, "cannot list the environments");
+                    Err(error)
+                }
+            }
         })
         .await
-        .unwrap_or_else(|e| PollReport {
-            error: Some(format!("the poll failed: {e}")),
-            environments: vec![],
-        });
-        self.state.pass_done();
-        report
+        .unwrap_or_else(|e| Err(format!("listing the environments failed: {e}")))
     }
 
     /// Polls until `shutdown` completes, serving HTTP on `listener` meanwhile.
@@ -151,47 +302,510 @@ impl Daemon {
         listener: TcpListener,
         shutdown: impl Future<Output = ()> + Send,
     ) -> Result<(), Error> {
-        let (stop, stopped) = tokio::sync::watch::channel(false);
-        let router = app(self.state.clone());
+        let (stop, stopped) = watch::channel(false);
+        let router = app(self.shared.state.clone());
         let mut server_stop = stopped.clone();
-        let server = tokio::spawn(async move {
+        let mut server = tokio::spawn(async move {
             axum::serve(listener, router)
                 .with_graceful_shutdown(async move {
                     let _ = server_stop.wait_for(|s| *s).await;
                 })
                 .await
         });
-        tokio::pin!(shutdown);
-        loop {
-            let pass = self.poll_once();
-            tokio::pin!(pass);
-            let finished = tokio::select! {
-                _ = &mut pass => false,
-                () = &mut shutdown => {
-                    tracing::info!("shutdown requested: finishing the current poll");
-                    pass.await;
-                    true
-                }
-            };
-            if finished {
-                break;
-            }
-            let stop_now = tokio::select! {
-                () = &mut shutdown => true,
-                () = tokio::time::sleep(self.interval) => false,
-                () = self.state.triggered() => false,
-            };
-            if stop_now {
-                break;
+        let daemon = Arc::new(self);
+        let mut tasks = JoinSet::new();
+        if daemon.environments.is_empty() {
+            tasks.spawn(discovery_task(daemon.clone(), stopped.clone()));
+        } else {
+            for name in &daemon.environments {
+                let worker = daemon.worker(name);
+                tasks.spawn(environment_task(daemon.shared.clone(), worker, stopped.clone()));
             }
         }
-        tracing::info!("shutting down");
+        shutdown.await;
+        let asked = Instant::now();
+        tracing::info!("shutdown requested: stopping every environment");
+        daemon.shared.stopping.store(true, Ordering::SeqCst);
         let _ = stop.send(true);
-        match server.await {
-            Ok(result) => result.map_err(Error::Server),
-            Err(e) => Err(Error::Server(std::io::Error::other(e.to_string()))),
+        let finished = tokio::time::timeout(SHUTDOWN_GRACE, async {
+            while tasks.join_next().await.is_some() {}
+        })
+        .await;
+        if finished.is_err() {
+            let workers: Vec<Arc<Worker>> = daemon
+                .workers
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .cloned()
+                .collect();
+            for worker in workers {
+                let step = *worker.step.lock().unwrap_or_else(PoisonError::into_inner);
+                if let Some(step) = step {
+                    tracing::warn!(
+                        environment = %worker.name,
+                        step,
+                        "shutting down while {step}: abandoned (a push happened or not; the mirrors are repaired at the next start)"
+                    );
+                }
+            }
+            tasks.abort_all();
+        }
+        let served = match tokio::time::timeout(SERVER_DRAIN, &mut server).await {
+            Ok(Ok(result)) => result.map_err(Error::Server),
+            Ok(Err(e)) => Err(Error::Server(std::io::Error::other(e.to_string()))),
+            Err(_) => {
+                server.abort();
+                Ok(())
+            }
+        };
+        tracing::info!(
+            took_ms = u64::try_from(asked.elapsed().as_millis()).unwrap_or(u64::MAX),
+            "shut down"
+        );
+        served
+    }
+}
+
+/// Keeps one task per environment of the control plane: lists them every interval (or at
+/// a webhook), starts a task for each new one and stops those of environments that left.
+async fn discovery_task(daemon: Arc<Daemon>, mut stopped: watch::Receiver<bool>) {
+    let shared = daemon.shared.clone();
+    let mut triggers = shared.state.triggers();
+    let mut tasks: BTreeMap<String, tokio::task::JoinHandle<()>> = BTreeMap::new();
+    let mut failures = 0u32;
+    loop {
+        let wait = match daemon.discover().await {
+            Ok(names) => {
+                failures = 0;
+                for name in &names {
+                    if tasks.contains_key(name) {
+                        continue;
+                    }
+                    tracing::info!(environment = %name, "watching a new environment");
+                    let worker = daemon.worker(name);
+                    let task = tokio::spawn(environment_task(shared.clone(), worker, stopped.clone()));
+                    tasks.insert(name.clone(), task);
+                }
+                let gone: Vec<String> = tasks.keys().filter(|n| !names.contains(n)).cloned().collect();
+                for name in gone {
+                    tracing::info!(environment = %name, "the environment left the control plane: no longer watched");
+                    if let Some(task) = tasks.remove(&name) {
+                        task.abort();
+                    }
+                    if let Some(worker) = daemon
+                        .workers
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .remove(&name)
+                    {
+                        worker.retired.store(true, Ordering::SeqCst);
+                    }
+                    shared.state.remove_status(&name);
+                }
+                shared.interval
+            }
+            Err(_) => {
+                failures += 1;
+                shared.backoff.backoff(failures)
+            }
+        };
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => break,
+            () = tokio::time::sleep(wait) => {}
+            _ = triggers.changed() => {}
         }
     }
+    // Let the environments' tasks see the stop and finish their step.
+    for (_, task) in tasks {
+        let _ = task.await;
+    }
+}
+
+/// Polls one environment until shutdown: after a success every `interval`, after an error
+/// with backoff, and at once on a webhook.
+async fn environment_task(shared: Arc<Shared>, worker: Arc<Worker>, mut stopped: watch::Receiver<bool>) {
+    let mut triggers = shared.state.triggers();
+    loop {
+        let (poll, wait) = poll_environment(shared.clone(), worker.clone()).await;
+        if poll == EnvPoll::Stopped || *stopped.borrow() {
+            break;
+        }
+        tokio::select! {
+            _ = stopped.wait_for(|s| *s) => break,
+            () = tokio::time::sleep(wait) => {}
+            _ = triggers.changed() => {}
+        }
+    }
+}
+
+/// One poll of `worker`'s environment on a blocking thread; the wait before the next.
+async fn poll_environment(shared: Arc<Shared>, worker: Arc<Worker>) -> (EnvPoll, Duration) {
+    let fallback = shared.backoff.backoff(1);
+    let state = shared.state.clone();
+    let result = tokio::task::spawn_blocking(move || {
+        let mut inner = worker.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let poll = inner.poll(&shared, &worker);
+        *worker.step.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        let wait = if matches!(poll, EnvPoll::Error(_)) {
+            shared.backoff.backoff(inner.failures)
+        } else {
+            shared.interval
+        };
+        if poll != EnvPoll::Stopped && !worker.retired.load(Ordering::SeqCst) {
+            let next = now_unix().saturating_add(wait.as_secs_f64().ceil() as u64);
+            let failures = inner.failures;
+            shared.state.update_status(&worker.name, |s| {
+                s.next_poll = Some(next);
+                s.consecutive_failures = failures;
+                s.retry_in = (failures > 0).then(|| kalypso_core::duration::format(wait));
+            });
+        }
+        (poll, wait)
+    })
+    .await;
+    state.pass_done();
+    result.unwrap_or_else(|e| (EnvPoll::Error(format!("the poll failed: {e}")), fallback))
+}
+
+/// Takes the lock on `dir` (made if missing) and removes the reference locks a killed
+/// write may have left in it: with the lock held, no other process writes there.
+fn lock_mirrors(dir: &Path) -> Result<File, String> {
+    let parent = dir.parent().unwrap_or(dir);
+    std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let path = parent.join(format!(
+        "{}.lock",
+        dir.file_name().and_then(|n| n.to_str()).unwrap_or("mirrors")
+    ));
+    let file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(format!(
+                "another kalypso serve uses the mirrors in {} (locked: {})",
+                dir.display(),
+                path.display()
+            ));
+        }
+        Err(std::fs::TryLockError::Error(e)) => {
+            return Err(format!("cannot lock {}: {e}", path.display()));
+        }
+    }
+    let mut stale = Vec::new();
+    find_locks(dir, &mut stale);
+    for lock in stale {
+        match std::fs::remove_file(&lock) {
+            Ok(()) => tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted write"),
+            Err(e) => return Err(format!("cannot remove the stale lock {}: {e}", lock.display())),
+        }
+    }
+    Ok(file)
+}
+
+/// Every `*.lock` file under `dir`.
+fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => find_locks(&path, out),
+            Ok(t) if t.is_file() && path.extension().is_some_and(|e| e == "lock") => out.push(path),
+            _ => {}
+        }
+    }
+}
+
+impl WorkerState {
+    /// One poll; updates the environment's status and metrics.
+    fn poll(&mut self, shared: &Shared, worker: &Worker) -> EnvPoll {
+        let name = worker.name.as_str();
+        let state = &shared.state;
+        let metrics = state.metrics();
+        let step = |s: &'static str| {
+            *worker.step.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
+            !shared.stopping.load(Ordering::SeqCst)
+        };
+        if !step("reading the control plane") {
+            return EnvPoll::Stopped;
+        }
+        metrics.polls.inc();
+        state.update_status(name, |s| s.polls += 1);
+        if self.syncer.is_none() {
+            if !valid_name(name) {
+                return failed(
+                    &mut self.failures,
+                    shared,
+                    name,
+                    "input",
+                    "",
+                    format!("environment name {name:?} cannot name a cache folder"),
+                );
+            }
+            let dir = shared.settings.cache_dir.join("serve").join(name);
+            let lock = match lock_mirrors(&dir) {
+                Ok(lock) => lock,
+                Err(e) => return failed(&mut self.failures, shared, name, "input", "", e),
+            };
+            let settings = Settings {
+                cache_dir: dir,
+                ..shared.settings.clone()
+            };
+            match Syncer::new(settings, shared.runtime.clone()) {
+                Ok(syncer) => {
+                    self.syncer = Some(syncer);
+                    self.lock = Some(lock);
+                }
+                Err(e) => return failed(&mut self.failures, shared, name, "input", "", e.to_string()),
+            }
+        }
+        let Some(syncer) = &self.syncer else {
+            return EnvPoll::Stopped;
+        };
+        let url = &shared.control_plane;
+        let mut pass = match syncer.pass(url) {
+            Ok(pass) => pass,
+            Err(e) => {
+                metrics.poll_errors.inc();
+                return failed(
+                    &mut self.failures,
+                    shared,
+                    name,
+                    "input",
+                    "",
+                    format!("cannot read the control plane: {e}"),
+                );
+            }
+        };
+        state.set_ready();
+        let env = match pass.environments(std::slice::from_ref(&worker.name)) {
+            Ok(envs) => envs.into_iter().next(),
+            Err(e) => return failed(&mut self.failures, shared, name, "input", "", e.to_string()),
+        };
+        let Some(env) = env else {
+            return failed(
+                &mut self.failures,
+                shared,
+                name,
+                "input",
+                "",
+                format!("no environment {name} in the control plane"),
+            );
+        };
+        if !step("reading the inputs") {
+            return EnvPoll::Stopped;
+        }
+        let resolved = match pass.resolve(&env) {
+            Ok(r) => r,
+            Err(e) => {
+                return failed(
+                    &mut self.failures,
+                    shared,
+                    name,
+                    "input",
+                    "",
+                    format!("cannot read the environment's inputs: {e}"),
+                );
+            }
+        };
+        if self.last.as_ref() == Some(&resolved.revisions) {
+            tracing::debug!(environment = name, revisions = %resolved.revisions, "inputs unchanged");
+            self.failures = 0;
+            if let Some((result, detail, diagnostics)) = &self.last_result {
+                state.update_status(name, |s| {
+                    if s.result == "error" {
+                        // The error has passed: the result of these commits holds again.
+                        s.result = result.clone();
+                        s.detail = detail.clone();
+                        s.diagnostics = diagnostics.clone();
+                    }
+                });
+            }
+            return EnvPoll::Unchanged;
+        }
+        if !step("rendering and delivering") {
+            return EnvPoll::Stopped;
+        }
+        let labels = Metrics::env(name);
+        let started = Instant::now();
+        let result = pass.deliver(&resolved);
+        metrics
+            .duration
+            .get_or_create(&labels)
+            .observe(started.elapsed().as_secs_f64());
+        let revisions = resolved.revisions.to_string();
+        let env_report = match result {
+            Ok(r) => r,
+            Err(e) => {
+                return failed(
+                    &mut self.failures,
+                    shared,
+                    name,
+                    "delivery",
+                    &revisions,
+                    e.to_string(),
+                );
+            }
+        };
+        metrics.renders.get_or_create(&labels).inc();
+        metrics
+            .assignments
+            .get_or_create(&labels)
+            .set(i64::try_from(env_report.assignments).unwrap_or(i64::MAX));
+        for d in env_report.diagnostics.warnings() {
+            tracing::warn!(environment = name, diagnostic = %d, "warning");
+        }
+        self.failures = 0;
+        self.last = Some(resolved.revisions.clone());
+        match env_report.outcome {
+            Outcome::Delivered(targets) => {
+                let now = now_unix();
+                metrics.last_success.get_or_create(&labels).set(now as f64);
+                let mut details = Vec::new();
+                for t in &targets {
+                    let (result, detail) = describe(&t.delivery);
+                    metrics
+                        .deliveries
+                        .get_or_create(&Metrics::env_result(name, result))
+                        .inc();
+                    tracing::info!(
+                        environment = name,
+                        repo = %t.repo,
+                        branch = %t.branch,
+                        result,
+                        detail = %detail,
+                        revisions = %resolved.revisions,
+                        "delivered"
+                    );
+                    details.push(format!("{} {}: {detail}", t.repo, t.branch));
+                }
+                let mut detail = details.join("; ");
+                // Failing workloads were isolated: the rest went out, their errors stay visible.
+                let diagnostics: Vec<String> =
+                    env_report.diagnostics.errors().map(|d| d.to_string()).collect();
+                if !env_report.isolated.is_empty() {
+                    metrics
+                        .failures
+                        .get_or_create(&Metrics::env_result(name, "render"))
+                        .inc();
+                    for d in env_report.diagnostics.errors() {
+                        tracing::error!(environment = name, diagnostic = %d, "error");
+                    }
+                    let registrations: Vec<&str> = env_report.isolated.iter().map(String::as_str).collect();
+                    detail.push_str(&format!(
+                        "; the workloads of {} failed: their folders keep what was last delivered",
+                        registrations.join(", ")
+                    ));
+                    tracing::error!(environment = name, registrations = ?registrations, "workloads failed; the rest was delivered");
+                }
+                self.last_result = Some(("delivered".to_owned(), detail.clone(), diagnostics.clone()));
+                state.update_status(name, |s| {
+                    s.revisions = revisions;
+                    s.result = "delivered".to_owned();
+                    s.detail = detail;
+                    s.last_success = Some(now);
+                    s.diagnostics = diagnostics;
+                });
+                EnvPoll::Delivered(targets)
+            }
+            Outcome::Failed { failures, issues } => {
+                metrics
+                    .failures
+                    .get_or_create(&Metrics::env_result(name, "render"))
+                    .inc();
+                for d in env_report.diagnostics.errors() {
+                    tracing::error!(environment = name, diagnostic = %d, "error");
+                }
+                if let Some(issues) = &issues {
+                    tracing::info!(
+                        environment = name,
+                        created = ?issues.created,
+                        updated = ?issues.updated,
+                        closed = ?issues.closed,
+                        "failures reported as issues"
+                    );
+                }
+                let detail = format!("{} failure(s); nothing delivered", failures.len());
+                tracing::error!(environment = name, revisions = %resolved.revisions, "{detail}");
+                let diagnostics: Vec<String> =
+                    env_report.diagnostics.errors().map(|d| d.to_string()).collect();
+                let now = now_unix();
+                self.last_result = Some(("render_failed".to_owned(), detail.clone(), diagnostics.clone()));
+                state.update_status(name, |s| {
+                    s.revisions = revisions;
+                    s.result = "render_failed".to_owned();
+                    s.detail = detail.clone();
+                    s.diagnostics = diagnostics.clone();
+                    s.last_failure = Some(LastFailure {
+                        at: now,
+                        result: "render_failed".to_owned(),
+                        detail,
+                        diagnostics,
+                    });
+                });
+                EnvPoll::RenderFailed(failures.len())
+            }
+        }
+    }
+}
+
+/// Records an error: counted, logged, shown in `/status`, retried with backoff.
+fn failed(
+    failures: &mut u32,
+    shared: &Shared,
+    name: &str,
+    reason: &str,
+    revisions: &str,
+    error: String,
+) -> EnvPoll {
+    let error = kalypso_git::redact(&error);
+    *failures = failures.saturating_add(1);
+    shared
+        .state
+        .metrics()
+        .failures
+        .get_or_create(&Metrics::env_result(name, reason))
+        .inc();
+    let now = now_unix();
+    let wait = shared.backoff.backoff(*failures);
+    let next = now.saturating_add(wait.as_secs_f64().ceil() as u64);
+    let count = *failures;
+    // `/status` first, so that whoever reads the log line finds it there too.
+    shared.state.update_status(name, |s: &mut EnvStatus| {
+        if !revisions.is_empty() {
+            s.revisions = revisions.to_owned();
+        }
+        s.result = "error".to_owned();
+        s.detail = error.clone();
+        s.diagnostics = Vec::new();
+        s.last_failure = Some(LastFailure {
+            at: now,
+            result: "error".to_owned(),
+            detail: error.clone(),
+            diagnostics: Vec::new(),
+        });
+        s.consecutive_failures = count;
+        s.next_poll = Some(next);
+        s.retry_in = Some(kalypso_core::duration::format(wait));
+    });
+    tracing::error!(
+        environment = name,
+        reason,
+        error = %error,
+        consecutive_failures = count,
+        retry_in_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+        next_poll = next,
+        "environment {name} not delivered ({}); retrying in {}",
+        if count == 1 { "first failure".to_owned() } else { format!("{count} failures in a row") },
+        kalypso_core::duration::format(wait)
+    );
+    EnvPoll::Error(error)
 }
 
 /// Binds `config.listen` and runs the daemon until `shutdown` completes.
@@ -203,9 +817,10 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send) ->
             address: config.listen,
             error,
         })?;
+    let address = listener.local_addr().unwrap_or(config.listen);
     tracing::info!(
-        address = %config.listen,
-        control_plane = %daemon.control_plane,
+        address = %address,
+        control_plane = %daemon.shared.control_plane,
         interval = %kalypso_core::duration::format(config.interval),
         "kalypso serve started"
     );
@@ -233,167 +848,6 @@ pub async fn shutdown_signal() {
     tokio::select! {
         () = interrupt => {},
         () = terminate => {},
-    }
-}
-
-impl Poller {
-    fn poll(&mut self, url: &RepoUrl, names: &[String], state: &AppState) -> PollReport {
-        let metrics = state.metrics();
-        metrics.polls.inc();
-        let mut report = PollReport::default();
-        let mut pass = match self.syncer.pass(url) {
-            Ok(pass) => pass,
-            Err(e) => {
-                metrics.poll_errors.inc();
-                tracing::error!(control_plane = %url, error = %e, "cannot read the control plane");
-                report.error = Some(e.to_string());
-                return report;
-            }
-        };
-        let environments = match pass.environments(names) {
-            Ok(envs) => envs,
-            Err(e) => {
-                metrics.poll_errors.inc();
-                tracing::error!(control_plane = %url, error = %e, "cannot list environments");
-                report.error = Some(e.to_string());
-                metrics.retries.inc_by(u64::from(pass.retries()));
-                return report;
-            }
-        };
-        state.set_ready();
-        for env in &environments {
-            let name = env.name.as_str();
-            let labels = Metrics::env(name);
-            let resolved = match pass.resolve(env) {
-                Ok(r) => r,
-                Err(e) => {
-                    metrics
-                        .failures
-                        .get_or_create(&Metrics::env_result(name, "input"))
-                        .inc();
-                    tracing::error!(environment = name, error = %e, "cannot read the environment's inputs");
-                    state.set_status(name, error_status(state, name, "", &e.to_string()));
-                    report
-                        .environments
-                        .push((name.to_owned(), EnvPoll::Error(e.to_string())));
-                    continue;
-                }
-            };
-            if self.last.get(name) == Some(&resolved.revisions) {
-                tracing::debug!(environment = name, revisions = %resolved.revisions, "inputs unchanged");
-                report.environments.push((name.to_owned(), EnvPoll::Unchanged));
-                continue;
-            }
-            let started = Instant::now();
-            let result = pass.deliver(&resolved);
-            metrics
-                .duration
-                .get_or_create(&labels)
-                .observe(started.elapsed().as_secs_f64());
-            let revisions = resolved.revisions.to_string();
-            match result {
-                Ok(env_report) => {
-                    metrics.renders.get_or_create(&labels).inc();
-                    metrics
-                        .assignments
-                        .get_or_create(&labels)
-                        .set(i64::try_from(env_report.assignments).unwrap_or(i64::MAX));
-                    for d in env_report.diagnostics.warnings() {
-                        tracing::warn!(environment = name, diagnostic = %d, "warning");
-                    }
-                    match env_report.outcome {
-                        Outcome::Delivered(targets) => {
-                            let now = now_unix();
-                            metrics.last_success.get_or_create(&labels).set(now as f64);
-                            let mut details = Vec::new();
-                            for t in &targets {
-                                let (result, detail) = describe(&t.delivery);
-                                metrics
-                                    .deliveries
-                                    .get_or_create(&Metrics::env_result(name, result))
-                                    .inc();
-                                tracing::info!(
-                                    environment = name,
-                                    repo = %t.repo,
-                                    branch = %t.branch,
-                                    result,
-                                    detail = %detail,
-                                    revisions = %resolved.revisions,
-                                    "delivered"
-                                );
-                                details.push(format!("{} {}: {detail}", t.repo, t.branch));
-                            }
-                            state.set_status(
-                                name,
-                                EnvStatus {
-                                    revisions,
-                                    result: "delivered".to_owned(),
-                                    detail: details.join("; "),
-                                    last_success: Some(now),
-                                    diagnostics: Vec::new(),
-                                },
-                            );
-                            self.last.insert(name.to_owned(), resolved.revisions.clone());
-                            report
-                                .environments
-                                .push((name.to_owned(), EnvPoll::Delivered(targets)));
-                        }
-                        Outcome::Failed { failures, issues } => {
-                            metrics
-                                .failures
-                                .get_or_create(&Metrics::env_result(name, "render"))
-                                .inc();
-                            for d in env_report.diagnostics.errors() {
-                                tracing::error!(environment = name, diagnostic = %d, "error");
-                            }
-                            if let Some(issues) = &issues {
-                                tracing::info!(
-                                    environment = name,
-                                    created = ?issues.created,
-                                    updated = ?issues.updated,
-                                    closed = ?issues.closed,
-                                    "failures reported as issues"
-                                );
-                            }
-                            let detail = format!("{} failure(s); nothing delivered", failures.len());
-                            tracing::error!(environment = name, revisions = %resolved.revisions, "{detail}");
-                            let mut status = error_status(state, name, &revisions, &detail);
-                            status.result = "render_failed".to_owned();
-                            status.diagnostics =
-                                env_report.diagnostics.errors().map(|d| d.to_string()).collect();
-                            state.set_status(name, status);
-                            self.last.insert(name.to_owned(), resolved.revisions.clone());
-                            report
-                                .environments
-                                .push((name.to_owned(), EnvPoll::RenderFailed(failures.len())));
-                        }
-                    }
-                }
-                Err(e) => {
-                    metrics
-                        .failures
-                        .get_or_create(&Metrics::env_result(name, "delivery"))
-                        .inc();
-                    tracing::error!(environment = name, error = %e, "delivery failed; retrying next poll");
-                    state.set_status(name, error_status(state, name, &revisions, &e.to_string()));
-                    report
-                        .environments
-                        .push((name.to_owned(), EnvPoll::Error(e.to_string())));
-                }
-            }
-        }
-        metrics.retries.inc_by(u64::from(pass.retries()));
-        report
-    }
-}
-
-fn error_status(state: &AppState, name: &str, revisions: &str, detail: &str) -> EnvStatus {
-    EnvStatus {
-        revisions: revisions.to_owned(),
-        result: "error".to_owned(),
-        detail: detail.to_owned(),
-        last_success: state.status(name).and_then(|s| s.last_success),
-        diagnostics: Vec::new(),
     }
 }
 
@@ -433,5 +887,46 @@ fn describe(delivery: &Delivery) -> (&'static str, String) {
             ),
         ),
         Delivery::DryRun { mode, changes } => ("dry_run", format!("would deliver in {mode} mode: {changes}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn the_mirrors_lock_is_exclusive_and_removes_locks_left_by_a_killed_write() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("serve").join("dev");
+        let stale = dir.join("mirror/refs/kalypso-tracking/dev.lock");
+        std::fs::create_dir_all(stale.parent().unwrap()).unwrap();
+        std::fs::write(&stale, "").unwrap();
+        std::fs::write(dir.join("mirror/HEAD"), "ref: refs/heads/main\n").unwrap();
+
+        let held = lock_mirrors(&dir).unwrap();
+        assert!(!stale.exists(), "a stale reference lock is removed");
+        assert!(dir.join("mirror/HEAD").exists(), "nothing else is touched");
+        std::fs::write(&stale, "").unwrap();
+        let second = lock_mirrors(&dir).unwrap_err();
+        assert!(
+            second.contains("another kalypso serve uses the mirrors in"),
+            "{second}"
+        );
+        assert!(stale.exists(), "a lock of the running daemon is left alone");
+        drop(held);
+        lock_mirrors(&dir).unwrap();
+        assert!(!stale.exists());
+    }
+
+    #[test]
+    fn environment_names_that_cannot_name_a_folder_are_refused() {
+        for good in ["dev", "prod-eu.1"] {
+            assert!(valid_name(good), "{good}");
+        }
+        for bad in ["", ".", "..", "../x", "a/b", "_environments", "Dev"] {
+            assert!(!valid_name(bad), "{bad}");
+        }
     }
 }

@@ -1,8 +1,9 @@
 //! The daemon's HTTP surface, as an axum [`Router`] built by [`app`] so that tests can call
 //! it without a socket: `/healthz` (the process runs), `/readyz` (the control plane has
-//! been read), `/metrics` (Prometheus), `/status` (JSON: each environment's last result),
-//! and `POST /webhook` (a GitHub push event triggers a poll; its HMAC signature is checked
-//! when a secret is configured).
+//! been read), `/metrics` (Prometheus), `/status` (JSON: each environment's last result, its
+//! last failure and when it is polled next), and `POST /webhook` (a GitHub push event
+//! makes every environment poll at once; its HMAC signature is checked when a secret is
+//! configured).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,12 +37,47 @@ pub struct EnvStatus {
     /// object, field and message), so that `/status` says why, not only that.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub diagnostics: Vec<String>,
+    /// Polls of this environment so far.
+    pub polls: u64,
+    /// Polls in a row that ended in an error (0 after a success): the environment backs off
+    /// for `initialBackoff × 2^(n-1)`, at most `maxBackoff`.
+    #[serde(skip_serializing_if = "is_zero")]
+    pub consecutive_failures: u32,
+    /// Unix time of the next poll (a webhook push makes it sooner).
+    pub next_poll: Option<u64>,
+    /// While failing: the wait before the next attempt, as `4s` or `1m30s`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_in: Option<String>,
+    /// The last failure, kept after later successes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<LastFailure>,
+}
+
+/// An environment's last failure, as `/status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailure {
+    /// Unix time it happened.
+    pub at: u64,
+    /// `error` (reading or delivering failed, retried with backoff) or `render_failed`
+    /// (the control plane has errors; not retried until its commits change).
+    pub result: String,
+    /// What went wrong.
+    pub detail: String,
+    /// Every render error, as `render` prints it.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub diagnostics: Vec<String>,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 struct Shared {
     metrics: Metrics,
     ready: AtomicBool,
     trigger: Notify,
+    triggers: watch::Sender<u64>,
     webhook_secret: Option<Secret>,
     passes: watch::Sender<u64>,
     status: Mutex<BTreeMap<String, EnvStatus>>,
@@ -67,6 +103,7 @@ impl AppState {
             metrics: Metrics::new(),
             ready: AtomicBool::new(false),
             trigger: Notify::new(),
+            triggers: watch::channel(0).0,
             webhook_secret,
             passes: watch::channel(0).0,
             status: Mutex::new(BTreeMap::new()),
@@ -88,22 +125,30 @@ impl AppState {
         self.0.ready.load(Ordering::SeqCst)
     }
 
-    /// Asks for a poll now (kept if the loop is busy: the next wait ends at once).
+    /// Asks every environment to poll now (kept if one is busy: its next wait ends at once).
     pub fn trigger(&self) {
         self.0.trigger.notify_one();
+        self.0.triggers.send_modify(|n| *n += 1);
     }
 
-    /// Completes when a poll was asked for.
+    /// Completes when a poll was asked for (one waiter; a request made before the call
+    /// counts).
     pub async fn triggered(&self) {
         self.0.trigger.notified().await;
     }
 
-    /// The number of completed passes, to wait on.
+    /// Poll requests, for each environment's task to wait on: `changed()` completes at the
+    /// next request, or at once if one came since the receiver last looked.
+    pub fn triggers(&self) -> watch::Receiver<u64> {
+        self.0.triggers.subscribe()
+    }
+
+    /// The number of completed polls of any environment, to wait on.
     pub fn passes(&self) -> watch::Receiver<u64> {
         self.0.passes.subscribe()
     }
 
-    /// Records a completed pass.
+    /// Records a completed poll of an environment.
     pub fn pass_done(&self) {
         self.0.passes.send_modify(|n| *n += 1);
     }
@@ -115,6 +160,21 @@ impl AppState {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .insert(environment.to_owned(), status);
+    }
+
+    /// Changes an environment's latest result in place (a default one if it has none).
+    pub fn update_status(&self, environment: &str, f: impl FnOnce(&mut EnvStatus)) {
+        let mut all = self.0.status.lock().unwrap_or_else(PoisonError::into_inner);
+        f(all.entry(environment.to_owned()).or_default());
+    }
+
+    /// Forgets an environment (it is no longer in the control plane).
+    pub fn remove_status(&self, environment: &str) {
+        self.0
+            .status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(environment);
     }
 
     /// An environment's latest result.

@@ -15,5 +15,5 @@ pub mod logging;
 pub mod metrics;
 
 pub use config::Config;
-pub use daemon::{Daemon, EnvPoll, PollReport, serve, shutdown_signal};
+pub use daemon::{Daemon, EnvPoll, PollReport, SHUTDOWN_GRACE, serve, shutdown_signal};
 pub use http::{AppState, app};

@@ -394,3 +394,195 @@ async fn raw_get(addr: std::net::SocketAddr, path: &str) -> String {
     )
     .await
 }
+
+/// Adds a `stage` environment to `repos` whose GitOps repository is `gitops_url`.
+fn add_stage(repos: &Repos, gitops_url: &str) {
+    write_files(
+        &repos.control_plane,
+        "main",
+        &[(
+            ".environments/stage.yaml",
+            Some(
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: Environment\nmetadata:\n  name: stage\nspec:\n  controlPlane:\n    repo: x\n    branch: stage\n    path: .\n",
+            ),
+        )],
+        "stage",
+    );
+    write_files(
+        &repos.control_plane,
+        "stage",
+        &[(
+            "gitops-repo.yaml",
+            Some(&format!(
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: GitOpsRepo\nmetadata:\n  name: stage\nspec:\n  repo: {gitops_url}\n  branch: stage\n  path: .\n"
+            )),
+        )],
+        "stage",
+    );
+}
+
+async fn status_json(addr: std::net::SocketAddr) -> serde_json::Value {
+    let response = raw_get(addr, "/status").await;
+    let body = response.split_once("\r\n\r\n").unwrap().1;
+    serde_json::from_str(body).unwrap()
+}
+
+/// One environment whose GitOps server answers every request with 503 and one that works:
+/// the broken one backs off (its wait doubles at each failure and `/status` says why and
+/// when it is tried next) while the good one is delivered at its first poll after each
+/// push. The broken environment is listed first and its backoff is an hour: a loop that
+/// polled the environments one after the other, or slept inside the failing fetch, would
+/// never reach the good one.
+#[test]
+fn a_broken_environment_backs_off_without_delaying_the_others() {
+    let rt = runtime();
+    let repos = repos();
+    let server = kalypso_testkit::GitHttpServer::start(rt.handle(), repos.dir.path(), None);
+    server.fail_next(u32::MAX);
+    add_stage(&repos, &server.url("gitops.git"));
+    let mut config = config(&repos, &repos.dir.path().join("cache"));
+    config.environments = vec!["stage".into(), "dev".into()];
+    config.retry = Some(kalypso_git::RetryPolicy {
+        attempts: 5,
+        initial_backoff: Duration::from_secs(3600),
+        max_backoff: Duration::from_secs(4 * 3600),
+    });
+    let daemon = Daemon::new(&config, rt.handle().clone()).unwrap();
+    let state = daemon.state();
+    let passes = state.passes();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (listener, addr) = rt.block_on(async {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let a = l.local_addr().unwrap();
+        (l, a)
+    });
+    let running = rt.spawn(daemon.run(listener, async {
+        let _ = stopped.await;
+    }));
+    rt.block_on(async {
+        let wait = |n: u64| {
+            let mut passes = passes.clone();
+            async move {
+                tokio::time::timeout(Duration::from_secs(60), passes.wait_for(|p| *p >= n))
+                    .await
+                    .expect("the polls complete (a hang here: one environment waits on another)")
+                    .unwrap();
+            }
+        };
+        // The first poll of each.
+        wait(2).await;
+        assert_eq!(commit_count(&repos.gitops, "dev"), 1);
+        let status = status_json(addr).await;
+        let (dev, stage) = (&status["environments"]["dev"], &status["environments"]["stage"]);
+        assert_eq!(dev["result"], "delivered", "{status}");
+        assert_eq!(dev["polls"], 1, "{status}");
+        assert_eq!(stage["result"], "error", "{status}");
+        assert_eq!(stage["consecutiveFailures"], 1, "{status}");
+        assert_eq!(stage["retryIn"], "1h", "{status}");
+        let detail = stage["lastFailure"]["detail"].as_str().unwrap();
+        assert!(
+            detail.contains("gitops.git") && detail.contains("503"),
+            "/status says why: {status}"
+        );
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!(stage["nextPoll"].as_u64().unwrap() >= now + 3500, "{status}");
+        assert!(
+            dev.get("consecutiveFailures").is_none() && dev.get("retryIn").is_none(),
+            "{status}"
+        );
+
+        // Two pushes to the good environment, each announced by a webhook: each is delivered
+        // by the first poll after it, while the broken one fails again and waits longer.
+        for round in 1..=2u64 {
+            write_files(
+                &repos.control_plane,
+                "main",
+                &[(
+                    "templates/namespace.yaml",
+                    Some(&template("namespace", "namespace", &format!("kind: ns-v{round}"))),
+                )],
+                "push",
+            );
+            let response = raw_post(addr, "/webhook", "push", r#"{"ref":"refs/heads/main"}"#).await;
+            assert!(response.starts_with("HTTP/1.1 202"), "{response}");
+            wait(2 + 2 * round).await;
+            let status = status_json(addr).await;
+            let (dev, stage) = (&status["environments"]["dev"], &status["environments"]["stage"]);
+            assert_eq!(dev["polls"], 1 + round, "one poll per push: {status}");
+            assert_eq!(dev["result"], "delivered", "{status}");
+            assert_eq!(commit_count(&repos.gitops, "dev") as u64, 1 + round);
+            assert_eq!(
+                branch_files(&repos.gitops, "dev")["small/app-t/namespace.yaml"],
+                format!("kind: ns-v{round}\n").as_bytes()
+            );
+            assert_eq!(stage["consecutiveFailures"], 1 + round, "{status}");
+            assert_eq!(stage["retryIn"], ["2h", "4h"][round as usize - 1], "{status}");
+        }
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(
+            metrics.contains("kalypso_failures_total{environment=\"stage\",result=\"delivery\"} 3"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("kalypso_deliveries_total{environment=\"dev\",result=\"committed\"} 3"),
+            "{metrics}"
+        );
+
+        stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), running)
+            .await
+            .expect("the daemon stops")
+            .unwrap()
+            .unwrap();
+    });
+}
+
+#[test]
+fn a_failing_workload_is_delivered_around_and_shown_in_the_status() {
+    let rt = runtime();
+    let repos = repos();
+    let daemon = Daemon::new(
+        &config(&repos, &repos.dir.path().join("cache")),
+        rt.handle().clone(),
+    )
+    .unwrap();
+    let state = daemon.state();
+    rt.block_on(async {
+        assert!(matches!(
+            &daemon.poll_once().await.environments[..],
+            [(_, EnvPoll::Delivered(_))]
+        ));
+        let delivered = branch_files(&repos.gitops, "dev");
+        write_files(
+            &repos.dir.path().join("app.git"),
+            "main",
+            &[("workload.yaml", Some("kind: Workload\nspec: [unclosed\n"))],
+            "break the workload",
+        );
+        let poll = daemon.poll_once().await;
+        assert!(
+            matches!(&poll.environments[..], [(_, EnvPoll::Delivered(_))]),
+            "{poll:?}"
+        );
+        assert_eq!(
+            branch_files(&repos.gitops, "dev"),
+            delivered,
+            "its folder keeps what was delivered"
+        );
+        let status = call(&state, get("/status")).await.1;
+        assert!(status.contains("\"result\":\"delivered\""), "{status}");
+        assert!(status.contains("the workloads of app failed"), "{status}");
+        assert!(
+            status.contains("\"diagnostics\":[\"error[yaml]"),
+            "/status says why: {status}"
+        );
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(
+            metrics.contains("kalypso_failures_total{environment=\"dev\",result=\"render\"} 1"),
+            "{metrics}"
+        );
+    });
+}

@@ -42,8 +42,10 @@ pub(crate) fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<ExitCode> {
     )
     .map_err(|e| anyhow!("{e}"))?;
     let runtime = runtime()?;
-    runtime
-        .block_on(kalypso_server::serve(config, kalypso_server::shutdown_signal()))
-        .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?;
+    let served = runtime.block_on(kalypso_server::serve(config, kalypso_server::shutdown_signal()));
+    // A git or GitHub call the daemon abandoned at shutdown (see `kalypso_server::daemon`)
+    // still runs on a blocking thread: do not wait for it.
+    runtime.shutdown_background();
+    served.map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?;
     Ok(ExitCode::SUCCESS)
 }

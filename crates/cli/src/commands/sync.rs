@@ -1,6 +1,6 @@
 //! `kalypso sync`: one delivery pass from a control plane in git to the GitOps
-//! repositories, as commits (`push` mode) or pull requests (`pr` mode); and the git and
-//! delivery options `sync`, `serve` and `promote` share.
+//! repositories, as commits (`push` mode) or pull requests (`pr` mode), with progress on a
+//! terminal; and the git and delivery options `sync`, `serve` and `promote` share.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -14,6 +14,7 @@ use kalypso_git::{
 };
 
 use crate::GlobalArgs;
+use crate::progress::Progress;
 use crate::terminal::LogFormat;
 
 /// Where git credentials and the cache come from.
@@ -174,13 +175,24 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     };
     let runtime = runtime()?;
     let syncer = Syncer::new(settings, runtime.handle().clone()).map_err(|e| anyhow!("{e}"))?;
+    // On a terminal, after a second: which environment, and which step (the fetches and
+    // pushes within a step are named by the log subscriber's progress layer).
+    let progress = Progress::start(global.quiet);
+    progress.stage("fetching the control plane");
     let mut pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
     let environments = pass.environments(&args.env).map_err(|e| anyhow!("{e}"))?;
     let mut ok = true;
     let mut json = Vec::new();
-    for env in &environments {
+    let total = environments.len();
+    for (i, env) in environments.iter().enumerate() {
+        let subject = format!("{} ({}/{total})", env.name, i + 1);
         let started = std::time::Instant::now();
-        match pass.sync(env) {
+        progress.stage_of(subject.clone(), "reading the inputs", None);
+        let result = pass.resolve(env).and_then(|resolved| {
+            progress.stage_of(subject, "rendering", Some("writing the tree"));
+            pass.deliver(&resolved)
+        });
+        progress.suspend(|| match result {
             Ok(report) => {
                 let elapsed = started.elapsed();
                 for d in report
@@ -211,8 +223,9 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
                     );
                 }
             }
-        }
+        });
     }
+    progress.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
     }
