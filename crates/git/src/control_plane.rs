@@ -355,7 +355,7 @@ impl ControlPlane {
     /// repositories (the observability hub) only wants to know where they are. Sorted by name.
     pub fn gitops_targets(&self, env: &EnvironmentRef) -> Result<Vec<GitOpsTarget>, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
-        let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
+        let environment = self.repo.source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
         let mut scratch = Diagnostics::new();
         let mut targets: Vec<GitOpsTarget> = kalypso_core::load::load_tree(&environment, &mut scratch)
             .into_iter()
@@ -394,7 +394,7 @@ impl ControlPlane {
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
-        let environment = self.repo.source_tree(env_commit, &env.path, &env.branch)?;
+        let environment = self.repo.source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
 
         // Every BaseRepo brings its repo/branch/path at its pinned commit (or its branch's
         // tip) into the environment, as its Flux GitRepository + Kustomization do in the
@@ -523,5 +523,27 @@ impl ControlPlane {
             revisions,
             gitops,
         })
+    }
+}
+
+/// How files of `path` on `branch` are shown in diagnostics: `dev/x.yaml` when the
+/// environment's folder is the branch's root, `dev:envs/dev/x.yaml` (git's `<rev>:<path>`)
+/// otherwise, so the file can be found.
+fn branch_label(branch: &str, path: &str) -> String {
+    match crate::repo::normalize_path(path) {
+        Ok(p) if !p.is_empty() => format!("{branch}:{p}"),
+        _ => branch.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::branch_label;
+
+    #[test]
+    fn files_below_the_branch_root_are_shown_with_their_path() {
+        assert_eq!(branch_label("dev", "."), "dev");
+        assert_eq!(branch_label("dev", ""), "dev");
+        assert_eq!(branch_label("dev", "./envs/dev/"), "dev:envs/dev");
     }
 }
