@@ -355,7 +355,9 @@ impl ControlPlane {
     /// repositories (the observability hub) only wants to know where they are. Sorted by name.
     pub fn gitops_targets(&self, env: &EnvironmentRef) -> Result<Vec<GitOpsTarget>, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
-        let environment = self.repo.source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
+        let environment =
+            self.repo
+                .source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
         let mut scratch = Diagnostics::new();
         let mut targets: Vec<GitOpsTarget> = kalypso_core::load::load_tree(&environment, &mut scratch)
             .into_iter()
@@ -394,7 +396,9 @@ impl ControlPlane {
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
-        let environment = self.repo.source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
+        let environment =
+            self.repo
+                .source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
 
         // Every BaseRepo brings its repo/branch/path at its pinned commit (or its branch's
         // tip) into the environment, as its Flux GitRepository + Kustomization do in the
@@ -530,7 +534,7 @@ impl ControlPlane {
 /// environment's folder is the branch's root, `dev:envs/dev/x.yaml` (git's `<rev>:<path>`)
 /// otherwise, so the file can be found.
 fn branch_label(branch: &str, path: &str) -> String {
-    match crate::repo::normalize_path(path) {
+    match repo::normalize_path(path) {
         Ok(p) if !p.is_empty() => format!("{branch}:{p}"),
         _ => branch.to_owned(),
     }
