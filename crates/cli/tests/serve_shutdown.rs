@@ -82,21 +82,7 @@ fn sigterm_during_a_backoff_stops_serve_at_once_with_exit_code_0() {
         ),
     )
     .unwrap();
-    let args: Vec<String> = [
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--log-format",
-        "json",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    support::as_cli_child(&mut command, &args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = Reaped(command.spawn().unwrap());
+    let mut child = start_serve(&config);
 
     // Every log line, parsed, as it comes.
     let (lines, logged) = mpsc::channel::<serde_json::Value>();
@@ -199,21 +185,7 @@ fn sigterm_during_a_hanging_fetch_abandons_it_and_exits_0() {
         ),
     )
     .unwrap();
-    let args: Vec<String> = [
-        "serve",
-        "--config",
-        config.to_str().unwrap(),
-        "--log-format",
-        "json",
-    ]
-    .map(str::to_owned)
-    .to_vec();
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    support::as_cli_child(&mut command, &args)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    let mut child = Reaped(command.spawn().unwrap());
+    let mut child = start_serve(&config);
     let stderr = child.stderr.take().unwrap();
     let reader = std::thread::spawn(move || {
         BufReader::new(stderr)
@@ -250,4 +222,24 @@ fn sigterm_during_a_hanging_fetch_abandons_it_and_exits_0() {
         .unwrap_or_else(|| panic!("the abandoned step is logged: {log:?}"));
     assert_eq!(abandoned["fields"]["environment"], "dev", "{abandoned}");
     assert_eq!(abandoned["level"], "WARN", "{abandoned}");
+}
+
+/// `kalypso serve --config CONFIG --log-format json` as a child process, its standard error
+/// piped (the JSON log).
+fn start_serve(config: &std::path::Path) -> Reaped {
+    let args: Vec<String> = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    support::as_cli_child(&mut command, &args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    Reaped(command.spawn().unwrap())
 }
