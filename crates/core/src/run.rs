@@ -17,6 +17,7 @@ use std::sync::Arc;
 
 use kalypso_api::Kind;
 use kalypso_template::Engine;
+use rayon::prelude::*;
 
 use crate::config::ConfigData;
 use crate::diag::{Diagnostic, Diagnostics};
@@ -223,12 +224,16 @@ pub fn finish(
     for warning in conflict_warnings(&rendered.records) {
         diagnostics.push(warning);
     }
-    let scheduled: Vec<(String, String)> = environment
-        .schedule
-        .iter()
-        .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
-        .collect();
-    let failures = failures(&scheduled, &rendered.content, &rendered.failures, &diagnostics);
+    let failures = if diagnostics.has_errors() {
+        let scheduled: Vec<(String, String)> = environment
+            .schedule
+            .iter()
+            .map(|a| (a.deployment_target.clone(), a.cluster_type.clone()))
+            .collect();
+        failures(&scheduled, &rendered.content, &rendered.failures, &diagnostics)
+    } else {
+        Vec::new()
+    };
     let mut isolated = BTreeSet::new();
     let mut blocked = diagnostics.has_errors();
     if blocked && isolation == Isolation::Registration {
@@ -338,40 +343,62 @@ fn isolate(
 /// A warning per config key that applying ConfigMaps set to different values, naming the
 /// assignments it affects (the last value silently wins).
 pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
-    // Assignments with the same merged config share it: each is checked once.
-    let mut by_config: HashMap<*const ConfigData, Vec<String>> = HashMap::new();
+    // Assignments with the same merged config share it: each config is checked once, and the
+    // assignments are only named (three of them) when there is a conflict.
+    let mut by_config: HashMap<*const ConfigData, Vec<usize>> = HashMap::new();
     let mut configs: Vec<&Arc<ConfigData>> = Vec::new();
-    for record in records {
-        let assignments = by_config.entry(Arc::as_ptr(&record.config)).or_insert_with(|| {
-            configs.push(&record.config);
-            Vec::new()
-        });
-        assignments.push(format!(
-            "{}/{}",
-            record.assignment.cluster_type, record.assignment.deployment_target
-        ));
+    for (i, record) in records.iter().enumerate() {
+        by_config
+            .entry(Arc::as_ptr(&record.config))
+            .or_insert_with(|| {
+                configs.push(&record.config);
+                Vec::new()
+            })
+            .push(i);
     }
-    let mut found = BTreeMap::new();
-    for config in configs {
-        for conflict in conflicts(config) {
-            found
-                .entry(conflict)
-                .or_insert_with(Vec::new)
-                .extend(by_config[&Arc::as_ptr(config)].iter().cloned());
+    let per_config: Vec<(usize, Vec<crate::explain::Conflict>)> = configs
+        .par_iter()
+        .enumerate()
+        .map(|(n, config)| (n, conflicts(config)))
+        .collect();
+    let mut found: BTreeMap<_, Vec<*const ConfigData>> = BTreeMap::new();
+    for (n, config_conflicts) in per_config {
+        for conflict in config_conflicts {
+            found.entry(conflict).or_default().push(Arc::as_ptr(configs[n]));
         }
     }
+    // `ct/dt` of record `i`, compared without building the string.
+    let name = |i: usize| {
+        let a = &records[i].assignment;
+        a.cluster_type
+            .bytes()
+            .chain(std::iter::once(b'/'))
+            .chain(a.deployment_target.bytes())
+    };
     found
         .into_iter()
-        .map(|(conflict, mut assignments)| {
-            assignments.sort();
+        .map(|(conflict, with)| {
+            let indices = with.iter().flat_map(|config| by_config[config].iter().copied());
+            let total = with.iter().map(|config| by_config[config].len()).sum::<usize>();
+            let mut first: Vec<usize> = Vec::with_capacity(4);
+            for i in indices {
+                let at = first.partition_point(|&j| name(j).cmp(name(i)).is_lt());
+                if at < 3 {
+                    first.insert(at, i);
+                    first.truncate(3);
+                }
+            }
+            let shown: Vec<String> = first
+                .iter()
+                .map(|&i| String::from_utf8_lossy(&name(i).collect::<Vec<u8>>()).into_owned())
+                .collect();
             let values: Vec<String> = conflict
                 .values
                 .iter()
                 .map(|(source, raw)| format!("{source} gives {raw:?}"))
                 .collect();
-            let shown: Vec<&str> = assignments.iter().take(3).map(String::as_str).collect();
-            let more = if assignments.len() > 3 {
-                format!(" and {} more", assignments.len() - 3)
+            let more = if total > 3 {
+                format!(" and {} more", total - 3)
             } else {
                 String::new()
             };
