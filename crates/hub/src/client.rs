@@ -66,15 +66,26 @@ impl Client {
             head.push_str(&format!("{name}: {value}\r\n"));
         }
         head.push_str("\r\n");
+        let mut out = head.into_bytes();
+        out.extend_from_slice(body);
+        let reused = self.stream.is_some();
+        match self.exchange(&out).await {
+            // The server closed the kept-alive connection before reading the request (it
+            // does so after answering a request whose body it refused): once more, afresh.
+            Err(e) if reused && closed_before_answering(&e) => self.exchange(&out).await,
+            result => result,
+        }
+    }
+
+    /// Writes `request` on the connection (opened if needed) and reads the response.
+    async fn exchange(&mut self, request: &[u8]) -> io::Result<Response> {
         let stream = match &mut self.stream {
             Some(s) => s,
             None => self
                 .stream
                 .insert(BufReader::new(TcpStream::connect(self.addr).await?)),
         };
-        let mut out = head.into_bytes();
-        out.extend_from_slice(body);
-        let sent = stream.get_mut().write_all(&out).await;
+        let sent = stream.get_mut().write_all(request).await;
         let response = match sent {
             Ok(()) => read_response(stream).await,
             Err(e) => Err(e),
@@ -106,6 +117,14 @@ impl Client {
 
 fn invalid(what: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, what.to_owned())
+}
+
+/// Whether `e` says the connection was closed under the request (nothing was answered).
+fn closed_before_answering(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset | io::ErrorKind::UnexpectedEof
+    )
 }
 
 async fn read_response(stream: &mut BufReader<TcpStream>) -> io::Result<Response> {
