@@ -58,9 +58,23 @@ impl Drop for Reaped {
 }
 
 /// Sends SIGTERM to `child`.
-fn terminate(child: &std::process::Child) {
+/// Sends SIGTERM to `child` and waits for it to exit: its status and how long it took. The
+/// 10 s limit is a hang guard only; the time is printed by the tests, not asserted.
+fn terminate_and_wait(child: &mut std::process::Child) -> (std::process::ExitStatus, Duration) {
+    let asked = Instant::now();
     let pid = rustix::process::Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if asked.elapsed() > Duration::from_secs(10) {
+            child.kill().unwrap();
+            panic!("serve did not stop within 10 s of SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    (status, asked.elapsed())
 }
 
 #[test]
@@ -132,20 +146,7 @@ fn sigterm_during_a_backoff_stops_serve_at_once_with_exit_code_0() {
         "{status}"
     );
 
-    let asked = Instant::now();
-    terminate(&child);
-    // A hang guard only: the time is printed, not asserted.
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if asked.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
-            panic!("serve did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let took = asked.elapsed();
+    let (status, took) = terminate_and_wait(&mut child);
     println!(
         "kalypso serve exited {:?} {:.0} ms after SIGTERM, during a 1 h backoff",
         status.code(),
@@ -197,22 +198,11 @@ fn sigterm_during_a_hanging_fetch_abandons_it_and_exits_0() {
         .recv_timeout(Duration::from_secs(60))
         .expect("serve fetches the control plane");
 
-    let asked = Instant::now();
-    terminate(&child);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if asked.elapsed() > Duration::from_secs(10) {
-            child.kill().unwrap();
-            panic!("serve did not stop within 10 s of SIGTERM");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let (status, took) = terminate_and_wait(&mut child);
     println!(
         "kalypso serve exited {:?} {:.0} ms after SIGTERM, during a fetch that never ends",
         status.code(),
-        asked.elapsed().as_secs_f64() * 1000.0
+        took.as_secs_f64() * 1000.0
     );
     assert_eq!(status.code(), Some(0));
     let log = reader.join().unwrap();

@@ -746,19 +746,9 @@ fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
         let full = path.map_or_else(|| field.to_owned(), |p| format!("{p}.{field}"));
         return (Some(full), "required field is missing".to_owned());
     }
-    if let Some(rest) = message.strip_prefix("invalid type: ")
-        && let Some((found, expected)) = rest.split_once(", expected ")
-    {
-        return (
-            path.map(str::to_owned),
-            format!(
-                "must be {}, found {}",
-                expected_words(expected),
-                found_words(found)
-            ),
-        );
-    }
-    if let Some(rest) = message.strip_prefix("invalid value: ")
+    if let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
         && let Some((found, expected)) = rest.split_once(", expected ")
     {
         return (
