@@ -9,26 +9,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod support;
 use kalypso_core::diag::Diagnostics;
 use kalypso_core::source::{SourceFile, SourceTree};
 use kalypso_gotmpl::Limits;
 use kalypso_template::{Engine, TemplateData};
-
-/// xorshift64*: small, seeded, good enough to pick mutations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use support::Rng;
 
 fn iterations(default: usize) -> usize {
     std::env::var("KALYPSO_FUZZ_ITERATIONS")
@@ -40,9 +26,9 @@ fn iterations(default: usize) -> usize {
 /// One mutation of `text`: a token inserted, a span deleted, duplicated or repeated.
 fn mutate(rng: &mut Rng, text: &str, tokens: &[&str]) -> String {
     let mut s = text.to_owned();
-    for _ in 0..=rng.below(4) {
+    for _ in 0..=rng.index(4) {
         let at = |rng: &mut Rng, s: &str| {
-            let mut i = rng.below(s.len() + 1);
+            let mut i = rng.index(s.len() + 1);
             while !s.is_char_boundary(i) {
                 i -= 1;
             }
@@ -52,8 +38,8 @@ fn mutate(rng: &mut Rng, text: &str, tokens: &[&str]) -> String {
         let b = at(rng, &s);
         let (lo, hi) = (a.min(b), a.max(b).min(a.min(b) + 64));
         let hi = (lo..=hi).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(lo);
-        match rng.below(5) {
-            0 | 1 => s.insert_str(a, tokens[rng.below(tokens.len())]),
+        match rng.index(5) {
+            0 | 1 => s.insert_str(a, tokens[rng.index(tokens.len())]),
             2 => s.replace_range(lo..hi, ""),
             3 => {
                 let span = s[lo..hi].to_owned();
@@ -61,7 +47,7 @@ fn mutate(rng: &mut Rng, text: &str, tokens: &[&str]) -> String {
             }
             _ => {
                 let span = s[lo..hi].to_owned();
-                s.insert_str(hi, &span.repeat(1 + rng.below(50)));
+                s.insert_str(hi, &span.repeat(1 + rng.index(50)));
             }
         }
     }
@@ -134,7 +120,7 @@ fn templates_stay_within_their_limits() {
     let mut rng = Rng(0x5eed_cafe_f00d_0001);
     let mut cases: Vec<String> = TEMPLATES.iter().map(|t| (*t).to_owned()).collect();
     for _ in 0..iterations(1_500) {
-        let seed = TEMPLATES[rng.below(TEMPLATES.len())];
+        let seed = TEMPLATES[rng.index(TEMPLATES.len())];
         cases.push(mutate(&mut rng, seed, TEMPLATE_TOKENS));
     }
     for (i, text) in cases.iter().enumerate() {
@@ -228,7 +214,7 @@ fn the_loader_stays_within_its_limits() {
     // A block scalar that ends the input without a line break once panicked the parser.
     cases.push("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: |\n    x".to_owned());
     for _ in 0..iterations(600) {
-        let seed = &seeds[rng.below(seeds.len())];
+        let seed = &seeds[rng.index(seeds.len())];
         cases.push(mutate(&mut rng, seed, YAML_TOKENS));
     }
     let hostile = seeds.len()..seeds.len() + 3;

@@ -8,8 +8,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
+mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
+use support::Rng;
 
 use kalypso_api::{
     ClusterTypeSelector, ClusterTypeSpec, DeploymentTargetSelector, DeploymentTargetSpec, ExtenderRef,
@@ -21,27 +23,6 @@ use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, P
 use kalypso_core::schedule::{Schedule, schedule_with};
 use kalypso_core::unfold::deployment_targets;
 use kalypso_core::{Diagnostics, Origin};
-
-/// xorshift64*: enough randomness for generating fleets, reproducible from the seed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    fn shuffle<T>(&mut self, items: &mut [T]) {
-        for i in (1..items.len()).rev() {
-            let j = self.below(i as u64 + 1) as usize;
-            items.swap(i, j);
-        }
-    }
-}
 
 fn labels(pairs: &[(&str, String)]) -> Labels {
     pairs.iter().map(|(k, v)| ((*k).to_owned(), v.clone())).collect()
