@@ -179,11 +179,6 @@ impl Run {
         (!self.blocked).then_some(&self.rendered.content)
     }
 
-    /// [`Run::content`], by value.
-    pub fn into_content(self) -> Option<RepoContent> {
-        (!self.blocked).then_some(self.rendered.content)
-    }
-
     /// Whether an error blocks the environment.
     pub fn is_blocked(&self) -> bool {
         self.blocked
