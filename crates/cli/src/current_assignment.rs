@@ -3,14 +3,14 @@
 
 use std::path::Path;
 
-use kalypso_core::placement::CurrentAssignment;
+use kalypso_core::placement::{CurrentAssignment, current_from_folders};
 
 /// The current assignment of a GitOps folder: `<cluster type>/<deployment target>/` folders
 /// (dot-folders are not cluster types). A missing folder has none.
 pub(crate) fn current_from_dir(out: &Path) -> CurrentAssignment {
-    let mut current = CurrentAssignment::new();
+    let mut folders = Vec::new();
     let Ok(cluster_types) = std::fs::read_dir(out) else {
-        return current;
+        return CurrentAssignment::new();
     };
     for ct in cluster_types.flatten() {
         let name = ct.file_name().to_string_lossy().into_owned();
@@ -22,14 +22,11 @@ pub(crate) fn current_from_dir(out: &Path) -> CurrentAssignment {
         };
         for dt in targets.flatten() {
             if dt.file_type().is_ok_and(|t| t.is_dir()) {
-                current
-                    .entry(dt.file_name().to_string_lossy().into_owned())
-                    .or_default()
-                    .insert(name.clone());
+                folders.push((name.clone(), dt.file_name().to_string_lossy().into_owned()));
             }
         }
     }
-    current
+    current_from_folders(folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())))
 }
 
 #[cfg(test)]

@@ -38,14 +38,23 @@ pub type CurrentAssignment = BTreeMap<String, BTreeSet<String>>;
 /// The current assignment of a GitOps tree, from its paths: `<cluster type>/<deployment
 /// target>/<file>` (dot-folders are not cluster types).
 pub fn current_from_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> CurrentAssignment {
-    let mut current = CurrentAssignment::new();
-    for path in paths {
+    current_from_folders(paths.into_iter().filter_map(|path| {
         let mut parts = path.splitn(3, '/');
-        if let (Some(ct), Some(dt), Some(_)) = (parts.next(), parts.next(), parts.next())
-            && !ct.starts_with('.')
-        {
-            current.entry(dt.to_owned()).or_default().insert(ct.to_owned());
+        match (parts.next(), parts.next(), parts.next()) {
+            (Some(ct), Some(dt), Some(_)) if !ct.starts_with('.') => Some((ct, dt)),
+            _ => None,
         }
+    }))
+}
+
+/// The current assignment of a GitOps tree's (cluster type, deployment target) folders.
+pub fn current_from_folders<'a>(folders: impl IntoIterator<Item = (&'a str, &'a str)>) -> CurrentAssignment {
+    let mut current = CurrentAssignment::new();
+    for (cluster_type, target) in folders {
+        current
+            .entry(target.to_owned())
+            .or_default()
+            .insert(cluster_type.to_owned());
     }
     current
 }

@@ -431,14 +431,11 @@ impl RenderMemo {
 
     /// Where the last run placed each deployment target (for `Steady`).
     pub fn current_assignment(&self) -> CurrentAssignment {
-        let mut current = CurrentAssignment::new();
-        for (cluster_type, target) in self.packages.keys() {
-            current
-                .entry(target.clone())
-                .or_default()
-                .insert(cluster_type.clone());
-        }
-        current
+        crate::placement::current_from_folders(
+            self.packages
+                .keys()
+                .map(|(cluster_type, target)| (cluster_type.as_str(), target.as_str())),
+        )
     }
 
     fn get(&self, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> Option<&Package> {

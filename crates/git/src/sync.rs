@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::collections::BTreeSet;
 
 use kalypso_core::Diagnostics;
-use kalypso_core::placement::{CurrentAssignment, ExtenderClient};
+use kalypso_core::placement::{CurrentAssignment, ExtenderClient, current_from_folders};
 use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
 use kalypso_template::Engine;
 use tokio::runtime::Handle;
@@ -398,13 +398,13 @@ impl Pass<'_> {
         let read = || -> Result<CurrentAssignment, crate::repo::Error> {
             let repo = Repo::open_mirror(url, &self.syncer.cache)?;
             repo.fetch_branches(&self.transport, &[branch], &[])?;
-            let mut current = CurrentAssignment::new();
-            if let Some(head) = repo.branch(branch)? {
-                for (cluster_type, target) in repo.target_folders(head)? {
-                    current.entry(target).or_default().insert(cluster_type);
-                }
-            }
-            Ok(current)
+            let folders = match repo.branch(branch)? {
+                Some(head) => repo.target_folders(head)?,
+                None => Vec::new(),
+            };
+            Ok(current_from_folders(
+                folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+            ))
         };
         read().unwrap_or_else(|error| {
             tracing::warn!(%error, "cannot read the GitOps branch for Steady placement; placing afresh");
