@@ -64,6 +64,111 @@ pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Declares [`Code`] with each variant's stable text once.
+macro_rules! codes {
+    ($($(#[$doc:meta])* $variant:ident => $text:literal,)+) => {
+        /// The kind of a problem: a stable identifier that scripts may match on. Each code is
+        /// explained in `docs/errors.md`, in this order (a test keeps the two the same).
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Code {
+            $($(#[$doc])* $variant,)+
+        }
+
+        impl Code {
+            /// Every code, in the order `docs/errors.md` lists them.
+            pub const ALL: &'static [Code] = &[$(Code::$variant),+];
+
+            /// The code as users see it (`duplicate-key`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$variant => $text,)+
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    /// `yaml`: A file is not valid YAML or not UTF-8.
+    Yaml => "yaml",
+    /// `yaml-limit`: A YAML document exceeds a depth, alias or size limit.
+    YamlLimit => "yaml-limit",
+    /// `duplicate-key`: A mapping has the same key twice.
+    DuplicateKey => "duplicate-key",
+    /// `not-an-object`: A document is not an object, or lacks `apiVersion`/`kind`.
+    NotAnObject => "not-an-object",
+    /// `unknown-kind`: A `scheduler.kalypso.io` kind or version the scheduler does not have.
+    UnknownKind => "unknown-kind",
+    /// `invalid-object`: A field is missing or has the wrong type.
+    InvalidObject => "invalid-object",
+    /// `unknown-field`: A field the scheduler does not know; it is ignored.
+    UnknownField => "unknown-field",
+    /// `legacy-manifest`: A Template manifest written as a mapping.
+    LegacyManifest => "legacy-manifest",
+    /// `schema-draft`: A config schema declares a draft other than the one Helm uses.
+    SchemaDraft => "schema-draft",
+    /// `invalid-name`: An object name Kubernetes would refuse.
+    InvalidName => "invalid-name",
+    /// `invalid-label`: A label key or value Kubernetes would refuse.
+    InvalidLabel => "invalid-label",
+    /// `invalid-config-key`: A ConfigMap key Kubernetes would refuse.
+    InvalidConfigKey => "invalid-config-key",
+    /// `invalid-namespace`: An assignment namespace that is not a DNS-1123 label.
+    InvalidNamespace => "invalid-namespace",
+    /// `duplicate-name`: Two objects of one kind share a name.
+    DuplicateName => "duplicate-name",
+    /// `invalid-selector`: A SchedulingPolicy selector the label-selector rules reject.
+    InvalidSelector => "invalid-selector",
+    /// `workload-without-registration`: A Workload that no WorkloadRegistration delivers.
+    WorkloadWithoutRegistration => "workload-without-registration",
+    /// `workloads-missing`: A WorkloadRegistration without workload files.
+    WorkloadsMissing => "workloads-missing",
+    /// `workloads-unregistered`: A workload folder no WorkloadRegistration names.
+    WorkloadsUnregistered => "workloads-unregistered",
+    /// `no-base-repo`: An environment without a BaseRepo.
+    NoBaseRepo => "no-base-repo",
+    /// `kustomization`: A `kustomization.yaml` that cannot be read or forms a cycle.
+    Kustomization => "kustomization",
+    /// `sourceignore`: An invalid `.sourceignore` pattern.
+    Sourceignore => "sourceignore",
+    /// `template-missing`: A ClusterType names a Template that does not exist.
+    TemplateMissing => "template-missing",
+    /// `template-parse`: A Template manifest does not parse.
+    TemplateParse => "template-parse",
+    /// `assignment`: An assignment could not be rendered.
+    Assignment => "assignment",
+    /// `config-schema`: A config breaks a config schema rule, or a schema cannot be used.
+    ConfigSchema => "config-schema",
+    /// `config-conflict`: Several ConfigMaps set one key differently for an assignment.
+    ConfigConflict => "config-conflict",
+    /// `registration-isolated`: A WorkloadRegistration failed alone; the rest was delivered.
+    RegistrationIsolated => "registration-isolated",
+    /// `invalid-placement`: A SchedulingPolicy placement field is wrong.
+    InvalidPlacement => "invalid-placement",
+    /// `invalid-extender`: A SchedulerExtender object is wrong.
+    InvalidExtender => "invalid-extender",
+    /// `extender`: A SchedulerExtender call failed.
+    Extender => "extender",
+    /// `placement-ref-unsupported`: A `placementRef` whose decisions were not read.
+    PlacementRefUnsupported => "placement-ref-unsupported",
+    /// `policy-selects-nothing`: A SchedulingPolicy selector matches nothing.
+    PolicySelectsNothing => "policy-selects-nothing",
+    /// `target-placed-nowhere`: A deployment target no policy places.
+    TargetPlacedNowhere => "target-placed-nowhere",
+    /// `config-map-matches-nothing`: A platform ConfigMap whose labels match no assignment.
+    ConfigMapMatchesNothing => "config-map-matches-nothing",
+    /// `config-key-unused`: A config key that no template reads.
+    ConfigKeyUnused => "config-key-unused",
+    /// `sprig-version`: `KALYPSO_SPRIG` is wrong, or templates run with Sprig v3.
+    SprigVersion => "sprig-version",
+}
+
+impl fmt::Display for Code {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// How serious a diagnostic is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
@@ -78,8 +183,8 @@ pub enum Severity {
 pub struct Diagnostic {
     /// How serious it is.
     pub severity: Severity,
-    /// A stable identifier of the kind of problem (`yaml`, `duplicate-name`, `template-missing`...).
-    pub code: &'static str,
+    /// The kind of problem.
+    pub code: Code,
     /// What is wrong, in a sentence that names the thing.
     pub message: String,
     /// Where the offending object was read from.
@@ -95,7 +200,7 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     /// An error.
-    pub fn error(code: &'static str, message: impl Into<String>) -> Diagnostic {
+    pub fn error(code: Code, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Error,
             code,
@@ -108,7 +213,7 @@ impl Diagnostic {
     }
 
     /// A warning.
-    pub fn warning(code: &'static str, message: impl Into<String>) -> Diagnostic {
+    pub fn warning(code: Code, message: impl Into<String>) -> Diagnostic {
         Diagnostic {
             severity: Severity::Warning,
             ..Diagnostic::error(code, message)
@@ -268,7 +373,7 @@ mod tests {
 
     #[test]
     fn shows_origin_object_and_field_once_each() {
-        let d = Diagnostic::error("invalid-name", "required field is missing")
+        let d = Diagnostic::error(Code::InvalidName, "required field is missing")
             .at(&Origin::new("dev/ct.yaml", 3))
             .on(Kind::ClusterType, "")
             .field("metadata.name");
@@ -276,7 +381,7 @@ mod tests {
             d.to_string(),
             "error[invalid-name]: dev/ct.yaml:3: ClusterType without a name: metadata.name: required field is missing"
         );
-        let w = Diagnostic::warning("w", "text").on(Kind::Template, "t");
-        assert_eq!(w.to_string(), "warning[w]: Template \"t\": text");
+        let w = Diagnostic::warning(Code::UnknownField, "text").on(Kind::Template, "t");
+        assert_eq!(w.to_string(), "warning[unknown-field]: Template \"t\": text");
     }
 }

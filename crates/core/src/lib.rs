@@ -35,7 +35,7 @@ pub mod unfold;
 pub mod warnings;
 mod yaml_scan;
 
-pub use diag::{Diagnostic, Diagnostics, Origin, Severity};
+pub use diag::{Code, Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{
     AssignmentFailure, AssignmentRecord, Inputs, Job, Prepared, Rendered, ScheduledEnvironment,
     load_namespace, prepare, render,

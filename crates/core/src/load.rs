@@ -17,7 +17,7 @@ use rayon::prelude::*;
 use serde::Deserialize;
 use serde::de::{self, DeserializeOwned, Deserializer, Visitor};
 
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::model::{AnyObject, Object};
 use crate::source::{SourceFile, SourceTree};
 
@@ -254,7 +254,7 @@ fn load_file(tree: &SourceTree, file: &SourceFile, diagnostics: &mut Diagnostics
                 .count();
             diagnostics.push(
                 Diagnostic::error(
-                    "yaml",
+                    Code::Yaml,
                     "file is not UTF-8 text (the first invalid byte is on this line); save it as UTF-8",
                 )
                 .at(&Origin::new(shown, u32::try_from(line).unwrap_or(0))),
@@ -282,7 +282,7 @@ fn yaml_error(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -
     if offending.is_some_and(|l| l[..l.len() - l.trim_start().len()].contains('\t')) {
         message.push_str(" (a tab indents this line; YAML indentation must use spaces)");
     }
-    Diagnostic::error("yaml", message).at(&origin.at_line(line))
+    Diagnostic::error(Code::Yaml, message).at(&origin.at_line(line))
 }
 
 /// serde_yaml appends " at line L column C", relative to the document: the diagnostic
@@ -346,7 +346,7 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
     };
     if doc.text.len() > limits.yaml_document_size {
         let mut d = Diagnostic::error(
-            "yaml-limit",
+            Code::YamlLimit,
             format!(
                 "the document is {} bytes, more than the yaml-document-size limit ({} bytes); {}",
                 doc.text.len(),
@@ -371,10 +371,10 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
         for p in scan.problems {
             let (code, message) = match p.limit {
                 Some(limit) => (
-                    "yaml-limit",
+                    Code::YamlLimit,
                     format!("{}; {}", p.message, crate::limits::hint(limit)),
                 ),
-                None => ("duplicate-key", p.message),
+                None => (Code::DuplicateKey, p.message),
             };
             let mut d = Diagnostic::error(code, message).at(&origin.at_line(doc.first_line + p.line));
             d.object = object.clone();
@@ -397,7 +397,7 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
         Ok(text) => Some(Some(text)),
         Err(e) => {
             let mut d = Diagnostic::error(
-                "yaml",
+                Code::Yaml,
                 format!(
                     "invalid YAML: a merge key (<<) must refer to a mapping or a list of mappings ({})",
                     strip_location(&e.to_string())
@@ -435,7 +435,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 // Flux cannot apply such a file, so the original never sees any of it.
                 diagnostics.push(
                     Diagnostic::error(
-                        "not-an-object",
+                        Code::NotAnObject,
                         format!(
                             "document is {shape}, not a Kubernetes object (a mapping with apiVersion, kind and metadata)"
                         ),
@@ -459,13 +459,16 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
         // An error, not a warning: skipping the document would drop the object it was meant
         // to be (a ClusterType, a Workload...) and the render would delete its folders.
         diagnostics.push(
-            Diagnostic::error("not-an-object", missing_type_meta(api_version, kind_name, &name))
-                .at(&origin)
-                .field(if api_version.is_none() {
-                    "apiVersion"
-                } else {
-                    "kind"
-                }),
+            Diagnostic::error(
+                Code::NotAnObject,
+                missing_type_meta(api_version, kind_name, &name),
+            )
+            .at(&origin)
+            .field(if api_version.is_none() {
+                "apiVersion"
+            } else {
+                "kind"
+            }),
         );
         return None;
     };
@@ -496,7 +499,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             None
         };
         if let Some((field, message)) = problem {
-            let mut d = Diagnostic::error("unknown-kind", message)
+            let mut d = Diagnostic::error(Code::UnknownKind, message)
                 .at(&origin)
                 .field(field);
             if !name.is_empty() {
@@ -516,7 +519,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                     if matches!(manifest, kalypso_api::Manifest::Object(_)) {
                         diagnostics.push(
                             Diagnostic::warning(
-                                "legacy-manifest",
+                                Code::LegacyManifest,
                                 "a mapping, not a template string: the original's CRD declares manifests as strings \
                                  (since 2023-03-07), so its API server rejects this Template; kalypso renders the \
                                  mapping's YAML text",
@@ -555,7 +558,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 for (field, text) in target_schemas.chain(own_schemas) {
                     if let Some(warning) = crate::schema::schema_warning(text) {
                         diagnostics.push(
-                            Diagnostic::warning("schema-draft", warning)
+                            Diagnostic::warning(Code::SchemaDraft, warning)
                                 .at(&origin)
                                 .on(kind, &name)
                                 .field(field),
@@ -587,7 +590,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                     parse_typed(doc, &origin, kind, &name, diagnostics)?;
                 if let Some(warning) = crate::schema::schema_warning(&schema.spec.schema) {
                     diagnostics.push(
-                        Diagnostic::warning("schema-draft", warning)
+                        Diagnostic::warning(Code::SchemaDraft, warning)
                             .at(&origin)
                             .on(kind, &name)
                             .field("spec.schema"),
@@ -866,7 +869,7 @@ fn selectors_present(doc: &Document<'_>, origin: &Origin, name: &str, diagnostic
         let line = locate(doc.text, &path[..path.len() - 1]).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
             Diagnostic::error(
-                "invalid-object",
+                Code::InvalidObject,
                 format!(
                     "required field is missing: the original scheduler's CRD requires {what} (write \
                      `labelSelector: {{}}` to select everything); a misspelled key does not count"
@@ -956,7 +959,7 @@ fn warn_unknown_target_fields(
             let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
             diagnostics.push(
                 Diagnostic::warning(
-                    "unknown-field",
+                    Code::UnknownField,
                     format!(
                         "a deployment target has no such field; it is ignored (misspelled? the fields are {})",
                         TARGET_FIELDS.join(", ")
@@ -1023,7 +1026,7 @@ fn parse_document<T: DeserializeOwned>(
         let line = locate(doc.text, &path).map_or(origin.line, |l| doc.first_line + l);
         diagnostics.push(
             Diagnostic::warning(
-                "unknown-field",
+                Code::UnknownField,
                 format!("{kind} has no such field; it is ignored (misspelled?)"),
             )
             .at(&origin.at_line(line))
@@ -1047,7 +1050,7 @@ fn parse_document<T: DeserializeOwned>(
                 None => (path, inner.to_string(), line),
             };
             let (field, message) = describe_error(&path, &raw);
-            let mut d = Diagnostic::error("invalid-object", message)
+            let mut d = Diagnostic::error(Code::InvalidObject, message)
                 .at(&origin.at_line(line))
                 .on(kind, name);
             if let Some(field) = field {

@@ -15,7 +15,7 @@ use kalypso_api::{
     WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::names::{
     config_map_key_error, dns_label_error, dns_subdomain_error, label_key_error, label_value_error,
 };
@@ -199,7 +199,7 @@ fn insert_unique<S>(
     match map.get(object.name()) {
         Some(first) => diagnostics.push(
             Diagnostic::error(
-                "duplicate-name",
+                Code::DuplicateName,
                 format!("another {kind} of this name is defined at {}", first.origin),
             )
             .at(&object.origin)
@@ -248,7 +248,7 @@ impl Namespace {
                     match self.workloads.get(o.name()) {
                         Some(first) => diagnostics.push(
                             Diagnostic::error(
-                                "duplicate-name",
+                                Code::DuplicateName,
                                 format!(
                                     "another Workload of this name is defined at {}",
                                     first.object.origin
@@ -296,7 +296,7 @@ impl Namespace {
             if !workloads.contains_key(name) {
                 diagnostics.push(
                     Diagnostic::error(
-                        "workloads-missing",
+                        Code::WorkloadsMissing,
                         format!("no workload files for this registration (expected in workloads/{name}/); none of its Workloads could be loaded"),
                     )
                     .at(&registration.origin)
@@ -315,7 +315,7 @@ impl Namespace {
                 };
                 diagnostics.push(
                     Diagnostic::warning(
-                        "workloads-unregistered",
+                        Code::WorkloadsUnregistered,
                         format!(
                             "no WorkloadRegistration is named {name:?} ({known}), so the Workloads in this folder are ignored"
                         ),
@@ -362,7 +362,7 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
     };
     if let Some(e) = name_error {
         diagnostics.push(
-            Diagnostic::error("invalid-name", e)
+            Diagnostic::error(Code::InvalidName, e)
                 .at(origin)
                 .on(kind, &meta.name)
                 .field("metadata.name"),
@@ -373,7 +373,7 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
         for key in config_map.spec.data.keys() {
             if let Some(e) = config_map_key_error(key) {
                 diagnostics.push(
-                    Diagnostic::error("invalid-config-key", e)
+                    Diagnostic::error(Code::InvalidConfigKey, e)
                         .at(origin)
                         .on(kind, &meta.name)
                         .field(key_path("data", key)),
@@ -388,7 +388,7 @@ fn valid_metadata(object: &AnyObject, diagnostics: &mut Diagnostics) -> bool {
             .flatten()
         {
             diagnostics.push(
-                Diagnostic::error("invalid-label", e)
+                Diagnostic::error(Code::InvalidLabel, e)
                     .at(origin)
                     .on(kind, &meta.name)
                     .field(format!("metadata.labels.{key}")),

@@ -13,7 +13,7 @@ use kalypso_template::Engine;
 use rayon::prelude::*;
 
 use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
 use crate::model::{AnyObject, Delivery, Namespace};
@@ -276,7 +276,7 @@ pub fn prepare<'e>(
 ) -> Prepared<'e> {
     let ns = &env.namespace;
     if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
-        diagnostics.push(Diagnostic::warning("sprig-version", warning));
+        diagnostics.push(Diagnostic::warning(Code::SprigVersion, warning));
     }
     let templates = TemplateSet::compile(ns, engine);
     let template_ids: HashMap<&str, Fingerprint> = ns
@@ -340,7 +340,7 @@ pub fn prepare<'e>(
         if let Some(e) = crate::names::dns_label_error(&namespace) {
             diagnostics.push(
                 Diagnostic::error(
-                    "invalid-namespace",
+                    Code::InvalidNamespace,
                     format!(
                         "the namespace {namespace:?} of its assignment to cluster type {:?} \
                          (<environment>-<cluster type>-<deployment target>) {e}",
@@ -559,7 +559,7 @@ impl<'e> Prepared<'e> {
                 Err(Failed::Other(message)) => {
                     let target = &env.targets[&a.deployment_target];
                     let error = Diagnostic::error(
-                        "assignment",
+                        Code::Assignment,
                         format!(
                             "cannot generate manifests on cluster type {:?}: {message}",
                             a.cluster_type
@@ -666,7 +666,7 @@ impl SchemaErrors {
                     "assignments"
                 };
                 let d = key.0.attach(Diagnostic::error(
-                    "config-schema",
+                    Code::ConfigSchema,
                     format!("{} (failing {what}: {shown}{more})", key.1),
                 ));
                 diagnostics.push(d.clone());

@@ -19,7 +19,7 @@ use std::time::Duration;
 use kalypso_api::{FailurePolicy, Kind, Labels, SchedulerExtenderSpec, SchedulingPolicySpec};
 use serde::{Deserialize, Serialize};
 
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::fingerprint::Hasher;
 use crate::model::{Namespace, Object};
 use crate::unfold::DeploymentTarget;
@@ -289,7 +289,7 @@ pub fn compile(
     let mut error = |field: String, message: String| {
         ok = false;
         diagnostics.push(
-            Diagnostic::error("invalid-placement", message)
+            Diagnostic::error(Code::InvalidPlacement, message)
                 .at(&policy.origin)
                 .on(Kind::SchedulingPolicy, name)
                 .field(field),
@@ -409,7 +409,7 @@ pub fn compile(
         // effective.
         diagnostics.push(
             Diagnostic::warning(
-                "placement-ref-unsupported",
+                Code::PlacementRefUnsupported,
                 "no decision of this Open Cluster Management Placement was read (only `kalypso operator` \
                  reads them, from the cluster); this policy places by its clusterTypeSelector",
             )
@@ -460,7 +460,7 @@ pub fn extenders(ns: &Namespace, diagnostics: &mut Diagnostics) -> BTreeMap<Stri
         let spec: &SchedulerExtenderSpec = &object.spec;
         let mut error = |field: &str, message: String| {
             diagnostics.push(
-                Diagnostic::error("invalid-extender", message)
+                Diagnostic::error(Code::InvalidExtender, message)
                     .at(&object.origin)
                     .on(Kind::SchedulerExtender, name)
                     .field(field),
@@ -493,7 +493,7 @@ pub fn extenders(ns: &Namespace, diagnostics: &mut Diagnostics) -> BTreeMap<Stri
         if !spec.filter && !spec.prioritize {
             diagnostics.push(
                 Diagnostic::warning(
-                    "invalid-extender",
+                    Code::InvalidExtender,
                     "neither filters nor prioritizes; it is never called",
                 )
                 .at(&object.origin)
@@ -638,11 +638,11 @@ pub fn place(
         );
         let d = if extender.fail {
             Diagnostic::error(
-                "extender",
+                Code::Extender,
                 format!("{what}; failurePolicy Fail stops the environment"),
             )
         } else {
-            Diagnostic::warning("extender", format!("{what}; skipped (failurePolicy Ignore)"))
+            Diagnostic::warning(Code::Extender, format!("{what}; skipped (failurePolicy Ignore)"))
         };
         diagnostics.push(
             d.at(&extender.origin)
@@ -1048,7 +1048,7 @@ pub fn check_label_values(
                 ok = false;
                 diagnostics.push(
                     Diagnostic::error(
-                        "invalid-placement",
+                        Code::InvalidPlacement,
                         format!(
                             "label {key:?} is {value:?}, not a number, and SchedulingPolicy {policy_name:?} \
                              scores cluster types by it (spec.prioritizers[{i}].labelValue.key)"

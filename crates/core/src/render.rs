@@ -16,7 +16,7 @@ use kalypso_gotmpl::{Map, MapKey, Str, Type, Value};
 use kalypso_template::{Compiled, Engine, TemplateData};
 
 use crate::config::ConfigData;
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::model::{Namespace, Object};
 use crate::unfold::DeploymentTarget;
 
@@ -75,7 +75,7 @@ fn compile_template(
         match engine.compile(TEMPLATE_NAME, &text) {
             Ok(c) => manifests.push(c),
             Err(e) => errors.push(
-                Diagnostic::error("template-parse", e.to_string())
+                Diagnostic::error(Code::TemplateParse, e.to_string())
                     .at(&t.origin)
                     .on(Kind::Template, t.name())
                     .field(format!("spec.manifests[{i}]")),
@@ -211,7 +211,7 @@ pub fn cluster_type_templates(
         match templates.get(name) {
             None => {
                 diagnostics.push(
-                    Diagnostic::error("template-missing", format!("Template {name:?} does not exist"))
+                    Diagnostic::error(Code::TemplateMissing, format!("Template {name:?} does not exist"))
                         .at(&cluster_type.origin)
                         .on(Kind::ClusterType, cluster_type.name())
                         .field(field.to_owned()),

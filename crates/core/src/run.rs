@@ -20,7 +20,7 @@ use kalypso_template::Engine;
 use rayon::prelude::*;
 
 use crate::config::ConfigData;
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::explain::conflicts;
 use crate::fingerprint::Fingerprint;
 use crate::model::Namespace;
@@ -323,7 +323,7 @@ fn isolate(
     });
     for registration in registrations {
         let mut warning = Diagnostic::warning(
-            "registration-isolated",
+            Code::RegistrationIsolated,
             "its workloads failed (see the errors above): their deployment targets keep the folders \
              last delivered, and the rest of the environment is delivered",
         )
@@ -398,7 +398,7 @@ pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
                 String::new()
             };
             Diagnostic::warning(
-                "config-conflict",
+                Code::ConfigConflict,
                 format!(
                     "config key {:?} gets different values from ConfigMaps that apply to the same assignments: {}; \
                      the last one silently wins (assignments: {}{more})",
@@ -540,7 +540,7 @@ pub fn failures(
             .flat_map(|f| &f.errors)
             .collect();
         let about_assignment = |d: &Diagnostic| {
-            (d.code == "assignment"
+            (d.code == Code::Assignment
                 && d.object.as_ref() == Some(&(Kind::DeploymentTarget, target.clone()))
                 && d.message.contains(&format!("on cluster type {cluster_type:?}")))
                 || reported.contains(&d)
@@ -752,7 +752,7 @@ mod tests {
         );
     }
 
-    fn error(code: &'static str, message: &str, object: (Kind, &str)) -> Diagnostic {
+    fn error(code: Code, message: &str, object: (Kind, &str)) -> Diagnostic {
         Diagnostic::error(code, message).on(object.0, object.1)
     }
 
@@ -770,17 +770,17 @@ mod tests {
             .insert(("large".into(), "app-ok".into()), Package::default());
         let mut diags = Diagnostics::new();
         diags.push(error(
-            "assignment",
+            Code::Assignment,
             "cannot generate manifests on cluster type \"small\": config data validation failed",
             (Kind::DeploymentTarget, "app-dev"),
         ));
         diags.push(error(
-            "template-missing",
+            Code::TemplateMissing,
             "Template \"x\" does not exist",
             (Kind::ClusterType, "drone"),
         ));
-        diags.push(error("yaml", "bad yaml", (Kind::ConfigMap, "c")));
-        diags.push(Diagnostic::warning("w", "just a warning"));
+        diags.push(error(Code::Yaml, "bad yaml", (Kind::ConfigMap, "c")));
+        diags.push(Diagnostic::warning(Code::ConfigConflict, "just a warning"));
         let failures = failures(&scheduled, &content, &[], &diags);
         let titles: Vec<String> = failures.iter().map(|f| f.title("dev")).collect();
         assert_eq!(
@@ -813,12 +813,12 @@ mod tests {
             .packages
             .insert(("large".into(), "app-ok".into()), Package::default());
         let shared = error(
-            "config-schema",
+            Code::ConfigSchema,
             "config value /REPLICAS: must be at most 2, found 3 (failing assignments: large/app-dev, large/app-qa)",
             (Kind::ConfigSchema, "replicas"),
         );
         let own = error(
-            "config-schema",
+            Code::ConfigSchema,
             "config value /OWNER: is required but missing (failing assignment: large/app-qa)",
             (Kind::Workload, "app"),
         );
@@ -835,7 +835,7 @@ mod tests {
         let mut diags = Diagnostics::new();
         diags.push(shared.clone());
         diags.push(own.clone());
-        diags.push(error("yaml", "bad yaml", (Kind::ConfigMap, "c")));
+        diags.push(error(Code::Yaml, "bad yaml", (Kind::ConfigMap, "c")));
         let failures = failures(&scheduled, &content, &assignment_failures, &diags);
         assert_eq!(failures.len(), 3, "{failures:?}");
         assert_eq!(failures[0].assignment, Some(("app-dev".into(), "large".into())));
@@ -865,7 +865,7 @@ mod tests {
         assert!(blocked.is_blocked());
         let errors: Vec<&Diagnostic> = blocked.diagnostics.errors().collect();
         assert_eq!(errors.len(), 1, "one error for the rule: {errors:?}");
-        assert_eq!(errors[0].code, "config-schema");
+        assert_eq!(errors[0].code, Code::ConfigSchema);
         assert!(
             errors[0].message.contains("/OWNER: is required but missing"),
             "{}",
@@ -942,7 +942,7 @@ mod tests {
             isolated
                 .diagnostics
                 .warnings()
-                .any(|d| d.code == "registration-isolated"
+                .any(|d| d.code == Code::RegistrationIsolated
                     && d.object == Some((Kind::WorkloadRegistration, "platform-svc".to_owned())))
         );
         // The failure is reported, as a sync reports it (an issue in `pr` mode).

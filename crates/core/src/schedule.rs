@@ -15,7 +15,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use kalypso_api::Kind;
 
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::model::Namespace;
 use crate::placement::{self, Decision, PlacementInput, PlacementSpec, Work};
 use crate::selector::Selector;
@@ -101,7 +101,7 @@ pub fn schedule_with(
             Err(errors) => {
                 for e in errors {
                     diagnostics.push(
-                        Diagnostic::error("invalid-selector", e.message)
+                        Diagnostic::error(Code::InvalidSelector, e.message)
                             .at(&policy.origin)
                             .on(Kind::SchedulingPolicy, name)
                             .field(format!("{field}.{}", e.field)),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use ignore::gitignore::{Gitignore, GitignoreBuilder};
 
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 
 /// Flux source-controller's default exclusions (VCS files, images and archives, CI configs).
 const FLUX_DEFAULT_IGNORES: &[&str] = &[
@@ -187,7 +187,8 @@ impl SourceTree {
         let dir = parent(&file.path).to_owned();
         if visiting.contains(&dir) {
             diagnostics.push(
-                Diagnostic::error("kustomization", "the kustomizations' resources form a cycle").at(&origin),
+                Diagnostic::error(Code::Kustomization, "the kustomizations' resources form a cycle")
+                    .at(&origin),
             );
             return;
         }
@@ -195,13 +196,13 @@ impl SourceTree {
             Ok(v) => v,
             Err(e) => {
                 diagnostics
-                    .push(Diagnostic::error("kustomization", format!("invalid YAML: {e}")).at(&origin));
+                    .push(Diagnostic::error(Code::Kustomization, format!("invalid YAML: {e}")).at(&origin));
                 return;
             }
         };
         let Some(fields) = value.as_mapping() else {
             if !value.is_null() {
-                diagnostics.push(Diagnostic::error("kustomization", "expected a mapping").at(&origin));
+                diagnostics.push(Diagnostic::error(Code::Kustomization, "expected a mapping").at(&origin));
             }
             return;
         };
@@ -212,7 +213,7 @@ impl SourceTree {
                 ok = false;
                 diagnostics.push(
                     Diagnostic::error(
-                        "kustomization",
+                        Code::Kustomization,
                         format!(
                             "kustomize's {key:?} changes or generates objects, which kalypso does not reproduce; \
                              only {} are supported (the objects would differ from what Flux applies)",
@@ -233,7 +234,7 @@ impl SourceTree {
             Some(v) if v.is_null() => return,
             Some(_) => {
                 diagnostics.push(
-                    Diagnostic::error("kustomization", "expected a list of files and folders")
+                    Diagnostic::error(Code::Kustomization, "expected a list of files and folders")
                         .at(&origin)
                         .field("resources"),
                 );
@@ -245,7 +246,7 @@ impl SourceTree {
             let field = format!("resources[{i}]");
             let Some(entry) = item.as_str() else {
                 diagnostics.push(
-                    Diagnostic::error("kustomization", "expected a file or folder path")
+                    Diagnostic::error(Code::Kustomization, "expected a file or folder path")
                         .at(&origin)
                         .field(field),
                 );
@@ -254,7 +255,7 @@ impl SourceTree {
             let Some(path) = join_relative(&dir, entry) else {
                 diagnostics.push(
                     Diagnostic::error(
-                        "kustomization",
+                        Code::Kustomization,
                         format!("{entry:?} is a remote resource or leaves the source tree; kalypso reads only local files"),
                     )
                     .at(&origin)
@@ -284,7 +285,7 @@ impl SourceTree {
                 continue;
             };
             diagnostics.push(
-                Diagnostic::error("kustomization", message)
+                Diagnostic::error(Code::Kustomization, message)
                     .at(&origin)
                     .field(field),
             );
@@ -365,14 +366,16 @@ impl IgnoreRules {
             for (n, line) in String::from_utf8_lossy(&file.content).lines().enumerate() {
                 if let Err(e) = builder.add_line(None, line) {
                     diagnostics.push(
-                        Diagnostic::warning("sourceignore", format!("ignoring invalid pattern: {e}"))
+                        Diagnostic::warning(Code::Sourceignore, format!("ignoring invalid pattern: {e}"))
                             .at(&origin.at_line(u32::try_from(n + 1).unwrap_or(0))),
                     );
                 }
             }
             match builder.build() {
                 Ok(m) => matchers.push((dir, m)),
-                Err(e) => diagnostics.push(Diagnostic::warning("sourceignore", e.to_string()).at(&origin)),
+                Err(e) => {
+                    diagnostics.push(Diagnostic::warning(Code::Sourceignore, e.to_string()).at(&origin))
+                }
             }
         }
         IgnoreRules { matchers }

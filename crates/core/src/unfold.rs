@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{DeploymentTargetSpec, Kind, Labels, labels};
 
-use crate::diag::{Diagnostic, Diagnostics, Origin};
+use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::model::Namespace;
 use crate::names::{dns_subdomain_error, label_key_error, label_value_error};
 
@@ -45,7 +45,7 @@ pub fn deployment_targets(
         if let Some(e) = label_value_error(&registration.spec.workspace) {
             diagnostics.push(
                 Diagnostic::error(
-                    "invalid-label",
+                    Code::InvalidLabel,
                     format!("{e} (the workspace becomes the `workspace` label of its deployment targets)"),
                 )
                 .at(&registration.origin)
@@ -59,7 +59,7 @@ pub fn deployment_targets(
         let Some(registration) = &delivered.registration else {
             diagnostics.push(
                 Diagnostic::warning(
-                    "workload-without-registration",
+                    Code::WorkloadWithoutRegistration,
                     "no WorkloadRegistration delivers this Workload, so it has no workspace and is ignored \
                      (the original scheduler cannot unfold it either); Workloads belong in the folder a \
                      WorkloadRegistration points at",
@@ -85,7 +85,7 @@ pub fn deployment_targets(
             if let Some(first) = seen.insert(&detail.name, index) {
                 diagnostics.push(
                     Diagnostic::error(
-                        "duplicate-name",
+                        Code::DuplicateName,
                         format!(
                             "deployment target {:?} of environment {:?} is also declared at \
                              spec.deploymentTargets[{first}]",
@@ -102,7 +102,7 @@ pub fn deployment_targets(
             if let Some(e) = dns_subdomain_error(&name) {
                 diagnostics.push(
                     Diagnostic::error(
-                        "invalid-name",
+                        Code::InvalidName,
                         format!("the deployment target's name {name:?} (<workload>-<target>) {e}"),
                     )
                     .at(&workload.origin)
@@ -118,7 +118,7 @@ pub fn deployment_targets(
                     .flatten()
                 {
                     diagnostics.push(
-                        Diagnostic::error("invalid-label", e)
+                        Diagnostic::error(Code::InvalidLabel, e)
                             .at(&workload.origin)
                             .on(Kind::Workload, workload_name)
                             .field(format!("{field}.labels.{key}")),
@@ -179,7 +179,7 @@ fn insert_target(
     if let Some(first) = targets.get(&target.name) {
         diagnostics.push(
             Diagnostic::error(
-                "duplicate-name",
+                Code::DuplicateName,
                 format!(
                     "deployment target {:?} is also produced by {}",
                     target.name, first.origin

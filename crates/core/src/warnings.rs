@@ -13,7 +13,7 @@ use std::collections::BTreeSet;
 use kalypso_api::{ConfigMapData, Kind, Labels, Manifest, labels};
 
 use crate::config::labels_match;
-use crate::diag::{Diagnostic, Diagnostics};
+use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::model::Object;
 use crate::pipeline::ScheduledEnvironment;
 
@@ -75,7 +75,7 @@ fn policies(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
             _ => continue,
         };
         out.push(
-            Diagnostic::warning("policy-selects-nothing", format!("schedules nothing: {why}"))
+            Diagnostic::warning(Code::PolicySelectsNothing, format!("schedules nothing: {why}"))
                 .at(&object.origin)
                 .on(Kind::SchedulingPolicy, name.clone())
                 .field(field),
@@ -91,7 +91,7 @@ fn targets(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
         }
         out.push(
             Diagnostic::warning(
-                "target-placed-nowhere",
+                Code::TargetPlacedNowhere,
                 format!(
                     "placed on no cluster type: no SchedulingPolicy selects it together with a cluster type \
                      (`kalypso explain <CONTROL_PLANE> --env {} --target {name}` shows why)",
@@ -143,7 +143,7 @@ fn config_maps(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
         }
         out.push(
             Diagnostic::warning(
-                "config-map-matches-nothing",
+                Code::ConfigMapMatchesNothing,
                 format!(
                     "applies to no assignment: no assignment matches all of its labels ({})",
                     map.labels()
@@ -184,7 +184,7 @@ fn config_keys(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
         for key in map.spec.data.keys().filter(|k| !read.contains(k.as_str())) {
             out.push(
                 Diagnostic::warning(
-                    "config-key-unused",
+                    Code::ConfigKeyUnused,
                     format!(
                         "config key {key:?} is read by no Template (they read .ConfigData.{})",
                         if read.is_empty() {

@@ -10,7 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 mod support;
-use kalypso_core::diag::Diagnostics;
+use kalypso_core::diag::{Code, Diagnostics};
 use kalypso_core::source::{SourceFile, SourceTree};
 use kalypso_gotmpl::Limits;
 use kalypso_template::{Engine, TemplateData};
@@ -230,7 +230,7 @@ fn the_loader_stays_within_its_limits() {
         };
         if hostile.contains(&i) {
             assert!(
-                diagnostics.errors().any(|d| d.code == "yaml-limit"),
+                diagnostics.errors().any(|d| d.code == Code::YamlLimit),
                 "case {i} passed the YAML limits: {diagnostics:?}"
             );
         }

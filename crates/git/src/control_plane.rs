@@ -25,7 +25,7 @@ use std::collections::{BTreeMap, HashMap};
 use git2::Oid;
 use kalypso_core::model::AnyObject;
 use kalypso_core::source::{SOURCEIGNORE, SourceTree};
-use kalypso_core::{Diagnostic, Diagnostics, Inputs};
+use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs};
 
 use crate::repo::{self, Cache, Repo, Transport};
 use crate::url::{self as repo_url, RepoUrl};
@@ -447,7 +447,7 @@ impl ControlPlane {
         } else {
             if base.is_none() {
                 notes.push(Diagnostic::warning(
-                    "no-base-repo",
+                    Code::NoBaseRepo,
                     format!(
                         "environment {} has no BaseRepo; kalypso reads Templates and WorkloadRegistrations from the \
                          tip of branch {main_branch:?}, but the original scheduler would bring none into the environment \

@@ -13,9 +13,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use std::collections::BTreeSet;
 
-use kalypso_core::Diagnostics;
 use kalypso_core::placement::{CurrentAssignment, ExtenderClient, current_from_folders};
 use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
+use kalypso_core::{Code, Diagnostics};
 use kalypso_template::Engine;
 use tokio::runtime::Handle;
 
@@ -300,7 +300,7 @@ impl Pass<'_> {
             };
             let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, memo);
             if let Some(e) = engine_error {
-                run.block(kalypso_core::Diagnostic::error("sprig-version", e));
+                run.block(kalypso_core::Diagnostic::error(Code::SprigVersion, e));
             }
             run
         };

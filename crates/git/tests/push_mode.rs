@@ -5,6 +5,7 @@
 mod common;
 
 use common::{Fixture, base_repo, file_url, sync, template};
+use kalypso_core::Code;
 use kalypso_git::{Delivery, Outcome, Syncer};
 use kalypso_testkit::{branch_files, commit_count, git, rev_parse, runtime, write_files};
 
@@ -261,7 +262,7 @@ fn a_failing_workload_keeps_its_folders_and_the_rest_is_delivered() {
     assert!(!report.is_success(), "the failure shows in the result");
     assert_eq!(report.isolated.iter().collect::<Vec<_>>(), ["app"]);
     assert!(!report.isolated_failures.is_empty());
-    assert!(report.diagnostics.errors().any(|d| d.code == "yaml"));
+    assert!(report.diagnostics.errors().any(|d| d.code == Code::Yaml));
 
     let after = branch_files(&fx.gitops, "dev");
     let paths: Vec<&str> = after.keys().map(String::as_str).collect();

@@ -28,7 +28,7 @@ pub(crate) use validate::validate;
 
 use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::run::{Isolation, Run, RunContext};
-use kalypso_core::{Diagnostic, Diagnostics, Inputs, ScheduledEnvironment};
+use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs, ScheduledEnvironment};
 use kalypso_template::Engine;
 
 use crate::GlobalArgs;
@@ -38,7 +38,7 @@ use kalypso_git::extenders::HttpExtenders;
 pub(crate) fn engine() -> (Engine, Option<Diagnostic>) {
     match Engine::from_env() {
         Ok(engine) => (engine, None),
-        Err(e) => (Engine::new(), Some(Diagnostic::error("sprig-version", e))),
+        Err(e) => (Engine::new(), Some(Diagnostic::error(Code::SprigVersion, e))),
     }
 }
 
