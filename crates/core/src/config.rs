@@ -43,6 +43,16 @@ pub enum ConfigSource {
     },
 }
 
+impl ConfigSource {
+    /// The name of the ConfigMap the value is from.
+    pub fn config_map(&self) -> &str {
+        match self {
+            ConfigSource::ConfigMap { name } => name,
+            ConfigSource::AzureAppConfig { map, .. } => map,
+        }
+    }
+}
+
 impl std::fmt::Display for ConfigSource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -14,8 +14,12 @@ use kalypso_api::Kind;
 pub struct Origin {
     /// The file, as shown to users (`dev/cluster-types/large.yaml`).
     pub file: Arc<str>,
-    /// 1-based line of the object's document (0 when unknown, e.g. objects from a cluster).
+    /// 1-based line: of the object's document, or of the field a diagnostic is about (0 when
+    /// unknown, e.g. objects from a cluster).
     pub line: u32,
+    /// 1-based column of the field a diagnostic is about (0 when it names a document or
+    /// a line).
+    pub column: u32,
 }
 
 impl Origin {
@@ -24,14 +28,21 @@ impl Origin {
         Origin {
             file: file.into(),
             line,
+            column: 0,
         }
     }
 
     /// The same file, another line.
     pub fn at_line(&self, line: u32) -> Origin {
+        Origin::new(self.file.clone(), line)
+    }
+
+    /// `file` at `line` and `column` (both 1-based).
+    pub fn at(file: &Arc<str>, line: u32, column: u32) -> Origin {
         Origin {
-            file: self.file.clone(),
+            file: file.clone(),
             line,
+            column,
         }
     }
 }
@@ -39,7 +50,9 @@ impl Origin {
 impl fmt::Display for Origin {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = escape(&self.file);
-        if self.line > 0 {
+        if self.line > 0 && self.column > 0 {
+            write!(f, "{file}:{}:{}", self.line, self.column)
+        } else if self.line > 0 {
             write!(f, "{file}:{}", self.line)
         } else {
             write!(f, "{file}")
@@ -299,6 +312,11 @@ impl Diagnostics {
     /// Records all of `other`.
     pub fn extend(&mut self, other: Diagnostics) {
         self.items.extend(other.items);
+    }
+
+    /// The diagnostics, to complete them (e.g. with their fields' positions).
+    pub(crate) fn iter_mut(&mut self) -> impl Iterator<Item = &mut Diagnostic> {
+        self.items.iter_mut()
     }
 
     /// Whether any error was recorded.

@@ -445,6 +445,9 @@ pub struct Conflict {
     pub key: String,
     /// Each source and its raw value, in merge order.
     pub values: Vec<(String, String)>,
+    /// The ConfigMap each value is from (for diagnostics that name their files).
+    #[serde(skip)]
+    pub config_maps: Vec<String>,
 }
 
 /// The conflicts in one merged configuration.
@@ -466,6 +469,7 @@ pub fn conflicts(config: &ConfigData) -> Vec<Conflict> {
                     .iter()
                     .map(|c| (c.source.to_string(), c.raw.clone()))
                     .collect(),
+                config_maps: scalars.iter().map(|c| c.source.config_map().to_owned()).collect(),
             });
         }
     }

@@ -24,6 +24,7 @@ pub mod names;
 pub mod pipeline;
 pub mod placement;
 pub mod plan;
+mod position;
 pub mod render;
 pub mod run;
 pub mod schedule;

@@ -46,6 +46,45 @@ pub struct Inputs {
     pub notes: Vec<Diagnostic>,
 }
 
+impl Inputs {
+    /// Points the diagnostics found after loading (a name, a selector, a placement field...)
+    /// at their fields' lines and columns in the files their objects were read from.
+    pub fn place_fields(&self, diagnostics: &mut Diagnostics) {
+        if !diagnostics.iter().any(crate::position::needs_place) {
+            return;
+        }
+        let trees = [&self.main, &self.environment]
+            .into_iter()
+            .chain(self.workloads.values())
+            .chain(self.bases.values());
+        let mut texts: HashMap<String, &str> = HashMap::new();
+        for tree in trees {
+            for file in tree.files() {
+                if let Ok(text) = std::str::from_utf8(&file.content) {
+                    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+                    texts.insert(tree.display_path(&file.path), text);
+                }
+            }
+        }
+        let mut positions: HashMap<&str, crate::position::FilePositions<'_>> = HashMap::new();
+        for d in diagnostics.iter_mut() {
+            if !crate::position::needs_place(d) {
+                continue;
+            }
+            let Some(file) = d.origin.as_ref().map(|o| o.file.clone()) else {
+                continue;
+            };
+            let Some((shown, text)) = texts.get_key_value(&*file) else {
+                continue;
+            };
+            positions
+                .entry(shown.as_str())
+                .or_insert_with(|| crate::position::FilePositions::new(text))
+                .place(d);
+        }
+    }
+}
+
 /// Loads the objects Flux would apply into namespace `environment`.
 pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diagnostics) -> Namespace {
     let env_objects = load_tree(&inputs.environment, diagnostics);

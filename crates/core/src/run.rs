@@ -23,7 +23,9 @@ use crate::config::ConfigData;
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::explain::conflicts;
 use crate::fingerprint::Fingerprint;
-use crate::model::Namespace;
+use kalypso_api::ConfigMapData;
+
+use crate::model::{Namespace, Object};
 use crate::pipeline::{
     AssignmentFailure, AssignmentRecord, Inputs, Rendered, ScheduledEnvironment, load_namespace, prepare,
 };
@@ -89,7 +91,7 @@ impl<'a> RunContext<'a> {
 }
 
 /// Loads environment `name` from `inputs` and schedules it: the start of every run, and all
-/// that `explain` needs.
+/// that `explain` needs. Diagnostics point at their fields' lines and columns.
 pub fn schedule(
     name: &str,
     inputs: &Inputs,
@@ -97,7 +99,9 @@ pub fn schedule(
     diagnostics: &mut Diagnostics,
 ) -> ScheduledEnvironment {
     let namespace = load_namespace(name, inputs, diagnostics);
-    schedule_namespace(namespace, context, diagnostics)
+    let environment = schedule_namespace(namespace, context, diagnostics);
+    inputs.place_fields(diagnostics);
+    environment
 }
 
 /// Schedules a loaded namespace (the operator loads it from the cluster) and adds the
@@ -137,6 +141,7 @@ pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &mut Ren
     let rendered_now = rendered.content.packages.len();
     memo.complete(&mut rendered);
     let mut run = finish(environment, rendered, diagnostics, context.isolation);
+    inputs.place_fields(&mut run.diagnostics);
     run.rendered_now = rendered_now;
     run
 }
@@ -216,7 +221,7 @@ pub fn finish(
     mut diagnostics: Diagnostics,
     isolation: Isolation,
 ) -> Run {
-    for warning in conflict_warnings(&rendered.records) {
+    for warning in conflict_warnings(&rendered.records, &environment.namespace.config_maps) {
         diagnostics.push(warning);
     }
     let failures = if diagnostics.has_errors() {
@@ -336,8 +341,12 @@ fn isolate(
 }
 
 /// A warning per config key that applying ConfigMaps set to different values, naming the
-/// assignments it affects (the last value silently wins).
-pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
+/// ConfigMaps with their files and the assignments it affects; it points at the key in the
+/// ConfigMap whose value wins (the last one).
+pub fn conflict_warnings(
+    records: &[AssignmentRecord],
+    config_maps: &BTreeMap<String, Object<ConfigMapData>>,
+) -> Vec<Diagnostic> {
     // Assignments with the same merged config share it: each config is checked once, and the
     // assignments are only named (three of them) when there is a conflict.
     let mut by_config: HashMap<*const ConfigData, Vec<usize>> = HashMap::new();
@@ -387,17 +396,22 @@ pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
                 .iter()
                 .map(|&i| String::from_utf8_lossy(&name(i).collect::<Vec<u8>>()).into_owned())
                 .collect();
+            let origin = |map: &String| config_maps.get(map).map(|m| &m.origin);
             let values: Vec<String> = conflict
                 .values
                 .iter()
-                .map(|(source, raw)| format!("{source} gives {raw:?}"))
+                .zip(&conflict.config_maps)
+                .map(|((source, raw), map)| match origin(map) {
+                    Some(origin) => format!("{source} ({origin}) gives {raw:?}"),
+                    None => format!("{source} gives {raw:?}"),
+                })
                 .collect();
             let more = if total > 3 {
                 format!(" and {} more", total - 3)
             } else {
                 String::new()
             };
-            Diagnostic::warning(
+            let mut warning = Diagnostic::warning(
                 Code::ConfigConflict,
                 format!(
                     "config key {:?} gets different values from ConfigMaps that apply to the same assignments: {}; \
@@ -406,7 +420,16 @@ pub fn conflict_warnings(records: &[AssignmentRecord]) -> Vec<Diagnostic> {
                     values.join(", "),
                     shown.join(", ")
                 ),
-            )
+            );
+            if let Some(last) = conflict.config_maps.last()
+                && let Some(map) = config_maps.get(last)
+            {
+                warning = warning
+                    .at(&map.origin)
+                    .on(Kind::ConfigMap, last.clone())
+                    .field(format!("data.{}", conflict.key));
+            }
+            warning
         })
         .collect()
 }

@@ -183,7 +183,9 @@ impl SourceTree {
         visiting: &mut Vec<String>,
         diagnostics: &mut Diagnostics,
     ) {
-        let origin = Origin::new(self.display_path(&file.path), 0);
+        // Line 1: a kustomization is one document, and its fields' positions are found from
+        // there (see `Inputs::place_fields`).
+        let origin = Origin::new(self.display_path(&file.path), 1);
         let dir = parent(&file.path).to_owned();
         if visiting.contains(&dir) {
             diagnostics.push(
@@ -195,8 +197,17 @@ impl SourceTree {
         let value: serde_yaml_ng::Value = match serde_yaml_ng::from_slice(&file.content) {
             Ok(v) => v,
             Err(e) => {
+                let at = e.location().map_or_else(
+                    || origin.clone(),
+                    |l| {
+                        let number = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                        Origin::at(&origin.file, number(l.line()), number(l.column()))
+                    },
+                );
+                let message = e.to_string();
+                let message = crate::position::strip_location(&message);
                 diagnostics
-                    .push(Diagnostic::error(Code::Kustomization, format!("invalid YAML: {e}")).at(&origin));
+                    .push(Diagnostic::error(Code::Kustomization, format!("invalid YAML: {message}")).at(&at));
                 return;
             }
         };

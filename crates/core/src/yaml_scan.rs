@@ -30,11 +30,12 @@ pub(crate) struct Scan {
     pub name: Option<String>,
 }
 
-/// One problem: the 0-based line in the document, the field path, the message, and the
-/// limit it exceeded (if it is one).
+/// One problem: the 0-based line and column in the document, the field path, the message,
+/// and the limit it exceeded (if it is one).
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) struct Problem {
     pub line: u32,
+    pub column: u32,
     pub field: String,
     pub message: String,
     pub limit: Option<&'static str>,
@@ -63,7 +64,7 @@ enum Container {
     },
 }
 
-fn line_of(mark: u64) -> u32 {
+fn saturating_u32(mark: u64) -> u32 {
     u32::try_from(mark).unwrap_or(u32::MAX)
 }
 
@@ -110,7 +111,8 @@ fn scan_events(text: &str, limits: ScanLimits) -> Scan {
         let Ok(event) = parser.parse() else {
             return out;
         };
-        let line = line_of(event.start_mark.line);
+        let line = saturating_u32(event.start_mark.line);
+        let column = saturating_u32(event.start_mark.column);
         let is_sequence = matches!(event.data, EventData::SequenceStart { .. });
         // A node's size, for aliases and for the container that holds it.
         let node: Option<(usize, Option<String>)> = match event.data {
@@ -127,6 +129,7 @@ fn scan_events(text: &str, limits: ScanLimits) -> Scan {
                 if expanded > limits.alias_nodes {
                     out.problems.push(Problem {
                         line,
+                        column,
                         field: path_string(&path),
                         message: format!(
                             "aliases expand to more than {} nodes (the yaml-alias-nodes limit); \
@@ -157,6 +160,7 @@ fn scan_events(text: &str, limits: ScanLimits) -> Scan {
                         field.push(value.clone());
                         out.problems.push(Problem {
                             line,
+                            column,
                             field: path_string(&field),
                             message: format!(
                                 "duplicate key {value:?} (also on line {}): Kubernetes rejects \
@@ -195,6 +199,7 @@ fn scan_events(text: &str, limits: ScanLimits) -> Scan {
                     };
                     out.problems.push(Problem {
                         line,
+                        column,
                         field: shown,
                         message: format!(
                             "lists and mappings nested more than {} levels deep (the yaml-depth limit)",

@@ -49,7 +49,9 @@ impl HttpExtenders {
             .send(&call.body[..])
             .map_err(|e| match e {
                 ureq::Error::Timeout(_) => format!("no answer within {:?}", call.timeout),
-                e => format!("cannot reach {}: {}", redact(&call.url), e),
+                // ureq prefixes an IO error with its variant's name ("io: ").
+                ureq::Error::Io(e) => format!("cannot reach {}: {e}", redact(&call.url)),
+                e => format!("cannot reach {}: {e}", redact(&call.url)),
             })?;
         let status = response.status().as_u16();
         let body = response

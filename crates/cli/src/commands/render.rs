@@ -161,7 +161,8 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     } else {
         Isolation::Environment
     };
-    let run = kalypso_core::run::finish(environment, rendered, diagnostics, isolation);
+    let mut run = kalypso_core::run::finish(environment, rendered, diagnostics, isolation);
+    inputs.place_fields(&mut run.diagnostics);
     report(&run.diagnostics, global);
     if run.is_blocked() {
         eprintln!(
