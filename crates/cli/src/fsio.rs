@@ -5,20 +5,21 @@
 //!
 //! - a missing or empty output folder is built beside its destination
 //!   (`.<name>.kalypso-new-<pid>`, see [`FreshTree`]) and renamed into place;
-//! - an existing tree is replaced the same way ([`write_update`], [`write_tree`]): a staging
-//!   folder beside it receives the complete new tree (everything the update rules keep —
-//!   unchanged files, root files, dot-folders, `.git` — as hard links to the same files, so
-//!   nothing is copied and nothing in the old tree is moved; new and changed files written
-//!   afresh; deleted paths left out), then the two are exchanged in one atomic
-//!   `renameat2(RENAME_EXCHANGE)` and the old tree is removed. The output path stays the same
-//!   folder name (the folder is a new one), and a tree that does not change is not touched.
+//! - an existing tree is updated through a journal ([`write_update`], [`write_tree`]): the
+//!   new and changed files are staged in a folder beside it, the update is written down
+//!   ([`crate::output::Journal`]: the paths to delete, the files to move in, the folders to
+//!   prune), and only then is the tree changed, by deletions and one rename per file.
+//!   Unchanged files, root files, dot-folders and `.git` are not touched, so an update costs
+//!   what the change does; a tree that does not change is not touched at all.
 //!
-//! A failure before the swap removes the staging folder and leaves the output as it was; a
-//! kill at any instant leaves the output holding the old tree or the new one, and the next
-//! render removes the staging folder left beside it ([`crate::output::recover`], which also
-//! handles file systems without `RENAME_EXCHANGE`). Durability against power loss is the
-//! file system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the
-//! output folder, and the files of `.git` are never read or written, only linked into the new tree.
+//! A failure before the journal is written removes the staging folder and leaves the output
+//! as it was; after it, the update is carried out to the end: by this render, or after a
+//! kill by the next one, which finishes it under the lock before anything else
+//! ([`crate::output::recover`]). A name that is not UTF-8 among the paths to delete (the
+//! journal cannot hold it) falls back to staging the whole tree as hard links and swapping
+//! it in with `renameat2(RENAME_EXCHANGE)`. Durability against power loss is the file
+//! system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the output
+//! folder, and the files of `.git` are never read or written.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::fs;
@@ -150,6 +151,9 @@ pub struct WriteStats {
     pub deleted: usize,
     /// Files left untouched.
     pub unchanged: usize,
+    /// Whether the untouched files were carried into a new tree as hard links (which
+    /// changes their change times), rather than left where they were.
+    pub relinked: bool,
 }
 
 fn check_relative(rel: &str) -> Result<(), FsError> {
@@ -222,8 +226,8 @@ fn parent_dirs<'a>(paths: impl Iterator<Item = &'a str>) -> BTreeSet<&'a str> {
 /// and folders left empty by deletions are removed.
 ///
 /// A missing or empty `dir` is built beside it and renamed into place in one step; an
-/// existing tree has every new file staged next to its destination before any is renamed
-/// into place. Either way, a failure leaves `dir` as it was.
+/// existing tree is updated through a journal (see the module's documentation). Either way,
+/// a failure leaves `dir` as it was.
 pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsError> {
     let changes = diff(old, new);
     let mut stats = WriteStats {
@@ -250,13 +254,17 @@ pub fn write_tree(dir: &Path, old: &Tree, new: &Tree) -> Result<WriteStats, FsEr
         for (path, _) in &changes {
             check_no_symlinks(dir, path, &mut known_dirs)?;
         }
-        let leave_out: HashSet<String> = changes.iter().map(|(p, _)| p.clone()).collect();
+        let delete: Vec<String> = changes
+            .iter()
+            .filter(|(_, c)| *c == Change::Deleted)
+            .map(|(p, _)| p.clone())
+            .collect();
         let writes: Vec<(&str, &[u8])> = changes
             .iter()
             .filter(|(_, c)| *c != Change::Deleted)
             .filter_map(|(p, _)| new.get(p).map(|b| (p.as_str(), &b[..])))
             .collect();
-        swap_in(dir, &leave_out, &writes, true)?;
+        update_in_place(dir, delete, &writes, true)?;
     }
     Ok(stats)
 }
@@ -483,18 +491,12 @@ impl Drop for FreshTree {
 
 /// Replaces the tree at `dir` by a new one in one step: every file and folder of `dir`
 /// except those in `leave_out` (relative paths) is hard-linked (folders re-made) into a
-/// staging folder beside it, `writes` are written there, folders emptied by `leave_out` are
-/// pruned when `prune`, and the staging folder is swapped with `dir` by one
-/// `renameat2(RENAME_EXCHANGE)`; the old tree is then removed. A failure before the swap
+/// staging folder beside it, `writes` are written there, and the staging folder is swapped
+/// with `dir` by one `renameat2(RENAME_EXCHANGE)`; the old tree is then removed. A failure before the swap
 /// removes the staging folder and leaves `dir` as it was; a kill at any instant leaves `dir`
 /// holding the old tree or the new one (the next render removes what is left beside it:
 /// [`crate::output::recover`]).
-fn swap_in(
-    dir: &Path,
-    leave_out: &HashSet<String>,
-    writes: &[(&str, &[u8])],
-    prune: bool,
-) -> Result<(), FsError> {
+fn swap_in(dir: &Path, leave_out: &HashSet<String>, writes: &[(&str, &[u8])]) -> Result<(), FsError> {
     // The new tree takes over the folder's permissions: a read-only folder says "do not
     // write here", and its copy could not be written either.
     if rfs::access(dir, rfs::Access::WRITE_OK).is_err_and(|e| e == Errno::ACCESS || e == Errno::ROFS) {
@@ -507,37 +509,7 @@ fn swap_in(
     fs::create_dir(&staging).map_err(write_err(&staging))?;
     fs::set_permissions(&staging, meta.permissions()).map_err(write_err(&staging))?;
     link_tree(dir, &staging, "", leave_out)?;
-    let mut by_folder: BTreeMap<&str, Vec<(&str, &[u8])>> = BTreeMap::new();
-    for (rel, bytes) in writes {
-        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
-        by_folder.entry(folder).or_default().push((name, bytes));
-    }
-    let by_folder: Vec<_> = by_folder.into_iter().collect();
-    by_folder.par_iter().try_for_each(|(folder, files)| {
-        let target = staging.join(folder);
-        if !folder.is_empty() {
-            fs::create_dir_all(&target).map_err(write_err(&target))?;
-        }
-        for (name, bytes) in files {
-            let path = target.join(name);
-            let mut file = fs::File::create_new(&path).map_err(write_err(&path))?;
-            file.write_all(bytes).map_err(write_err(&path))?;
-        }
-        Ok::<(), FsError>(())
-    })?;
-    if prune {
-        // Deepest first, so that a folder emptied by removing its sub-folders goes too.
-        let mut emptied: Vec<&str> = parent_dirs(leave_out.iter().map(String::as_str))
-            .into_iter()
-            .collect();
-        emptied.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
-        for rel in emptied {
-            let full = staging.join(rel);
-            if fs::read_dir(&full).is_ok_and(|mut d| d.next().is_none()) {
-                fs::remove_dir(&full).map_err(write_err(&full))?;
-            }
-        }
-    }
+    write_new_files(&staging, writes)?;
     match rfs::renameat_with(rfs::CWD, &staging, rfs::CWD, dir, rfs::RenameFlags::EXCHANGE) {
         Ok(()) => {}
         Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
@@ -567,6 +539,77 @@ fn swap_in(
     Ok(())
 }
 
+/// Writes `files` (paths relative to `root`, which exists) as new files, making their
+/// folders; folder by folder in parallel.
+fn write_new_files(root: &Path, files: &[(&str, &[u8])]) -> Result<(), FsError> {
+    let mut by_folder: BTreeMap<&str, Vec<(&str, &[u8])>> = BTreeMap::new();
+    for (rel, bytes) in files {
+        let (folder, name) = rel.rsplit_once('/').unwrap_or(("", rel));
+        by_folder.entry(folder).or_default().push((name, bytes));
+    }
+    let by_folder: Vec<_> = by_folder.into_iter().collect();
+    by_folder.par_iter().try_for_each(|(folder, files)| {
+        let target = root.join(folder);
+        if !folder.is_empty() {
+            fs::create_dir_all(&target).map_err(write_err(&target))?;
+        }
+        for (name, bytes) in files {
+            let path = target.join(name);
+            let mut file = fs::File::create_new(&path).map_err(write_err(&path))?;
+            file.write_all(bytes).map_err(write_err(&path))?;
+        }
+        Ok::<(), FsError>(())
+    })
+}
+
+/// Updates the tree at `dir` in place, through a journal: the new files (`writes`) are
+/// staged beside `dir` at their paths, the journal of the update (which paths go, which
+/// files move in, which emptied folders are pruned) is written beside it, and only then is
+/// `dir` changed, by deletions and one rename per new file. A failure before the journal is
+/// written leaves `dir` as it was; once it is written, the update is carried out to the end,
+/// now or, after a kill, by the next render ([`crate::output::recover`]). Its cost is that
+/// of the change, not of the tree.
+fn update_in_place(
+    dir: &Path,
+    delete: Vec<String>,
+    writes: &[(&str, &[u8])],
+    prune: bool,
+) -> Result<(), FsError> {
+    if rfs::access(dir, rfs::Access::WRITE_OK).is_err_and(|e| e == Errno::ACCESS || e == Errno::ROFS) {
+        return Err(FsError::ReadOnly(dir.to_owned()));
+    }
+    let staging = output::staging_path(dir);
+    output::remove_all(&staging).map_err(write_err(&staging))?;
+    let guard = Staging(staging.clone());
+    fs::create_dir(&staging).map_err(write_err(&staging))?;
+    write_new_files(&staging, writes)?;
+    let prune = if prune {
+        let mut emptied: Vec<String> = parent_dirs(delete.iter().map(String::as_str))
+            .into_iter()
+            .map(str::to_owned)
+            .collect();
+        emptied.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
+        emptied
+    } else {
+        Vec::new()
+    };
+    let journal = output::Journal {
+        staging: staging
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default(),
+        delete,
+        write: writes.iter().map(|(rel, _)| (*rel).to_owned()).collect(),
+        prune,
+    };
+    journal
+        .commit(dir)
+        .map_err(write_err(&output::journal_path(dir)))?;
+    // Committed: the staging folder now belongs to the journal.
+    std::mem::forget(guard);
+    journal.apply(dir).map_err(write_err(dir))
+}
+
 /// Removes a staging folder when dropped (after a failure, or the old tree after a swap).
 struct Staging(PathBuf);
 
@@ -584,7 +627,8 @@ impl Drop for Staging {
 }
 
 /// Whether `name` is a temporary file that kalypso versions before 0.2 left beside the files
-/// they replaced when killed; they are not carried into the new tree.
+/// they replaced when killed; one goes when the file beside it is written again, or with its
+/// cluster-type folder's stray files.
 fn is_old_temporary(name: &str) -> bool {
     name.starts_with('.') && name.ends_with(".kalypso-tmp")
 }
@@ -639,8 +683,8 @@ fn link_tree(src: &Path, dst: &Path, rel: &str, leave_out: &HashSet<String>) -> 
 /// left alone, as are stale files inside scheduled folders, root files and dot-folders.
 ///
 /// A missing or empty `dir` is written fresh (beside it, then renamed into place); otherwise
-/// new content is staged next to its destination before anything is renamed or deleted, so a
-/// failure leaves the folder as it was.
+/// the update goes through a journal (see the module's documentation), so a failure or a kill
+/// leaves the folder as it was or, once finished, as it should be.
 pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> Result<WriteStats, FsError> {
     for (path, _) in files {
         check_relative(path)?;
@@ -687,7 +731,7 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
                     if !rules.keeps_folder(name, &inner_name) {
                         dirs.push(inner.path());
                     }
-                } else if !rules.keeps(&format!("{name}/{inner_name}")) {
+                } else if !rules.keeps(&format!("{name}/{inner_name}")) || is_old_temporary(&inner_name) {
                     files.push(inner.path());
                 }
             }
@@ -734,19 +778,43 @@ pub fn write_update(dir: &Path, rules: &Rules<'_>, files: &[(String, Blob)]) -> 
         stats.deleted += walk(d)?.len();
     }
     stats.deleted += doomed_files.len();
+    // What an older version left beside a file it was replacing when killed goes when the
+    // file is replaced again (counted as nothing: it was never part of the tree).
+    for (path, _) in &writes {
+        let (folder, name) = path.rsplit_once('/').unwrap_or(("", path));
+        let temporary = dir.join(folder).join(format!(".{name}.kalypso-tmp"));
+        if fs::symlink_metadata(&temporary).is_ok() {
+            doomed_files.push(temporary);
+        }
+    }
 
     if writes.is_empty() && doomed_files.is_empty() && doomed_dirs.is_empty() {
         return Ok(stats);
     }
-    let relative = |path: &PathBuf| {
-        path.strip_prefix(dir)
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default()
-    };
-    let mut leave_out: HashSet<String> = doomed_files.iter().chain(&doomed_dirs).map(relative).collect();
-    leave_out.extend(writes.iter().map(|(p, _)| (*p).to_owned()));
     let writes: Vec<(&str, &[u8])> = writes.iter().map(|(p, b)| (*p, &b[..])).collect();
-    swap_in(dir, &leave_out, &writes, false)?;
+    let doomed: Vec<&PathBuf> = doomed_files.iter().chain(&doomed_dirs).collect();
+    let relative: Option<Vec<String>> = doomed
+        .iter()
+        .map(|path| path.strip_prefix(dir).ok()?.to_str().map(str::to_owned))
+        .collect();
+    match relative {
+        Some(delete) => update_in_place(dir, delete, &writes, false)?,
+        None => {
+            // A name that is not UTF-8 cannot be written into the journal: the whole tree is
+            // staged and swapped instead (its cost is the tree's), leaving those names out.
+            let mut leave_out: HashSet<String> = doomed
+                .iter()
+                .map(|path| {
+                    path.strip_prefix(dir)
+                        .map(|p| p.to_string_lossy().into_owned())
+                        .unwrap_or_default()
+                })
+                .collect();
+            leave_out.extend(writes.iter().map(|(p, _)| (*p).to_owned()));
+            swap_in(dir, &leave_out, &writes)?;
+            stats.relinked = true;
+        }
+    }
     Ok(stats)
 }
 
@@ -775,7 +843,8 @@ mod tests {
                 added: 1,
                 modified: 1,
                 deleted: 1,
-                unchanged: 1
+                unchanged: 1,
+                relinked: false,
             }
         );
         assert_eq!(read_tree(dir.path()).unwrap(), new);
@@ -943,7 +1012,8 @@ mod tests {
                 added: 1,
                 modified: 2,
                 deleted: 3,
-                unchanged: 1
+                unchanged: 1,
+                relinked: false,
             }
         );
         assert_eq!(
@@ -957,6 +1027,106 @@ mod tests {
                 ("large/u/reconciler.yaml", "changed"),
                 ("small/README.md", "new"),
             ])
+        );
+    }
+
+    /// An update through the journal, interrupted at every step: the journal written and
+    /// nothing done, the deletions done, half of the new files moved in. Each time the next
+    /// render's recovery finishes it, and no unchanged file is touched.
+    #[test]
+    fn an_interrupted_update_is_finished_by_recovery() {
+        use std::os::unix::fs::MetadataExt;
+        for stop_after in 0..3 {
+            let root = tempfile::tempdir().unwrap();
+            let out = root.path().join("out");
+            let old = tree(&[
+                ("a/x.yaml", "1"),
+                ("a/y.yaml", "1"),
+                ("b/z.yaml", "1"),
+                ("c/w.yaml", "1"),
+            ]);
+            write_tree(&out, &Tree::new(), &old).unwrap();
+            let kept_inode = fs::metadata(out.join("c/w.yaml")).unwrap().ino();
+            let staging = output::staging_path(&out);
+            fs::create_dir(&staging).unwrap();
+            write_new_files(&staging, &[("a/x.yaml", b"2"), ("d/new.yaml", b"3")]).unwrap();
+            let journal = output::Journal {
+                staging: staging.file_name().unwrap().to_string_lossy().into_owned(),
+                delete: vec!["b/z.yaml".to_owned(), "a/y.yaml".to_owned()],
+                write: vec!["a/x.yaml".to_owned(), "d/new.yaml".to_owned()],
+                prune: vec!["b".to_owned()],
+            };
+            journal.commit(&out).unwrap();
+            if stop_after >= 1 {
+                fs::remove_file(out.join("b/z.yaml")).unwrap();
+                fs::remove_file(out.join("a/y.yaml")).unwrap();
+            }
+            if stop_after >= 2 {
+                fs::rename(staging.join("a/x.yaml"), out.join("a/x.yaml")).unwrap();
+                // A file written where a deleted one was must survive the repeat.
+                fs::create_dir_all(out.join("b")).unwrap();
+            }
+            output::recover(&out).unwrap();
+            let expected = tree(&[("a/x.yaml", "2"), ("c/w.yaml", "1"), ("d/new.yaml", "3")]);
+            assert_eq!(
+                read_tree(&out).unwrap(),
+                expected,
+                "stopped after step {stop_after}"
+            );
+            assert_eq!(fs::metadata(out.join("c/w.yaml")).unwrap().ino(), kept_inode);
+            assert!(!output::journal_path(&out).exists());
+            assert!(!staging.exists());
+        }
+    }
+
+    #[test]
+    fn updates_leave_unchanged_files_where_they_are() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let old = tree(&[("a/x.yaml", "1"), ("b/y.yaml", "1"), ("c/z.yaml", "1")]);
+        write_tree(dir.path(), &Tree::new(), &old).unwrap();
+        let inode = |p: &str| fs::metadata(dir.path().join(p)).unwrap().ino();
+        let kept = inode("c/z.yaml");
+        let new = tree(&[("a/x.yaml", "2"), ("c/z.yaml", "1")]);
+        let stats = write_tree(dir.path(), &old, &new).unwrap();
+        assert!(!stats.relinked);
+        assert_eq!(read_tree(dir.path()).unwrap(), new);
+        assert_eq!(inode("c/z.yaml"), kept, "an unchanged file is not replaced");
+        assert!(!dir.path().join("b").exists());
+        let parent = dir.path().parent().unwrap();
+        let name = dir.path().file_name().unwrap().to_string_lossy().into_owned();
+        let left: Vec<String> = fs::read_dir(parent)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with(&format!(".{name}.kalypso-")))
+            .collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
+
+    /// A folder to delete whose name is not UTF-8 cannot be written into the journal: the
+    /// update stages and swaps the whole tree instead, and the folder goes.
+    #[test]
+    fn a_name_that_is_not_utf8_falls_back_to_the_swap() {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        write_tree(
+            dir.path(),
+            &Tree::new(),
+            &tree(&[("large/t/reconciler.yaml", "old")]),
+        )
+        .unwrap();
+        let odd = dir.path().join(std::ffi::OsStr::from_bytes(b"stray\xff"));
+        fs::create_dir(&odd).unwrap();
+        fs::write(odd.join("f"), "x").unwrap();
+        let rules = Rules::new(["large"], [("large", "t")]);
+        let files = vec![("large/t/reconciler.yaml".to_owned(), Blob::from(&b"new"[..]))];
+        let stats = write_update(dir.path(), &rules, &files).unwrap();
+        assert!(stats.relinked);
+        assert!(!odd.exists());
+        assert_eq!(
+            read_tree(dir.path()).unwrap(),
+            tree(&[("large/t/reconciler.yaml", "new")])
         );
     }
 

@@ -1,9 +1,10 @@
 //! Output-folder safety for `kalypso render --out OUT`: what may be written over, who may
 //! write, and what an interrupted render left behind.
 //!
-//! A render replaces OUT's whole tree at once (see [`crate::fsio`]): the new tree is staged
-//! in a sibling folder `.<name>.kalypso-new-<pid>` and swapped with OUT in one atomic
-//! `renameat2(RENAME_EXCHANGE)`. Three things make that safe, and live here:
+//! A render changes OUT all or nothing (see [`crate::fsio`]): a new tree is built in a sibling
+//! folder `.<name>.kalypso-new-<pid>` and renamed into place; an update stages its new files
+//! there and is carried out through a journal (`.<name>.kalypso-journal`, [`Journal`]). Three
+//! things make that safe, and live here:
 //!
 //! - **A lock**: `.<name>.kalypso-lock` beside OUT, held with an exclusive `flock` for the
 //!   whole render and holding the writer's process id, so that a second render into the same
@@ -11,18 +12,18 @@
 //!   first. The kernel releases it when the process ends, however it ends, so a killed render
 //!   never leaves a stale lock; the file itself is removed by the render that held it. The
 //!   render cache of OUT is locked the same way ([`OutputLock::acquire_cache`]).
-//! - **Recovery**: under the lock, [`recover`] removes the staging folders a killed render
-//!   left beside OUT, and puts the old tree back if a render was killed between the two
-//!   renames of the fallback swap (file systems without `RENAME_EXCHANGE`). A kill at any
-//!   instant therefore leaves OUT holding the old tree or the new one, and the next render
-//!   cleans up.
+//! - **Recovery**: under the lock, [`recover`] finishes an update whose journal a killed
+//!   render wrote, removes the staging folders it left beside OUT, and puts the old tree back
+//!   if a render was killed between the two renames of the fallback swap (file systems
+//!   without `RENAME_EXCHANGE`). After a kill at any instant, OUT holds the old tree or,
+//!   once the next render has begun, the new one.
 //! - **Recognition**: the update rules delete every folder of OUT that is not a scheduled
 //!   cluster type, so [`check_gitops_tree`] refuses an OUT that is neither empty nor a GitOps
 //!   tree as kalypso or the original scheduler write it (unless `--force`).
 //!
-//! The lock and the staging folder live beside OUT rather than inside it so that OUT stays a
-//! plain GitOps tree (usually a git clone's root: `.git`, root files and dot-folders are
-//! carried over into the new tree by hard links, never moved).
+//! The lock, the staging folder and the journal live beside OUT rather than inside it so that
+//! OUT stays a plain GitOps tree (usually a git clone's root, whose `.git`, root files and
+//! dot-folders an update never touches).
 
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
@@ -276,10 +277,108 @@ pub fn remove_empty(dirs: &[PathBuf]) {
     }
 }
 
-/// Cleans up after renders of `out` that were killed: removes their staging folders beside
-/// it, and puts a parked old tree back when `out` is missing (a kill between the two renames
-/// of the fallback swap). Call it holding the lock. Returns how many leftovers it removed.
+/// Where the journal of an update of `out` in progress is kept.
+pub fn journal_path(out: &Path) -> PathBuf {
+    sibling(out, "journal")
+}
+
+/// An update of an existing tree, written down (beside OUT, see [`journal_path`]) after its
+/// new files are staged and before anything in OUT changes: writing the journal is the
+/// update's commit point. [`Journal::apply`] carries it out, and carries out again, to the
+/// end, one that a killed render began ([`recover`]); every step can be repeated.
+#[derive(Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Journal {
+    /// The folder beside OUT holding the new files at their paths in the tree.
+    pub staging: String,
+    /// Paths of OUT removed (files or folders), before any new file moves in.
+    pub delete: Vec<String>,
+    /// Paths of the new files, moved from the staging folder into OUT.
+    pub write: Vec<String>,
+    /// Folders of OUT removed if the deletions left them empty, deepest first.
+    pub prune: Vec<String>,
+}
+
+impl Journal {
+    /// Writes the journal of `out` (to a temporary name, then renamed: it appears whole).
+    pub fn commit(&self, out: &Path) -> io::Result<()> {
+        let path = journal_path(out);
+        let temporary = sibling(out, &format!("journal-{}", std::process::id()));
+        let text = serde_json::to_vec(self).map_err(io::Error::other)?;
+        fs::write(&temporary, text)?;
+        fs::rename(&temporary, &path)
+    }
+
+    /// The journal of `out`'s unfinished update, if there is one.
+    pub fn read(out: &Path) -> Result<Option<Journal>, OutputError> {
+        let path = journal_path(out);
+        match fs::read(&path) {
+            Ok(text) => serde_json::from_slice(&text).map(Some).map_err(|e| {
+                io_err("cannot read the journal of an interrupted render", &path)(io::Error::other(e))
+            }),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("cannot read the journal of an interrupted render", &path)(
+                e,
+            )),
+        }
+    }
+
+    /// Carries out the update on `out` and removes the staging folder and the journal. The
+    /// deletions come first; once a new file has moved in they are done, so a repeat after a
+    /// kill does not delete what the update wrote.
+    pub fn apply(&self, out: &Path) -> io::Result<()> {
+        let (parent, _) = split(out);
+        let staging = parent.join(&self.staging);
+        let staged = |rel: &String| fs::symlink_metadata(staging.join(rel)).is_ok();
+        if self.write.iter().all(staged) {
+            self.delete
+                .par_iter()
+                .try_for_each(|rel| remove_all(&out.join(rel)))?;
+        }
+        let mut by_folder: std::collections::BTreeMap<&str, Vec<&String>> = std::collections::BTreeMap::new();
+        for rel in self.write.iter().filter(|rel| staged(rel)) {
+            by_folder
+                .entry(rel.rsplit_once('/').map_or("", |(folder, _)| folder))
+                .or_default()
+                .push(rel);
+        }
+        let by_folder: Vec<_> = by_folder.into_iter().collect();
+        by_folder.par_iter().try_for_each(|(folder, files)| {
+            fs::create_dir_all(out.join(folder))?;
+            for rel in files {
+                let to = out.join(rel);
+                // A folder where the new file goes (a stray one) makes way.
+                if fs::symlink_metadata(&to).is_ok_and(|m| m.is_dir()) {
+                    remove_all(&to)?;
+                }
+                fs::rename(staging.join(rel), to)?;
+            }
+            Ok::<(), io::Error>(())
+        })?;
+        for rel in &self.prune {
+            let folder = out.join(rel);
+            if fs::read_dir(&folder).is_ok_and(|mut d| d.next().is_none()) {
+                fs::remove_dir(&folder)?;
+            }
+        }
+        remove_all(&staging)?;
+        match fs::remove_file(journal_path(out)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Cleans up after renders of `out` that were killed: finishes an update whose journal was
+/// written, removes their staging folders beside it, and puts a parked old tree back when
+/// `out` is missing (a kill between the two renames of the fallback swap). Call it holding
+/// the lock. Returns how many leftovers it removed.
 pub fn recover(out: &Path) -> Result<usize, OutputError> {
+    if let Some(journal) = Journal::read(out)? {
+        journal.apply(out).map_err(io_err(
+            "cannot finish the update an interrupted render began in",
+            out,
+        ))?;
+    }
     let (parent, name) = split(out);
     let Ok(entries) = fs::read_dir(&parent) else {
         return Ok(0);
@@ -296,7 +395,8 @@ pub fn recover(out: &Path) -> Result<usize, OutputError> {
             continue;
         };
         let is_pid = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
-        if rest.strip_prefix("new-").is_some_and(is_pid) {
+        if rest.strip_prefix("new-").is_some_and(is_pid) || rest.strip_prefix("journal-").is_some_and(is_pid)
+        {
             staged.push(entry.path());
         } else if rest.strip_prefix("old-").is_some_and(is_pid) {
             parked.push(entry.path());

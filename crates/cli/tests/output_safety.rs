@@ -1,7 +1,8 @@
 //! Faults while `kalypso render` writes its output folder: the process killed at random
 //! instants, two renders at once, a write that exceeds the file-size limit. Each time the
-//! output folder must hold exactly the old tree or exactly the new one, and whatever a killed
-//! render left beside it must be gone after the next render.
+//! output folder must hold exactly the old tree or exactly the new one (once the journal of
+//! an update that was under way, if any, is finished, as the next render does first), and
+//! whatever a killed render left beside it must be gone after the next render.
 //!
 //! The renders run in child processes (this test binary re-executed into `cli_child`, as in
 //! `bad_input.rs`), killed with SIGKILL; the control planes are generated, large enough that a
@@ -265,7 +266,7 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
     assert!(done.status.success());
     assert_eq!(setup.holds("first render"), 0);
     let span = u64::try_from(setup.took.as_micros()).unwrap().max(1000) * 3 / 2;
-    let (mut old, mut new, mut finished, mut staged) = (0, 0, 0, 0);
+    let (mut old, mut new, mut finished, mut staged, mut journaled) = (0, 0, 0, 0, 0);
     for i in 0..40 {
         let target = (i + 1) % 2;
         let before = setup.holds(&format!("before kill {i}"));
@@ -283,8 +284,15 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
             finished += 1;
         }
         let parent = setup.out().parent().unwrap().to_owned();
-        if leftovers(&parent).iter().any(|n| n.contains("kalypso-new")) {
+        let left = leftovers(&parent);
+        if left.iter().any(|n| n.contains("kalypso-new")) {
             staged += 1;
+        }
+        // A kill after the update's journal was written may leave the tree part-way: the
+        // next kalypso to take the lock finishes it first, as `recover` does here.
+        if left.iter().any(|n| n.ends_with(".kalypso-journal")) {
+            journaled += 1;
+            kalypso_cli::output::recover(&setup.out()).unwrap();
         }
         let now = setup.holds(&format!("kill {i} after {delay} µs"));
         if now == before {
@@ -295,7 +303,8 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
         }
     }
     println!(
-        "40 kills: {old} left the old tree, {new} the new one; {finished} renders finished first, {staged} left a staging folder"
+        "40 kills: {old} left the old tree, {new} the new one; {finished} renders finished first, \
+         {staged} left a staging folder, {journaled} a journal that was then finished"
     );
     // The next render cleans up after them all.
     let done = render(&setup.planes[1], &setup.out(), &setup.cache())

@@ -51,6 +51,14 @@ impl ConfigSource {
             ConfigSource::AzureAppConfig { map, .. } => map,
         }
     }
+
+    /// The key of the ConfigMap's `data` that gives config key `key`.
+    pub fn data_key<'k>(&'k self, key: &'k str) -> &'k str {
+        match self {
+            ConfigSource::ConfigMap { .. } => key,
+            ConfigSource::AzureAppConfig { key: full, .. } => full,
+        }
+    }
 }
 
 impl std::fmt::Display for ConfigSource {

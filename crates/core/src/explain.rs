@@ -445,9 +445,10 @@ pub struct Conflict {
     pub key: String,
     /// Each source and its raw value, in merge order.
     pub values: Vec<(String, String)>,
-    /// The ConfigMap each value is from (for diagnostics that name their files).
+    /// The ConfigMap each value is from and the key of its `data` that gives it (for
+    /// diagnostics that name their files and fields).
     #[serde(skip)]
-    pub config_maps: Vec<String>,
+    pub config_maps: Vec<(String, String)>,
 }
 
 /// The conflicts in one merged configuration.
@@ -469,7 +470,13 @@ pub fn conflicts(config: &ConfigData) -> Vec<Conflict> {
                     .iter()
                     .map(|c| (c.source.to_string(), c.raw.clone()))
                     .collect(),
-                config_maps: scalars.iter().map(|c| c.source.config_map().to_owned()).collect(),
+                config_maps: scalars
+                    .iter()
+                    .map(|c| {
+                        let data_key = c.source.data_key(key);
+                        (c.source.config_map().to_owned(), data_key.to_owned())
+                    })
+                    .collect(),
             });
         }
     }

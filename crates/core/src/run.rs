@@ -396,7 +396,7 @@ pub fn conflict_warnings(
                 .iter()
                 .map(|&i| String::from_utf8_lossy(&name(i).collect::<Vec<u8>>()).into_owned())
                 .collect();
-            let origin = |map: &String| config_maps.get(map).map(|m| &m.origin);
+            let origin = |(map, _): &(String, String)| config_maps.get(map).map(|m| &m.origin);
             let values: Vec<String> = conflict
                 .values
                 .iter()
@@ -421,13 +421,13 @@ pub fn conflict_warnings(
                     shown.join(", ")
                 ),
             );
-            if let Some(last) = conflict.config_maps.last()
+            if let Some((last, data_key)) = conflict.config_maps.last()
                 && let Some(map) = config_maps.get(last)
             {
                 warning = warning
                     .at(&map.origin)
                     .on(Kind::ConfigMap, last.clone())
-                    .field(format!("data.{}", conflict.key));
+                    .field(format!("data.{data_key}"));
             }
             warning
         })

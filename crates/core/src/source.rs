@@ -514,7 +514,7 @@ mod tests {
         ]);
         let e = errors(&t);
         assert_eq!(e.len(), 2, "{e:?}");
-        assert!(e[0].starts_with("error[kustomization]: main/kustomization.yaml: namePrefix: kustomize's \"namePrefix\" changes"), "{e:?}");
+        assert!(e[0].starts_with("error[kustomization]: main/kustomization.yaml:1: namePrefix: kustomize's \"namePrefix\" changes"), "{e:?}");
         assert!(e[1].contains(": patches: "), "{e:?}");
         assert!(
             selected(&t).is_empty(),

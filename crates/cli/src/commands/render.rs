@@ -196,9 +196,10 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("writing");
     let written = writer.map(FreshWriter::finish);
     let writing = || format!("writing the new tree into {}", args.out.display());
-    // Whether an existing tree was replaced: the files carried over into it are new links
-    // of the same inodes, whose change times the render cache must take again.
-    let mut swapped = false;
+    // Whether an existing tree was replaced by a new one (the rare fallback of an update,
+    // see `fsio::write_update`): the files carried over into it are new links of the same
+    // inodes, whose change times the render cache must take again.
+    let mut relinked = false;
     let (mut stats, entries) = match (fresh, written) {
         (Some(tree), Some(written)) => {
             let (files_written, entries) = written.with_context(writing)?;
@@ -232,7 +233,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
                 }
             }
             let stats = write_update(&out, &rules, &files).with_context(writing)?;
-            swapped = stats.added + stats.modified + stats.deleted > 0;
+            relinked = stats.relinked;
             let entries = if cache_path.is_some() {
                 stamp_packages(&out, rendered)
             } else {
@@ -248,7 +249,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("saving the render cache");
     if let Some(path) = &cache_path {
         let mut changed = cache.update(|ct, dt| rules.keeps_folder(ct, dt), entries);
-        if swapped {
+        if relinked {
             changed.extend(cache.restamp(&out, clean.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str()))));
         }
         if let Err(e) = cache.save(path, &changed)
