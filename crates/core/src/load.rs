@@ -29,40 +29,16 @@ struct Document<'a> {
     first_line: u32,
 }
 
-/// Splits a YAML stream at document markers (`---` and `...` at the start of a line).
-/// Markers cannot occur inside a document at column 0 (not even in block scalars), so a
-/// line-based split is exact.
+/// The documents of a YAML stream (see [`crate::position::document_ranges`]), without the
+/// parts that hold no document.
 fn split_documents(text: &str) -> Vec<Document<'_>> {
-    let mut docs = Vec::new();
-    let mut start = 0usize;
-    let mut start_line = 1u32;
-    let mut offset = 0usize;
-    for (line_no, line) in (1u32..).zip(text.split_inclusive('\n')) {
-        let bare = line.trim_end_matches(['\n', '\r']);
-        let is_start = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
-        let is_end = bare == "..." || bare.starts_with("... ");
-        if is_start || is_end {
-            docs.push(Document {
-                text: &text[start..offset],
-                first_line: start_line,
-            });
-            if is_start && bare.len() > 3 {
-                // Content after `--- ` belongs to the new document (e.g. `--- !tag` or a
-                // scalar); keep it by starting the document on the marker line itself,
-                // with the marker blanked out.
-                start = offset + 3;
-                start_line = line_no;
-            } else {
-                start = offset + line.len();
-                start_line = line_no + 1;
-            }
-        }
-        offset += line.len();
-    }
-    docs.push(Document {
-        text: &text[start..],
-        first_line: start_line,
-    });
+    let mut docs: Vec<Document<'_>> = crate::position::document_ranges(text)
+        .into_iter()
+        .map(|r| Document {
+            text: &text[r.start..r.end],
+            first_line: r.first_line,
+        })
+        .collect();
     // A part holding only comments, or only the directives (`%YAML 1.2`) of the document
     // after it, is no document; the parser reads each document without its directives, as
     // YAML 1.1 and 1.2 parse Kubernetes objects alike.

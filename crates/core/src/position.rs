@@ -64,16 +64,7 @@ pub(crate) fn find(text: &str, field: &str) -> Option<Mark> {
     if field.is_empty() {
         return None;
     }
-    // The parser is given text that ends with a line break (see `yaml_scan::scan`), and a
-    // panic on some input is a position not found.
-    let owned;
-    let text = if text.ends_with('\n') {
-        text
-    } else {
-        owned = format!("{text}\n");
-        &owned
-    };
-    std::panic::catch_unwind(|| walk(text, field)).unwrap_or_default()
+    crate::yaml_scan::guarded(text, |text| walk(text, field))
 }
 
 fn walk(text: &str, field: &str) -> Option<Mark> {
@@ -174,29 +165,49 @@ fn walk(text: &str, field: &str) -> Option<Mark> {
     }
 }
 
-/// The start of every document of a YAML stream: its byte offset and 1-based line, as the
-/// loader splits them (a `---` or `...` line ends a document).
-fn documents(text: &str) -> Vec<(usize, u32)> {
-    let mut starts = vec![(0, 1)];
-    let mut offset = 0;
+/// Where one document of a YAML stream is: its byte range and the 1-based line it starts on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct DocumentRange {
+    pub start: usize,
+    pub end: usize,
+    pub first_line: u32,
+}
+
+/// Splits a YAML stream at document markers (`---` and `...` at the start of a line).
+/// Markers cannot occur inside a document at column 0 (not even in block scalars), so a
+/// line-based split is exact. Content after `--- ` on the marker line (`--- !tag`, a scalar)
+/// belongs to the new document, which then starts on the marker line, after the marker.
+pub(crate) fn document_ranges(text: &str) -> Vec<DocumentRange> {
+    let mut ranges = Vec::new();
+    let mut start = 0usize;
+    let mut first_line = 1u32;
+    let mut offset = 0usize;
     for (line_no, line) in (1u32..).zip(text.split_inclusive('\n')) {
         let bare = line.trim_end_matches(['\n', '\r']);
-        let marker = bare == "---"
-            || bare.starts_with("--- ")
-            || bare.starts_with("---\t")
-            || bare == "..."
-            || bare.starts_with("... ");
-        if marker {
-            if bare.len() > 3 && bare.starts_with("---") {
-                // Content after `--- ` is the next document's (the loader blanks the marker).
-                starts.push((offset + 3, line_no));
+        let is_start = bare == "---" || bare.starts_with("--- ") || bare.starts_with("---\t");
+        let is_end = bare == "..." || bare.starts_with("... ");
+        if is_start || is_end {
+            ranges.push(DocumentRange {
+                start,
+                end: offset,
+                first_line,
+            });
+            if is_start && bare.len() > 3 {
+                start = offset + 3;
+                first_line = line_no;
             } else {
-                starts.push((offset + line.len(), line_no + 1));
+                start = offset + line.len();
+                first_line = line_no + 1;
             }
         }
         offset += line.len();
     }
-    starts
+    ranges.push(DocumentRange {
+        start,
+        end: text.len(),
+        first_line,
+    });
+    ranges
 }
 
 /// serde_yaml appends " at line L column C", relative to the document: a diagnostic
@@ -208,8 +219,7 @@ pub(crate) fn strip_location(message: &str) -> &str {
 /// A file's text, ready to point diagnostics about it at their fields.
 pub(crate) struct FilePositions<'t> {
     text: &'t str,
-    /// Where each document starts: byte offset and 1-based line.
-    documents: Vec<(usize, u32)>,
+    documents: Vec<DocumentRange>,
 }
 
 impl<'t> FilePositions<'t> {
@@ -217,7 +227,7 @@ impl<'t> FilePositions<'t> {
     pub(crate) fn new(text: &'t str) -> FilePositions<'t> {
         FilePositions {
             text,
-            documents: documents(text),
+            documents: document_ranges(text),
         }
     }
 
@@ -231,15 +241,11 @@ impl<'t> FilePositions<'t> {
         if origin.column > 0 || origin.line == 0 {
             return;
         }
-        let Some(at) = self.documents.iter().rposition(|(_, line)| *line <= origin.line) else {
+        let Some(range) = self.documents.iter().rev().find(|r| r.first_line <= origin.line) else {
             return;
         };
-        let (begin, first_line) = self.documents[at];
-        let end = self
-            .documents
-            .get(at + 1)
-            .map_or(self.text.len(), |(offset, _)| *offset);
-        let Some(document) = self.text.get(begin..end.max(begin)) else {
+        let (begin, first_line) = (range.start, range.first_line);
+        let Some(document) = self.text.get(begin..range.end.max(begin)) else {
             return;
         };
         // The marker of a `--- content` line is blanked, as the loader does.

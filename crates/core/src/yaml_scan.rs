@@ -71,8 +71,16 @@ fn saturating_u32(mark: u64) -> u32 {
 /// Scans `text`. Syntax errors end the scan silently: the deserializer reports them with its
 /// own message.
 pub(crate) fn scan(text: &str, limits: ScanLimits) -> Scan {
-    // libyaml-safer panics on a block scalar that ends the input without a line break
-    // (libyaml's buffer always has one); a document taken out of a stream may end so.
+    // Should the parser panic, the scan is skipped: the deserializer, which uses another
+    // parser, reports the document.
+    guarded(text, |text| scan_events(text, limits))
+}
+
+/// Runs `read` on `text` the way libyaml-safer needs it: ending with a line break (it panics
+/// on a block scalar that ends the input without one; libyaml's buffer always has one, but a
+/// document taken out of a stream may end so), and a panic on some other input taken as
+/// nothing found (`T::default()`).
+pub(crate) fn guarded<T: Default>(text: &str, read: impl FnOnce(&str) -> T + std::panic::UnwindSafe) -> T {
     let owned;
     let text = if text.ends_with('\n') {
         text
@@ -80,9 +88,7 @@ pub(crate) fn scan(text: &str, limits: ScanLimits) -> Scan {
         owned = format!("{text}\n");
         &owned
     };
-    // Should the parser panic on some other input, the scan is skipped: the deserializer,
-    // which uses another parser, reports the document.
-    std::panic::catch_unwind(|| scan_events(text, limits)).unwrap_or_default()
+    std::panic::catch_unwind(|| read(text)).unwrap_or_default()
 }
 
 fn scan_events(text: &str, limits: ScanLimits) -> Scan {
