@@ -146,13 +146,10 @@ async fn fleet_map_shows_states_and_updates_live_and_promotions_say_what_blocks(
     h.screenshot("fleet-map-filtered").await;
 
     h.goto("/promotions").await;
-    let prod_stage = h
-        .js(
-            "var cells = document.querySelectorAll('table.promotions td[data-stage=blocked]');\
-             return Array.from(cells).map(function (c) { return c.innerText; }).join('\\n---\\n');",
-        )
-        .await;
-    let blocked = prod_stage.as_str().unwrap_or_default();
+    let blocked = h
+        .texts("table.promotions td[data-stage=blocked]")
+        .await
+        .join("\n---\n");
     assert!(
         blocked.contains("large-prod-2 (large) failed: Health check failed after 5m0s"),
         "{blocked}"

@@ -304,12 +304,9 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
     // The promotion view says what blocks: P2 in dev, failed on drone-2 with its message.
     b.goto("/promotions").await;
     let blocked = b
-        .js(
-            "var cells = document.querySelectorAll('table.promotions td[data-stage=blocked]');\
-             return Array.from(cells).map(function (c) { return c.innerText; }).join('\\n---\\n');",
-        )
-        .await;
-    let blocked = blocked.as_str().unwrap_or_default();
+        .texts("table.promotions td[data-stage=blocked]")
+        .await
+        .join("\n---\n");
     assert!(
         blocked.contains("drone-2 (drone) failed: health check failed: <script>"),
         "{blocked}"
@@ -321,13 +318,10 @@ async fn the_dashboard_on_the_real_hub_shows_states_updates_live_and_drills_down
         "newest first: {table}"
     );
     // prod still waits for large-p1 at P1.
-    let prod_waiting = b
-        .js("var cells = document.querySelectorAll('table.promotions td');\
-             return Array.from(cells).map(function (c) { return c.innerText; }).join('\\n---\\n');")
-        .await;
+    let prod_waiting = b.texts("table.promotions td").await;
     assert!(
-        prod_waiting.as_str().unwrap_or_default().contains("large-p1"),
-        "{prod_waiting}"
+        prod_waiting.iter().any(|cell| cell.contains("large-p1")),
+        "{prod_waiting:?}"
     );
     b.screenshot("hub-promotions").await;
 

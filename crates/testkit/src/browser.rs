@@ -178,6 +178,20 @@ impl Browser {
             .expect("text")
     }
 
+    /// The visible text of every element `css` selects, in page order.
+    pub async fn texts(&self, css: &str) -> Vec<String> {
+        let script = format!(
+            "return Array.from(document.querySelectorAll({css:?})).map(function (e) {{ return e.innerText; }});"
+        );
+        match self.js(&script).await {
+            Value::Array(items) => items
+                .into_iter()
+                .map(|v| v.as_str().unwrap_or_default().to_owned())
+                .collect(),
+            other => panic!("texts of {css}: {other}"),
+        }
+    }
+
     /// The page's title.
     pub async fn title(&self) -> String {
         self.client.title().await.expect("title")
