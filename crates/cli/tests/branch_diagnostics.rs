@@ -1,6 +1,7 @@
-//! A diagnostic about a file of a git control plane names the branch the file was read from:
+//! Diagnostics of a git control plane. One about a file names the branch it was read from:
 //! the environment's branch (which need not be named like the environment), or the main
 //! branch. The folder form names the environment's folder the same way (the bad-input cases).
+//! An environment branch without a BaseRepo is warned about.
 //!
 //! The CLI runs in a child process (see `support`) so that its standard error is seen exactly
 //! as a user sees it.
@@ -78,4 +79,30 @@ fn errors_in_branch_files_name_the_branch() {
         "{render:#?}"
     );
     assert!(!out.exists(), "nothing is written");
+}
+
+/// An environment branch without a BaseRepo: kalypso reads the main branch's tip, which the
+/// original would not bring in, and says so (`no-base-repo`, a warning that `--strict` makes
+/// an error).
+#[test]
+fn an_environment_without_a_base_repo_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let repos = ExampleRepos::create(dir.path());
+    let cp = &repos.control_plane;
+    let url = format!("file://{}", cp.display());
+    assert!(branch_files(cp, "dev").contains_key("base-repo.yaml"));
+    write_files(cp, "dev", &[("base-repo.yaml", None)], "no BaseRepo");
+
+    let validate = kalypso(&["validate", &url, "--env", "dev"]);
+    assert_eq!(validate.code, 0, "{validate:#?}");
+    assert!(
+        validate.stderr.contains(
+            "warning[no-base-repo]: environment dev has no BaseRepo; kalypso reads Templates and \
+             WorkloadRegistrations from the tip of branch \"main\""
+        ),
+        "{validate:#?}"
+    );
+    let strict = kalypso(&["validate", &url, "--env", "dev", "--strict"]);
+    assert_eq!(strict.code, 1, "{strict:#?}");
+    assert!(strict.stderr.contains("error[no-base-repo]: "), "{strict:#?}");
 }
