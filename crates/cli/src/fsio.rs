@@ -157,12 +157,7 @@ pub struct WriteStats {
 }
 
 fn check_relative(rel: &str) -> Result<(), FsError> {
-    let safe = !rel.is_empty()
-        && !rel.starts_with('/')
-        && rel
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\') && !s.contains('\0'));
-    if safe {
+    if output::is_plain_relative(rel) {
         Ok(())
     } else {
         Err(FsError::UnsafePath(rel.to_owned()))

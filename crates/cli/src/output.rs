@@ -277,6 +277,16 @@ pub fn remove_empty(dirs: &[PathBuf]) {
     }
 }
 
+/// Whether `rel` is a plain relative path that stays below the folder it is joined to: not
+/// empty, not absolute, no `.`, `..` or empty segments, no backslash or NUL.
+pub fn is_plain_relative(rel: &str) -> bool {
+    !rel.is_empty()
+        && !rel.starts_with('/')
+        && rel
+            .split('/')
+            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\') && !s.contains('\0'))
+}
+
 /// Where the journal of an update of `out` in progress is kept.
 pub fn journal_path(out: &Path) -> PathBuf {
     sibling(out, "journal")
@@ -308,13 +318,35 @@ impl Journal {
         fs::rename(&temporary, &path)
     }
 
-    /// The journal of `out`'s unfinished update, if there is one.
+    /// The journal of `out`'s unfinished update, if there is one. A journal whose paths
+    /// would leave `out` (or whose staging folder is not one of `out`'s) is refused: kalypso
+    /// never writes one.
     pub fn read(out: &Path) -> Result<Option<Journal>, OutputError> {
         let path = journal_path(out);
+        let refused = |why: String| {
+            io_err("cannot use the journal of an interrupted render", &path)(io::Error::other(why))
+        };
         match fs::read(&path) {
-            Ok(text) => serde_json::from_slice(&text).map(Some).map_err(|e| {
-                io_err("cannot read the journal of an interrupted render", &path)(io::Error::other(e))
-            }),
+            Ok(text) => {
+                let journal: Journal = serde_json::from_slice(&text).map_err(|e| refused(e.to_string()))?;
+                let (_, name) = split(out);
+                let staging_prefix = format!(".{}.kalypso-new-", name.to_string_lossy());
+                let staging_ok = journal
+                    .staging
+                    .strip_prefix(&staging_prefix)
+                    .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()));
+                if !staging_ok {
+                    return Err(refused(format!(
+                        "{:?} is not a staging folder of this output",
+                        journal.staging
+                    )));
+                }
+                let paths = journal.delete.iter().chain(&journal.write).chain(&journal.prune);
+                if let Some(bad) = paths.into_iter().find(|rel| !is_plain_relative(rel)) {
+                    return Err(refused(format!("{bad:?} is not a path inside the output folder")));
+                }
+                Ok(Some(journal))
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err("cannot read the journal of an interrupted render", &path)(
                 e,
@@ -671,6 +703,34 @@ mod tests {
             "the lock file and the parent made for it are gone"
         );
         drop(OutputLock::acquire(&out, "OUT").unwrap());
+    }
+
+    #[test]
+    fn a_journal_that_would_leave_the_output_is_refused() {
+        let root = tempfile::tempdir().unwrap();
+        let out = root.path().join("out");
+        fs::create_dir(&out).unwrap();
+        let outside = root.path().join("precious");
+        fs::write(&outside, "keep").unwrap();
+        let staging = staging_path(&out).file_name().unwrap().to_string_lossy().into_owned();
+        let journals = [
+            (staging.clone(), "../precious"),
+            (staging.clone(), "/etc/passwd"),
+            ("..".to_owned(), "a"),
+            (".other.kalypso-new-1".to_owned(), "a"),
+        ];
+        for (staging, path) in journals {
+            let journal = Journal {
+                staging,
+                delete: vec![path.to_owned()],
+                write: Vec::new(),
+                prune: Vec::new(),
+            };
+            journal.commit(&out).unwrap();
+            let err = recover(&out).unwrap_err().to_string();
+            assert!(err.contains("cannot use the journal of an interrupted render"), "{err}");
+            assert!(outside.exists());
+        }
     }
 
     #[test]
