@@ -63,6 +63,18 @@ pub enum Error {
         /// The server's reason.
         message: String,
     },
+    /// The remote could not update a branch because its lock file exists: another process
+    /// is writing the branch, or one was interrupted while writing it.
+    #[error("{repo} could not update {detail}")]
+    Locked {
+        /// The repository, redacted.
+        repo: String,
+        /// The reference, the remote's message, and for a repository on this machine which
+        /// file to remove once no process writes.
+        detail: String,
+        /// Whether the repository is on this machine (the lock then stays until removed).
+        local: bool,
+    },
     /// A revision does not exist.
     #[error("{what} not found in {repo}")]
     NotFound {
@@ -139,7 +151,12 @@ impl GitCause {
 impl Error {
     /// Whether the failure is worth retrying (network trouble).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Git { cause, .. } if cause.is_transient())
+        match self {
+            Error::Git { cause, .. } => cause.is_transient(),
+            // A remote server's lock is another push under way; a local one stays.
+            Error::Locked { local, .. } => !local,
+            _ => false,
+        }
     }
 
     /// Whether the remote refused an update because its branch moved.
@@ -219,6 +236,76 @@ impl Cache {
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Holds the cache for this process alone (waiting while another process holds it),
+    /// then removes the reference and index locks a killed process left in its mirrors:
+    /// with the hold taken nobody else is writing them, and a stale lock would make every
+    /// later fetch of that repository fail. The hold lasts as long as the returned value.
+    /// Only the mirrors directly in the folder are swept (not `serve/`, whose daemons hold
+    /// their own folders).
+    pub fn hold(&self) -> Result<CacheHold, Error> {
+        let io = |error| Error::Cache {
+            path: self.dir.clone(),
+            error,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        let name = self
+            .dir
+            .file_name()
+            .map_or_else(|| "cache".into(), |n| n.to_string_lossy().into_owned());
+        let path = self.dir.with_file_name(format!("{name}.lock"));
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::warn!(lock = %path.display(), "another kalypso process uses the cache: waiting for it");
+                file.lock().map_err(io)?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        for entry in std::fs::read_dir(&self.dir).map_err(io)?.flatten() {
+            let mirror = entry.path();
+            if mirror.join("HEAD").is_file() {
+                let mut stale = Vec::new();
+                find_locks(&mirror, &mut stale);
+                for lock in stale {
+                    match std::fs::remove_file(&lock) {
+                        Ok(()) => {
+                            tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted run")
+                        }
+                        Err(e) => return Err(io(e)),
+                    }
+                }
+            }
+        }
+        Ok(CacheHold { _file: file })
+    }
+}
+
+/// A cache held by this process (see [`Cache::hold`]).
+#[derive(Debug)]
+pub struct CacheHold {
+    _file: std::fs::File,
+}
+
+/// Every `*.lock` file under `dir`.
+fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => find_locks(&path, out),
+            Ok(t) if t.is_file() && path.extension().is_some_and(|e| e == "lock") => out.push(path),
+            _ => {}
+        }
     }
 }
 
@@ -362,6 +449,26 @@ impl Repo {
                 .fetch(refspecs, Some(&mut options), None)
                 .map_err(git_error("cannot fetch", &self.url))
         })
+    }
+
+    /// Whether the mirror's copy of every branch in `heads` is at the head the remote
+    /// listed (so fetching them would bring nothing). Always true in place.
+    pub fn is_at(&self, heads: &BTreeMap<String, Oid>, branches: &[&str]) -> bool {
+        if self.in_place {
+            return true;
+        }
+        branches.iter().all(|b| {
+            let local = self.git.refname_to_id(&format!("{TRACKING}{b}")).ok();
+            local == heads.get(*b).copied()
+        })
+    }
+
+    /// Whether the mirror holds exactly the branches `heads` lists, at those heads.
+    pub fn mirrors(&self, heads: &BTreeMap<String, Oid>) -> bool {
+        if self.in_place {
+            return true;
+        }
+        self.branches_under("").is_ok_and(|local| &local == heads)
     }
 
     /// The head of `branch`, if the branch exists. In place: the local branch, else the
@@ -764,10 +871,15 @@ impl Staging<'_> {
     /// Pushes `updates` without forcing: a branch that moved since it was fetched is
     /// rejected ([`Error::Rejected`]) and the caller starts again from a fresh fetch.
     /// Transient network failures are retried (pushing the same update again is harmless).
-    /// On success the mirror's branches are moved too.
+    /// On success the mirror's branches are moved too. The new objects are stored in the
+    /// mirror first, whether the push succeeds or not.
     pub fn push(&self, transport: &Transport<'_>, updates: &[RefUpdate]) -> Result<(), Error> {
         let span = tracing::debug_span!("push", repo = %self.url);
         let _enter = span.enter();
+        // The new objects are stored before any reference of the mirror names them: a
+        // process killed from here on leaves a usable mirror (objects no reference names at
+        // worst), never a reference to an object it does not have.
+        self.persist()?;
         let mut refspecs = Vec::new();
         let mut temp_refs = Vec::new();
         for (i, update) in updates.iter().enumerate() {
@@ -804,6 +916,21 @@ impl Staging<'_> {
             drop(options);
             match pushed {
                 Ok(()) => match rejected.into_inner().into_iter().next() {
+                    Some((reference, message)) if message.contains("lock") => Err(Error::Locked {
+                        repo: self.url.redacted(),
+                        detail: format!(
+                            "{reference}: it is locked ({message}); another process is writing it, or one was \
+                             interrupted while writing it{}",
+                            match self.url.local_path() {
+                                Some(path) => format!(
+                                    " (if no process is, remove {}.lock)",
+                                    path.join(&reference).display()
+                                ),
+                                None => String::new(),
+                            }
+                        ),
+                        local: self.url.is_local(),
+                    }),
                     Some((reference, message)) => Err(Error::Rejected {
                         repo: self.url.redacted(),
                         reference,
@@ -839,7 +966,6 @@ impl Staging<'_> {
             }
         }
         result?;
-        self.persist()?;
         for update in updates {
             let tracking = format!("{TRACKING}{}", update.branch);
             match update.target {
@@ -934,6 +1060,81 @@ impl Staging<'_> {
 /// other, and libgit2's search over a fleet's worth of them costs more than the bytes it
 /// saves. libgit2 1.9 reads the size limit for delta candidates from `pack.deltaCacheSize`
 /// (a slip for `pack.bigFileThreshold`), so both are set: no object is a candidate.
+/// Branch names (without `refs/heads/`) and their heads.
+pub type Heads = BTreeMap<String, Oid>;
+
+/// The branches of each repository in `urls` with their heads, as `git ls-remote --heads`
+/// shows them: one connection per remote and no object transferred, `parallel` remotes at a
+/// time. A plain local path is read in place (its local branches over its remote-tracking
+/// ones, as [`Repo::branch`] reads them). One attempt each: a failure is returned for that
+/// repository alone.
+pub fn list_heads(urls: &[RepoUrl], credentials: &Credentials, parallel: usize) -> Vec<Result<Heads, Error>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Heads, Error>>>> =
+        urls.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let workers = parallel.clamp(1, urls.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(url) = urls.get(i) else { break };
+                    let listed = list_one(url, credentials);
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(listed);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(urls)
+        .map(|(slot, url)| {
+            slot.into_inner().ok().flatten().unwrap_or_else(|| {
+                Err(Error::NotFound {
+                    what: "the branch listing".to_owned(),
+                    repo: url.redacted(),
+                })
+            })
+        })
+        .collect()
+}
+
+fn list_one(url: &RepoUrl, credentials: &Credentials) -> Result<Heads, Error> {
+    let fail = || git_error("cannot list the branches of", url);
+    let mut heads = BTreeMap::new();
+    if let Some(path) = url.plain_path() {
+        let git = Repository::open(path).map_err(fail())?;
+        for (glob, strip) in [
+            (format!("{TRACKING}*"), TRACKING),
+            ("refs/heads/*".to_owned(), "refs/heads/"),
+        ] {
+            for r in git.references_glob(&glob).map_err(fail())? {
+                let r = r.map_err(fail())?;
+                if let (Ok(name), Ok(commit)) = (r.name(), r.peel_to_commit()) {
+                    heads.insert(name.trim_start_matches(strip).to_owned(), commit.id());
+                }
+            }
+        }
+        return Ok(heads);
+    }
+    let mut remote = git2::Remote::create_detached(url.for_git()).map_err(fail())?;
+    let connection = remote
+        .connect_auth(
+            git2::Direction::Fetch,
+            Some(credentials.callbacks()),
+            Some(auto_proxy()),
+        )
+        .map_err(fail())?;
+    for head in connection.list().map_err(fail())? {
+        if let Some(branch) = head.name().strip_prefix("refs/heads/") {
+            heads.insert(branch.to_owned(), head.oid());
+        }
+    }
+    Ok(heads)
+}
+
 fn no_delta_search(git: &Repository) -> Result<(), git2::Error> {
     let mut config = git.config()?;
     for key in ["pack.bigFileThreshold", "pack.deltaCacheSize"] {
