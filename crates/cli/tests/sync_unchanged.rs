@@ -210,3 +210,43 @@ fn a_sync_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_on
         "no sync was killed while running (seed {seed}, {rounds} rounds)"
     );
 }
+
+#[test]
+fn a_damaged_cache_is_rebuilt_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let repos = ExampleRepos::create(dir.path());
+    let cache = dir.path().join("cache");
+    sync(&repos, &cache, &["--env", "dev"]);
+    // Every pack of every mirror cut to a third; the dev branch moves so that it is read.
+    let mut packs = Vec::new();
+    for mirror in std::fs::read_dir(&cache).unwrap() {
+        let objects = mirror.unwrap().path().join("objects/pack");
+        if let Ok(entries) = std::fs::read_dir(objects) {
+            packs.extend(entries.map(|e| e.unwrap().path()));
+        }
+    }
+    assert!(!packs.is_empty());
+    for pack in packs {
+        let len = std::fs::metadata(&pack).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&pack)
+            .unwrap()
+            .set_len(len / 3)
+            .unwrap();
+    }
+    write_files(
+        &repos.control_plane,
+        "dev",
+        &[("notes.yaml", Some("# a comment only\n"))],
+        "a note",
+    );
+    let out = sync(&repos, &cache, &["--env", "dev"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the git cache looked damaged: its mirrors were removed and are fetched afresh"),
+        "{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("dev: no change, dev@dev stays at"), "{stdout}");
+}

@@ -194,6 +194,14 @@ impl Error {
         }
     }
 
+    /// Whether a repository looks damaged on disk (see [`repo::Error::is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Error::Repo(e) | Error::Workload { error: e, .. } => e.is_damage(),
+            _ => false,
+        }
+    }
+
     /// A repository failure put in the words of `what` needed the repository.
     fn about(self, what: &str) -> Error {
         match self {

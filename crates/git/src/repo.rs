@@ -159,6 +159,30 @@ impl Error {
         }
     }
 
+    /// Whether the failure looks like a damaged repository on disk (a broken reference, a
+    /// missing, truncated or garbled object) rather than the network or the input: for a
+    /// mirror, fetching it afresh repairs it.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Error::Git { cause, .. } => {
+                !cause.is_transient()
+                    && matches!(
+                        cause.class,
+                        ErrorClass::Odb
+                            | ErrorClass::Object
+                            | ErrorClass::Reference
+                            | ErrorClass::Zlib
+                            | ErrorClass::Repository
+                            | ErrorClass::Indexer
+                            | ErrorClass::Tree
+                    )
+                    // A reference to an object the repository lost.
+                    || (cause.class == ErrorClass::Invalid && cause.message.contains("cannot be peeled"))
+            }
+            _ => false,
+        }
+    }
+
     /// Whether the remote refused an update because its branch moved.
     pub fn is_rejection(&self) -> bool {
         matches!(self, Error::Rejected { .. })

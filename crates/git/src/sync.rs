@@ -85,6 +85,16 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether a repository looks damaged on disk: for the cache's mirrors,
+    /// [`Syncer::repair_cache`] and a new pass repair it.
+    pub fn is_cache_damage(&self) -> bool {
+        match self {
+            Error::ControlPlane(e) => e.is_damage(),
+            Error::Delivery { error, .. } => error.is_damage(),
+            _ => false,
+        }
+    }
 }
 
 /// Everything a sync needs besides the control plane's location.
@@ -300,6 +310,33 @@ impl Syncer {
             store,
             fingerprint: self.fingerprint(),
         })
+    }
+
+    /// Removes every mirror of the cache (after [`Error::is_cache_damage`]), with a warning:
+    /// the next pass fetches them afresh. Delivery states are kept (each is checked against
+    /// the remotes anyway). Returns how many were removed.
+    pub fn repair_cache(&self) -> usize {
+        let mut removed = 0;
+        let Ok(entries) = std::fs::read_dir(self.cache.dir()) else {
+            return 0;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.join("HEAD").is_file() {
+                match std::fs::remove_dir_all(&path) {
+                    Ok(()) => removed += 1,
+                    Err(error) => {
+                        tracing::warn!(mirror = %path.display(), %error, "cannot remove a damaged mirror")
+                    }
+                }
+            }
+        }
+        tracing::warn!(
+            cache = %self.cache.dir().display(),
+            removed,
+            "the git cache looked damaged: its mirrors were removed and are fetched afresh"
+        );
+        removed
     }
 
     /// What decides the output besides the inputs: this binary and the output settings.

@@ -207,8 +207,25 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     progress.stage("fetching the control plane");
-    let mut pass = syncer.pass_after(&url, &check).map_err(|e| anyhow!("{e}"))?;
-    let environments = pass.environments(&args.env).map_err(|e| anyhow!("{e}"))?;
+    // A damaged mirror (broken reference, lost or garbled objects) is removed and fetched
+    // afresh, once per run, with a warning.
+    let mut repaired = false;
+    let open = |check: &kalypso_git::Check| {
+        let pass = syncer.pass_after(&url, check)?;
+        let environments = pass.environments(&args.env)?;
+        Ok::<_, kalypso_git::sync::Error>((pass, environments))
+    };
+    let (mut pass, environments) = match open(&check) {
+        Err(e) if e.is_cache_damage() => {
+            repaired = true;
+            progress.suspend(|| {
+                syncer.repair_cache();
+            });
+            open(&kalypso_git::Check::default())
+        }
+        other => other,
+    }
+    .map_err(|e| anyhow!("{e}"))?;
     let total = environments.len();
     for (i, env) in environments.iter().enumerate() {
         if let Some(u) = check.unchanged(&env.name) {
@@ -218,10 +235,24 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
         let subject = format!("{} ({}/{total})", env.name, i + 1);
         let started = std::time::Instant::now();
         progress.stage_of(subject.clone(), "reading the inputs", None);
-        let result = pass.resolve(env).and_then(|resolved| {
-            progress.stage_of(subject, "rendering", Some("writing the tree"));
+        let mut result = pass.resolve(env).and_then(|resolved| {
+            progress.stage_of(subject.clone(), "rendering", Some("writing the tree"));
             pass.deliver(&resolved)
         });
+        if let Err(e) = &result
+            && e.is_cache_damage()
+            && !repaired
+        {
+            repaired = true;
+            progress.suspend(|| {
+                syncer.repair_cache();
+            });
+            pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
+            result = pass.resolve(env).and_then(|resolved| {
+                progress.stage_of(subject, "rendering", Some("writing the tree"));
+                pass.deliver(&resolved)
+            });
+        }
         progress.suspend(|| match result {
             Ok(report) => {
                 let elapsed = started.elapsed();
