@@ -351,6 +351,16 @@ impl Syncer {
         ))
     }
 
+    /// The environments of `control_plane` as last listed, when its main branch did not
+    /// move since (one branch listing of the control plane, nothing fetched).
+    pub fn environments_unchanged(&self, control_plane: &RepoUrl) -> Option<Vec<String>> {
+        let listed = Store::new(&self.cache, control_plane).environments(&self.fingerprint())?;
+        let heads = crate::repo::list_heads(std::slice::from_ref(control_plane), &self.credentials, 1)
+            .pop()?
+            .ok()?;
+        (heads.get(&listed.main_branch).map(Oid::to_string) == Some(listed.main)).then_some(listed.names)
+    }
+
     /// Which of the environments `names` of `control_plane` (all its environments when
     /// empty) did not move since their last delivery, from the delivery states in the cache
     /// and one branch listing per repository (in parallel, nothing fetched). An environment

@@ -163,6 +163,35 @@ fn a_moved_main_branch_renders_every_environment() {
 }
 
 #[test]
+fn the_environment_list_is_reused_while_the_main_branch_stays() {
+    let fx = Fixture::new();
+    let syncer = delivered(&fx, fx.settings());
+    let url = RepoUrl::parse(&file_url(&fx.control_plane)).unwrap();
+    assert_eq!(
+        syncer.environments_unchanged(&url),
+        Some(names(&["dev", "stage"]))
+    );
+    write_files(
+        &fx.control_plane,
+        "dev",
+        &[("notes.yaml", Some("# note\n"))],
+        "note",
+    );
+    assert_eq!(
+        syncer.environments_unchanged(&url),
+        Some(names(&["dev", "stage"])),
+        "environments are defined on main only"
+    );
+    write_files(
+        &fx.control_plane,
+        "main",
+        &[("notes.yaml", Some("# note\n"))],
+        "note",
+    );
+    assert_eq!(syncer.environments_unchanged(&url), None);
+}
+
+#[test]
 fn a_moved_gitops_branch_is_rendered_again() {
     let fx = Fixture::new();
     let syncer = delivered(&fx, fx.settings());

@@ -277,6 +277,10 @@ impl Daemon {
             let syncer = discovery.lock().unwrap_or_else(PoisonError::into_inner);
             let url = &shared.control_plane;
             let metrics = shared.state.metrics();
+            if let Some(names) = syncer.environments_unchanged(url) {
+                shared.state.set_ready();
+                return Ok(names);
+            }
             let listed = syncer
                 .pass(url)
                 .and_then(|pass| pass.environments(&[]))

@@ -390,10 +390,13 @@ fn a_poll_with_nothing_moved_fetches_nothing_even_in_a_new_process() {
     let head = kalypso_testkit::rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
     // The mirrors are gone: only the branch listings and the delivery state can answer.
     let mirrors = cache.join("serve").join("dev");
-    for entry in std::fs::read_dir(&mirrors).unwrap() {
-        let entry = entry.unwrap();
-        if entry.file_name() != "state" {
-            std::fs::remove_dir_all(entry.path()).unwrap();
+    let discovery = cache.join("serve").join("_environments");
+    for dir in [&mirrors, &discovery] {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "state" {
+                std::fs::remove_dir_all(entry.path()).unwrap();
+            }
         }
     }
     let daemon = Daemon::new(&config(&repos, &cache), rt.handle().clone()).unwrap();
@@ -406,6 +409,11 @@ fn a_poll_with_nothing_moved_fetches_nothing_even_in_a_new_process() {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(left, ["state"], "nothing was fetched");
+        let left: Vec<_> = std::fs::read_dir(&discovery)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["state"], "the environments were listed without a fetch");
         assert!(state.is_ready());
         let status = state.status("dev").unwrap();
         assert_eq!(status.result, "delivered");
