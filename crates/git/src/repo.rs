@@ -4,8 +4,9 @@
 //! No checkout ever happens. Sources are read from commits into
 //! [`kalypso_core::source::SourceTree`]s; the GitOps branch is read into a
 //! [`kalypso_core::tree::Tree`] (a [`Snapshot`]) and the new tree is written as git objects
-//! into an in-memory object store ([`Staging`]): only when a push succeeds are the new
-//! objects persisted in the cache, as one pack. Remote repositories are mirrored under the
+//! through a [`Staging`]: the rendered tree's objects are streamed into one pack in the
+//! cache, the few others (commits, trees of `write_tree`) live in memory until they are
+//! persisted, before a push names them. Remote repositories are mirrored under the
 //! cache folder (`refs/remotes/origin/*`), with remotes created anonymously so that no URL,
 //! and so no credential, is ever written into a repository config.
 
@@ -729,7 +730,8 @@ impl Repo {
     }
 
     /// Runs `f` with an in-memory object store on top of this repository: objects written
-    /// through the [`Staging`] live in memory until [`Staging::persist`] stores them.
+    /// through the [`Staging`] live in memory until [`Staging::persist`] stores them (but
+    /// [`Staging::write_content`] streams the rendered tree's objects into a pack on disk).
     pub fn staging<T, E: From<Error>>(&self, f: impl FnOnce(&Staging<'_>) -> Result<T, E>) -> Result<T, E> {
         // A separate handle, so that the in-memory backend never outlives this call.
         let git = Repository::open(self.git.path()).map_err(git_error("cannot open", &self.url))?;
@@ -806,7 +808,9 @@ impl Staging<'_> {
 
     /// Writes the tree of `content` put on top of tree `base` (the branch head's; `None` for
     /// a new branch) with the original's update rules, incrementally: only the folders whose
-    /// files changed are read, hashed and written (see [`crate::treewrite`]).
+    /// files changed are read, hashed and written (see [`crate::treewrite`]). The new
+    /// objects go straight into a pack in the repository (also in a dry run or when the
+    /// push is then rejected: objects no reference names, which cost only their space).
     pub fn write_content(&self, base: Option<Oid>, content: &RepoContent) -> Result<Written, Error> {
         let fail = git_error("cannot write a tree for", self.url);
         let built = crate::treewrite::build(self.git, base, content).map_err(|e| match e {
@@ -818,13 +822,14 @@ impl Staging<'_> {
             },
         })?;
         let fail = || git_error("cannot write a tree for", self.url);
-        for (kind, oid, content) in &built.objects {
-            let written = self.odb.write(*kind, content).map_err(fail())?;
-            debug_assert_eq!(written, *oid, "kalypso hashes objects as git does");
-        }
-        self.written
-            .borrow_mut()
-            .extend(built.objects.iter().map(|(_, oid, _)| *oid));
+        // Straight into a pack on disk, not through memory: the fleet's new objects are
+        // not held a second time (they are stored before any reference names them, as
+        // `push` needs anyway).
+        store_pack(self.odb, &built.objects).map_err(fail())?;
+        debug_assert!(
+            built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
+            "kalypso hashes objects as git does"
+        );
         let tree = match built.root {
             Some(root) => root,
             None => {
@@ -1084,6 +1089,103 @@ impl Staging<'_> {
 /// other, and libgit2's search over a fleet's worth of them costs more than the bytes it
 /// saves. libgit2 1.9 reads the size limit for delta candidates from `pack.deltaCacheSize`
 /// (a slip for `pack.bigFileThreshold`), so both are set: no object is a candidate.
+/// Stores `objects` (already hashed) in `odb` as one pack streamed to disk: each object
+/// once, as a zlib stream of stored (uncompressed) blocks, which costs no compression time
+/// and no memory beyond the objects themselves; git reads such packs as any other.
+fn store_pack(odb: &git2::Odb<'_>, objects: &[(ObjectType, Oid, Blob)]) -> Result<(), git2::Error> {
+    use sha1::Digest as _;
+    let mut seen = std::collections::HashSet::with_capacity(objects.len());
+    let unique: Vec<&(ObjectType, Oid, Blob)> =
+        objects.iter().filter(|(_, oid, _)| seen.insert(*oid)).collect();
+    if unique.is_empty() {
+        return Ok(());
+    }
+    let count =
+        u32::try_from(unique.len()).map_err(|_| git2::Error::from_str("too many objects for one pack"))?;
+    let mut writer = odb.packwriter()?;
+    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot write a pack: {e}"));
+    {
+        let mut out = HashingWriter {
+            inner: std::io::BufWriter::with_capacity(1 << 20, &mut writer),
+            sha: sha1::Sha1::new(),
+        };
+        out.put(b"PACK").map_err(io)?;
+        out.put(&2u32.to_be_bytes()).map_err(io)?;
+        out.put(&count.to_be_bytes()).map_err(io)?;
+        for (kind, _, content) in unique {
+            let code: u8 = match kind {
+                ObjectType::Commit => 1,
+                ObjectType::Tree => 2,
+                ObjectType::Blob => 3,
+                ObjectType::Tag => 4,
+                _ => return Err(git2::Error::from_str("an object of no storable type")),
+            };
+            let mut size = content.len();
+            let mut header = vec![(code << 4) | (size & 0x0f) as u8];
+            size >>= 4;
+            while size > 0 {
+                if let Some(last) = header.last_mut() {
+                    *last |= 0x80;
+                }
+                header.push((size & 0x7f) as u8);
+                size >>= 7;
+            }
+            out.put(&header).map_err(io)?;
+            // zlib: header (deflate, 32K window, no preset dictionary, check bits), stored blocks
+            // of at most 65,535 bytes, the Adler-32 of the data.
+            out.put(&[0x78, 0x01]).map_err(io)?;
+            let mut chunks = content.chunks(0xffff).peekable();
+            if chunks.peek().is_none() {
+                out.put(&[0x01, 0x00, 0x00, 0xff, 0xff]).map_err(io)?;
+            }
+            while let Some(chunk) = chunks.next() {
+                let last = chunks.peek().is_none();
+                let len = chunk.len() as u16;
+                out.put(&[u8::from(last)]).map_err(io)?;
+                out.put(&len.to_le_bytes()).map_err(io)?;
+                out.put(&(!len).to_le_bytes()).map_err(io)?;
+                out.put(chunk).map_err(io)?;
+            }
+            out.put(&adler32(content).to_be_bytes()).map_err(io)?;
+        }
+        let HashingWriter { mut inner, sha } = out;
+        inner.write_all(&sha.finalize()).map_err(io)?;
+        inner.flush().map_err(io)?;
+    }
+    writer.commit()?;
+    Ok(())
+}
+
+/// Writes through, hashing what it writes (the pack's trailing checksum).
+struct HashingWriter<W: std::io::Write> {
+    inner: W,
+    sha: sha1::Sha1,
+}
+
+impl<W: std::io::Write> HashingWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use sha1::Digest as _;
+        self.sha.update(bytes);
+        self.inner.write_all(bytes)
+    }
+}
+
+/// zlib's Adler-32 checksum.
+fn adler32(data: &[u8]) -> u32 {
+    const MOD: u32 = 65_521;
+    let (mut a, mut b) = (1u32, 0u32);
+    // 5,552 bytes is the most that can be summed before `b` could overflow.
+    for chunk in data.chunks(5_552) {
+        for &byte in chunk {
+            a += u32::from(byte);
+            b += a;
+        }
+        a %= MOD;
+        b %= MOD;
+    }
+    (b << 16) | a
+}
+
 /// Branch names (without `refs/heads/`) and their heads.
 pub type Heads = BTreeMap<String, Oid>;
 
@@ -1240,6 +1342,43 @@ pub struct Author {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_stored_as_a_streamed_pack_read_back_as_written() {
+        assert_eq!(adler32(b"Wikipedia"), 0x11e6_0398);
+        assert_eq!(adler32(b""), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let git = Repository::init_bare(dir.path()).unwrap();
+        let odb = git.odb().unwrap();
+        // Empty, small, several stored blocks (> 65,535 bytes), and a duplicate.
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let contents: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"kind: ConfigMap\n".to_vec(),
+            big,
+            b"kind: ConfigMap\n".to_vec(),
+        ];
+        let objects: Vec<(ObjectType, Oid, Blob)> = contents
+            .iter()
+            .map(|c| {
+                (
+                    ObjectType::Blob,
+                    Oid::hash_object(ObjectType::Blob, c).unwrap(),
+                    Blob::from(&c[..]),
+                )
+            })
+            .collect();
+        store_pack(&odb, &objects).unwrap();
+        for (_, oid, content) in &objects {
+            let read = odb.read(*oid).unwrap();
+            assert_eq!(read.kind(), ObjectType::Blob);
+            assert_eq!(read.data(), &content[..]);
+        }
+        let packs = std::fs::read_dir(dir.path().join("objects/pack"))
+            .unwrap()
+            .count();
+        assert_eq!(packs, 2, "one pack and its index");
+    }
 
     #[test]
     fn normalizes_paths() {
