@@ -20,7 +20,8 @@
 //! clusters see it (usually a GitHub URL); kalypso reads both branches from the control
 //! plane it was given, so that a local clone or a mirror can be used as is.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use git2::Oid;
 use kalypso_core::model::AnyObject;
@@ -166,6 +167,22 @@ pub struct Resolved {
     pub revisions: Revisions,
     /// Where the environment is delivered, by GitOpsRepo name.
     pub gitops: Vec<GitOpsTarget>,
+    /// The control-plane branches read (the main branch environments are listed from,
+    /// the environment's, every BaseRepo's): where the inputs moves show.
+    pub branches: BTreeSet<String>,
+    /// The workload branches read, each once, with the commit read.
+    pub sources: Vec<SourceRef>,
+}
+
+/// A branch of a workload repository, at the commit an environment was built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SourceRef {
+    /// The repository, as the WorkloadRegistration names it.
+    pub url: RepoUrl,
+    /// The branch.
+    pub branch: String,
+    /// Its head.
+    pub commit: Oid,
 }
 
 impl Error {
@@ -173,6 +190,14 @@ impl Error {
     pub fn is_transient(&self) -> bool {
         match self {
             Error::Repo(e) | Error::Workload { error: e, .. } => e.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether a repository looks damaged on disk (see [`repo::Error::is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Error::Repo(e) | Error::Workload { error: e, .. } => e.is_damage(),
             _ => false,
         }
     }
@@ -195,6 +220,9 @@ pub struct Sources {
     cache: Cache,
     repos: HashMap<String, Repo>,
     fetched: HashMap<String, Vec<String>>,
+    /// Branch heads the remotes were just seen at (by cache name): a mirror already at
+    /// them is not fetched.
+    listed: Arc<HashMap<String, BTreeMap<String, Oid>>>,
 }
 
 impl Sources {
@@ -204,6 +232,16 @@ impl Sources {
             cache,
             repos: HashMap::new(),
             fetched: HashMap::new(),
+            listed: Arc::default(),
+        }
+    }
+
+    /// No repository opened yet; the branches `listed` (by cache name) were just seen at
+    /// these heads, so mirrors already at them are not fetched again.
+    pub fn with_listing(cache: Cache, listed: Arc<HashMap<String, BTreeMap<String, Oid>>>) -> Sources {
+        Sources {
+            listed,
+            ..Sources::new(cache)
         }
     }
 
@@ -221,8 +259,14 @@ impl Sources {
         }
         let fetched = self.fetched.entry(key.clone()).or_default();
         let repo = &self.repos[&key];
+        let current = self
+            .listed
+            .get(&key)
+            .is_some_and(|heads| repo.is_at(heads, &[branch]));
         if !fetched.iter().any(|b| b == branch) {
-            repo.fetch_branches(transport, &[branch], &[])?;
+            if !current {
+                repo.fetch_branches(transport, &[branch], &[])?;
+            }
             fetched.push(branch.to_owned());
         }
         let head = repo.branch(branch)?;
@@ -245,8 +289,22 @@ impl ControlPlane {
         transport: &Transport<'_>,
         main_branch: &str,
     ) -> Result<ControlPlane, Error> {
+        ControlPlane::open_listed(url, cache, transport, main_branch, None)
+    }
+
+    /// As [`ControlPlane::open`]; when `listed` (the remote's branches, just listed) is
+    /// what the mirror already holds, nothing is fetched.
+    pub fn open_listed(
+        url: &RepoUrl,
+        cache: &Cache,
+        transport: &Transport<'_>,
+        main_branch: &str,
+        listed: Option<&BTreeMap<String, Oid>>,
+    ) -> Result<ControlPlane, Error> {
         let repo = Repo::open_source(url, cache)?;
-        repo.fetch_all(transport)?;
+        if !listed.is_some_and(|heads| repo.mirrors(heads)) {
+            repo.fetch_all(transport)?;
+        }
         Ok(ControlPlane {
             repo,
             main_branch: main_branch.to_owned(),
@@ -434,6 +492,8 @@ impl ControlPlane {
             ),
             None => (self.main_branch.clone(), "", None),
         };
+        let mut branches =
+            BTreeSet::from([self.main_branch.clone(), env.branch.clone(), main_branch.clone()]);
         let main_commit = match main_commit.or(pinned) {
             Some(commit) => self.repo.find_commit(commit)?,
             None => self.require_branch(
@@ -462,6 +522,7 @@ impl ControlPlane {
         let mut base_commits = BTreeMap::new();
         for (name, spec) in bases.iter().filter(|(name, _)| name != PROMOTED_BASE) {
             let branch = branch_of(spec);
+            branches.insert(branch.clone());
             let what = format!("BaseRepo {name:?} of environment {}", env.name);
             let commit = match Some(spec.commit.as_str()).filter(|c| !c.is_empty()) {
                 Some(commit) => self.repo.find_commit(commit)?,
@@ -488,6 +549,7 @@ impl ControlPlane {
             workloads: BTreeMap::new(),
             bases: base_commits,
         };
+        let mut read = Vec::<SourceRef>::new();
         for (name, registration) in &namespace.registrations {
             let w = &registration.spec.workload;
             let what = format!("WorkloadRegistration {name:?} in environment {}", env.name);
@@ -511,6 +573,16 @@ impl ControlPlane {
                 })?;
             inputs.workloads.insert(name.clone(), tree);
             revisions.workloads.insert(name.clone(), head.to_string());
+            if !read
+                .iter()
+                .any(|s| s.branch == w.branch && s.url.cache_name() == url.cache_name())
+            {
+                read.push(SourceRef {
+                    url,
+                    branch: w.branch.clone(),
+                    commit: head,
+                });
+            }
         }
         let gitops = namespace
             .gitops_repos
@@ -526,6 +598,8 @@ impl ControlPlane {
             inputs,
             revisions,
             gitops,
+            branches,
+            sources: read,
         })
     }
 }

@@ -121,6 +121,11 @@ impl Error {
             _ => false,
         }
     }
+
+    /// Whether a repository looks damaged on disk (see [`repo::Error::is_damage`]).
+    pub fn is_damage(&self) -> bool {
+        matches!(self, Error::Repo(e) if e.is_damage())
+    }
 }
 
 /// How an environment reaches its GitOps repository.

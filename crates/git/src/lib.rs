@@ -14,8 +14,9 @@
 //!   folders → [`kalypso_core::Inputs`];
 //! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
 //! - [`sync`]: one pass over a control plane, each environment run by
-//!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`promote`]: pinning a main commit on an
-//!   environment branch;
+//!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`state`]: what each
+//!   environment was last delivered from, so that a sync with nothing moved is one branch
+//!   listing per repository; [`promote`]: pinning a main commit on an environment branch;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
 
 pub mod auth;
@@ -29,6 +30,7 @@ pub mod redact;
 pub mod repo;
 pub mod retry;
 pub mod signature;
+pub mod state;
 pub mod sync;
 pub mod treewrite;
 pub mod url;
@@ -39,5 +41,5 @@ pub use deliver::{Delivery, DeliverySettings, Mode};
 pub use redact::redact;
 pub use repo::{Author, Cache};
 pub use retry::RetryPolicy;
-pub use sync::{EnvReport, Outcome, Pass, Settings, Syncer};
+pub use sync::{Check, EnvReport, Outcome, Pass, Settings, Syncer, Unchanged};
 pub use url::RepoUrl;

@@ -4,8 +4,9 @@
 //! No checkout ever happens. Sources are read from commits into
 //! [`kalypso_core::source::SourceTree`]s; the GitOps branch is read into a
 //! [`kalypso_core::tree::Tree`] (a [`Snapshot`]) and the new tree is written as git objects
-//! into an in-memory object store ([`Staging`]): only when a push succeeds are the new
-//! objects persisted in the cache, as one pack. Remote repositories are mirrored under the
+//! through a [`Staging`]: the rendered tree's objects are streamed into one pack in the
+//! cache, the few others (commits, trees of `write_tree`) live in memory until they are
+//! persisted, before a push names them. Remote repositories are mirrored under the
 //! cache folder (`refs/remotes/origin/*`), with remotes created anonymously so that no URL,
 //! and so no credential, is ever written into a repository config.
 
@@ -62,6 +63,18 @@ pub enum Error {
         reference: String,
         /// The server's reason.
         message: String,
+    },
+    /// The remote could not update a branch because its lock file exists: another process
+    /// is writing the branch, or one was interrupted while writing it.
+    #[error("{repo} could not update {detail}")]
+    Locked {
+        /// The repository, redacted.
+        repo: String,
+        /// The reference, the remote's message, and for a repository on this machine which
+        /// file to remove once no process writes.
+        detail: String,
+        /// Whether the repository is on this machine (the lock then stays until removed).
+        local: bool,
     },
     /// A revision does not exist.
     #[error("{what} not found in {repo}")]
@@ -139,7 +152,36 @@ impl GitCause {
 impl Error {
     /// Whether the failure is worth retrying (network trouble).
     pub fn is_transient(&self) -> bool {
-        matches!(self, Error::Git { cause, .. } if cause.is_transient())
+        match self {
+            Error::Git { cause, .. } => cause.is_transient(),
+            // A remote server's lock is another push under way; a local one stays.
+            Error::Locked { local, .. } => !local,
+            _ => false,
+        }
+    }
+
+    /// Whether the failure looks like a damaged repository on disk (a broken reference, a
+    /// missing, truncated or garbled object) rather than the network or the input: for a
+    /// mirror, fetching it afresh repairs it.
+    pub fn is_damage(&self) -> bool {
+        match self {
+            Error::Git { cause, .. } => {
+                !cause.is_transient()
+                    && matches!(
+                        cause.class,
+                        ErrorClass::Odb
+                            | ErrorClass::Object
+                            | ErrorClass::Reference
+                            | ErrorClass::Zlib
+                            | ErrorClass::Repository
+                            | ErrorClass::Indexer
+                            | ErrorClass::Tree
+                    )
+                    // A reference to an object the repository lost.
+                    || (cause.class == ErrorClass::Invalid && cause.message.contains("cannot be peeled"))
+            }
+            _ => false,
+        }
     }
 
     /// Whether the remote refused an update because its branch moved.
@@ -219,6 +261,76 @@ impl Cache {
     /// The folder.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// Holds the cache for this process alone (waiting while another process holds it),
+    /// then removes the reference and index locks a killed process left in its mirrors:
+    /// with the hold taken nobody else is writing them, and a stale lock would make every
+    /// later fetch of that repository fail. The hold lasts as long as the returned value.
+    /// Only the mirrors directly in the folder are swept (not `serve/`, whose daemons hold
+    /// their own folders).
+    pub fn hold(&self) -> Result<CacheHold, Error> {
+        let io = |error| Error::Cache {
+            path: self.dir.clone(),
+            error,
+        };
+        std::fs::create_dir_all(&self.dir).map_err(io)?;
+        let name = self
+            .dir
+            .file_name()
+            .map_or_else(|| "cache".into(), |n| n.to_string_lossy().into_owned());
+        let path = self.dir.with_file_name(format!("{name}.lock"));
+        let file = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(io)?;
+        match file.try_lock() {
+            Ok(()) => {}
+            Err(std::fs::TryLockError::WouldBlock) => {
+                tracing::warn!(lock = %path.display(), "another kalypso process uses the cache: waiting for it");
+                file.lock().map_err(io)?;
+            }
+            Err(std::fs::TryLockError::Error(e)) => return Err(io(e)),
+        }
+        for entry in std::fs::read_dir(&self.dir).map_err(io)?.flatten() {
+            let mirror = entry.path();
+            if mirror.join("HEAD").is_file() {
+                let mut stale = Vec::new();
+                find_locks(&mirror, &mut stale);
+                for lock in stale {
+                    match std::fs::remove_file(&lock) {
+                        Ok(()) => {
+                            tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted run")
+                        }
+                        Err(e) => return Err(io(e)),
+                    }
+                }
+            }
+        }
+        Ok(CacheHold { _file: file })
+    }
+}
+
+/// A cache held by this process (see [`Cache::hold`]).
+#[derive(Debug)]
+pub struct CacheHold {
+    _file: std::fs::File,
+}
+
+/// Every `*.lock` file under `dir`.
+fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => find_locks(&path, out),
+            Ok(t) if t.is_file() && path.extension().is_some_and(|e| e == "lock") => out.push(path),
+            _ => {}
+        }
     }
 }
 
@@ -362,6 +474,26 @@ impl Repo {
                 .fetch(refspecs, Some(&mut options), None)
                 .map_err(git_error("cannot fetch", &self.url))
         })
+    }
+
+    /// Whether the mirror's copy of every branch in `heads` is at the head the remote
+    /// listed (so fetching them would bring nothing). Always true in place.
+    pub fn is_at(&self, heads: &BTreeMap<String, Oid>, branches: &[&str]) -> bool {
+        if self.in_place {
+            return true;
+        }
+        branches.iter().all(|b| {
+            let local = self.git.refname_to_id(&format!("{TRACKING}{b}")).ok();
+            local == heads.get(*b).copied()
+        })
+    }
+
+    /// Whether the mirror holds exactly the branches `heads` lists, at those heads.
+    pub fn mirrors(&self, heads: &BTreeMap<String, Oid>) -> bool {
+        if self.in_place {
+            return true;
+        }
+        self.branches_under("").is_ok_and(|local| &local == heads)
     }
 
     /// The head of `branch`, if the branch exists. In place: the local branch, else the
@@ -598,7 +730,8 @@ impl Repo {
     }
 
     /// Runs `f` with an in-memory object store on top of this repository: objects written
-    /// through the [`Staging`] live in memory until [`Staging::persist`] stores them.
+    /// through the [`Staging`] live in memory until [`Staging::persist`] stores them (but
+    /// [`Staging::write_content`] streams the rendered tree's objects into a pack on disk).
     pub fn staging<T, E: From<Error>>(&self, f: impl FnOnce(&Staging<'_>) -> Result<T, E>) -> Result<T, E> {
         // A separate handle, so that the in-memory backend never outlives this call.
         let git = Repository::open(self.git.path()).map_err(git_error("cannot open", &self.url))?;
@@ -675,7 +808,9 @@ impl Staging<'_> {
 
     /// Writes the tree of `content` put on top of tree `base` (the branch head's; `None` for
     /// a new branch) with the original's update rules, incrementally: only the folders whose
-    /// files changed are read, hashed and written (see [`crate::treewrite`]).
+    /// files changed are read, hashed and written (see [`crate::treewrite`]). The new
+    /// objects go straight into a pack in the repository (also in a dry run or when the
+    /// push is then rejected: objects no reference names, which cost only their space).
     pub fn write_content(&self, base: Option<Oid>, content: &RepoContent) -> Result<Written, Error> {
         let fail = git_error("cannot write a tree for", self.url);
         let built = crate::treewrite::build(self.git, base, content).map_err(|e| match e {
@@ -687,13 +822,14 @@ impl Staging<'_> {
             },
         })?;
         let fail = || git_error("cannot write a tree for", self.url);
-        for (kind, oid, content) in &built.objects {
-            let written = self.odb.write(*kind, content).map_err(fail())?;
-            debug_assert_eq!(written, *oid, "kalypso hashes objects as git does");
-        }
-        self.written
-            .borrow_mut()
-            .extend(built.objects.iter().map(|(_, oid, _)| *oid));
+        // Straight into a pack on disk, not through memory: the fleet's new objects are
+        // not held a second time (they are stored before any reference names them, as
+        // `push` needs anyway).
+        store_pack(self.odb, &built.objects).map_err(fail())?;
+        debug_assert!(
+            built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
+            "kalypso hashes objects as git does"
+        );
         let tree = match built.root {
             Some(root) => root,
             None => {
@@ -764,10 +900,15 @@ impl Staging<'_> {
     /// Pushes `updates` without forcing: a branch that moved since it was fetched is
     /// rejected ([`Error::Rejected`]) and the caller starts again from a fresh fetch.
     /// Transient network failures are retried (pushing the same update again is harmless).
-    /// On success the mirror's branches are moved too.
+    /// On success the mirror's branches are moved too. The new objects are stored in the
+    /// mirror first, whether the push succeeds or not.
     pub fn push(&self, transport: &Transport<'_>, updates: &[RefUpdate]) -> Result<(), Error> {
         let span = tracing::debug_span!("push", repo = %self.url);
         let _enter = span.enter();
+        // The new objects are stored before any reference of the mirror names them: a
+        // process killed from here on leaves a usable mirror (objects no reference names at
+        // worst), never a reference to an object it does not have.
+        self.persist()?;
         let mut refspecs = Vec::new();
         let mut temp_refs = Vec::new();
         for (i, update) in updates.iter().enumerate() {
@@ -804,6 +945,21 @@ impl Staging<'_> {
             drop(options);
             match pushed {
                 Ok(()) => match rejected.into_inner().into_iter().next() {
+                    Some((reference, message)) if message.contains("lock") => Err(Error::Locked {
+                        repo: self.url.redacted(),
+                        detail: format!(
+                            "{reference}: it is locked ({message}); another process is writing it, or one was \
+                             interrupted while writing it{}",
+                            match self.url.local_path() {
+                                Some(path) => format!(
+                                    " (if no process is, remove {}.lock)",
+                                    path.join(&reference).display()
+                                ),
+                                None => String::new(),
+                            }
+                        ),
+                        local: self.url.is_local(),
+                    }),
                     Some((reference, message)) => Err(Error::Rejected {
                         repo: self.url.redacted(),
                         reference,
@@ -839,7 +995,6 @@ impl Staging<'_> {
             }
         }
         result?;
-        self.persist()?;
         for update in updates {
             let tracking = format!("{TRACKING}{}", update.branch);
             match update.target {
@@ -934,6 +1089,178 @@ impl Staging<'_> {
 /// other, and libgit2's search over a fleet's worth of them costs more than the bytes it
 /// saves. libgit2 1.9 reads the size limit for delta candidates from `pack.deltaCacheSize`
 /// (a slip for `pack.bigFileThreshold`), so both are set: no object is a candidate.
+/// Stores `objects` (already hashed) in `odb` as one pack streamed to disk: each object
+/// once, as a zlib stream of stored (uncompressed) blocks, which costs no compression time
+/// and no memory beyond the objects themselves; git reads such packs as any other.
+fn store_pack(odb: &git2::Odb<'_>, objects: &[(ObjectType, Oid, Blob)]) -> Result<(), git2::Error> {
+    use sha1::Digest as _;
+    let mut seen = std::collections::HashSet::with_capacity(objects.len());
+    let unique: Vec<&(ObjectType, Oid, Blob)> =
+        objects.iter().filter(|(_, oid, _)| seen.insert(*oid)).collect();
+    if unique.is_empty() {
+        return Ok(());
+    }
+    let count =
+        u32::try_from(unique.len()).map_err(|_| git2::Error::from_str("too many objects for one pack"))?;
+    let mut writer = odb.packwriter()?;
+    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot write a pack: {e}"));
+    {
+        let mut out = HashingWriter {
+            inner: std::io::BufWriter::with_capacity(1 << 20, &mut writer),
+            sha: sha1::Sha1::new(),
+        };
+        out.put(b"PACK").map_err(io)?;
+        out.put(&2u32.to_be_bytes()).map_err(io)?;
+        out.put(&count.to_be_bytes()).map_err(io)?;
+        for (kind, _, content) in unique {
+            let code: u8 = match kind {
+                ObjectType::Commit => 1,
+                ObjectType::Tree => 2,
+                ObjectType::Blob => 3,
+                ObjectType::Tag => 4,
+                _ => return Err(git2::Error::from_str("an object of no storable type")),
+            };
+            let mut size = content.len();
+            let mut header = vec![(code << 4) | (size & 0x0f) as u8];
+            size >>= 4;
+            while size > 0 {
+                if let Some(last) = header.last_mut() {
+                    *last |= 0x80;
+                }
+                header.push((size & 0x7f) as u8);
+                size >>= 7;
+            }
+            out.put(&header).map_err(io)?;
+            // zlib: header (deflate, 32K window, no preset dictionary, check bits), stored blocks
+            // of at most 65,535 bytes, the Adler-32 of the data.
+            out.put(&[0x78, 0x01]).map_err(io)?;
+            let mut chunks = content.chunks(0xffff).peekable();
+            if chunks.peek().is_none() {
+                out.put(&[0x01, 0x00, 0x00, 0xff, 0xff]).map_err(io)?;
+            }
+            while let Some(chunk) = chunks.next() {
+                let last = chunks.peek().is_none();
+                let len = chunk.len() as u16;
+                out.put(&[u8::from(last)]).map_err(io)?;
+                out.put(&len.to_le_bytes()).map_err(io)?;
+                out.put(&(!len).to_le_bytes()).map_err(io)?;
+                out.put(chunk).map_err(io)?;
+            }
+            out.put(&adler32(content).to_be_bytes()).map_err(io)?;
+        }
+        let HashingWriter { mut inner, sha } = out;
+        inner.write_all(&sha.finalize()).map_err(io)?;
+        inner.flush().map_err(io)?;
+    }
+    writer.commit()?;
+    Ok(())
+}
+
+/// Writes through, hashing what it writes (the pack's trailing checksum).
+struct HashingWriter<W: std::io::Write> {
+    inner: W,
+    sha: sha1::Sha1,
+}
+
+impl<W: std::io::Write> HashingWriter<W> {
+    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        use sha1::Digest as _;
+        self.sha.update(bytes);
+        self.inner.write_all(bytes)
+    }
+}
+
+/// zlib's Adler-32 checksum.
+fn adler32(data: &[u8]) -> u32 {
+    const MOD: u32 = 65_521;
+    let (mut a, mut b) = (1u32, 0u32);
+    // 5,552 bytes is the most that can be summed before `b` could overflow.
+    for chunk in data.chunks(5_552) {
+        for &byte in chunk {
+            a += u32::from(byte);
+            b += a;
+        }
+        a %= MOD;
+        b %= MOD;
+    }
+    (b << 16) | a
+}
+
+/// Branch names (without `refs/heads/`) and their heads.
+pub type Heads = BTreeMap<String, Oid>;
+
+/// The branches of each repository in `urls` with their heads, as `git ls-remote --heads`
+/// shows them: one connection per remote and no object transferred, `parallel` remotes at a
+/// time. A plain local path is read in place (its local branches over its remote-tracking
+/// ones, as [`Repo::branch`] reads them). One attempt each: a failure is returned for that
+/// repository alone.
+pub fn list_heads(urls: &[RepoUrl], credentials: &Credentials, parallel: usize) -> Vec<Result<Heads, Error>> {
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let results: Vec<std::sync::Mutex<Option<Result<Heads, Error>>>> =
+        urls.iter().map(|_| std::sync::Mutex::new(None)).collect();
+    let workers = parallel.clamp(1, urls.len().max(1));
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(url) = urls.get(i) else { break };
+                    let listed = list_one(url, credentials);
+                    if let Ok(mut slot) = results[i].lock() {
+                        *slot = Some(listed);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_iter()
+        .zip(urls)
+        .map(|(slot, url)| {
+            slot.into_inner().ok().flatten().unwrap_or_else(|| {
+                Err(Error::NotFound {
+                    what: "the branch listing".to_owned(),
+                    repo: url.redacted(),
+                })
+            })
+        })
+        .collect()
+}
+
+fn list_one(url: &RepoUrl, credentials: &Credentials) -> Result<Heads, Error> {
+    let fail = || git_error("cannot list the branches of", url);
+    let mut heads = BTreeMap::new();
+    if let Some(path) = url.plain_path() {
+        let git = Repository::open(path).map_err(fail())?;
+        for (glob, strip) in [
+            (format!("{TRACKING}*"), TRACKING),
+            ("refs/heads/*".to_owned(), "refs/heads/"),
+        ] {
+            for r in git.references_glob(&glob).map_err(fail())? {
+                let r = r.map_err(fail())?;
+                if let (Ok(name), Ok(commit)) = (r.name(), r.peel_to_commit()) {
+                    heads.insert(name.trim_start_matches(strip).to_owned(), commit.id());
+                }
+            }
+        }
+        return Ok(heads);
+    }
+    let mut remote = git2::Remote::create_detached(url.for_git()).map_err(fail())?;
+    let connection = remote
+        .connect_auth(
+            git2::Direction::Fetch,
+            Some(credentials.callbacks()),
+            Some(auto_proxy()),
+        )
+        .map_err(fail())?;
+    for head in connection.list().map_err(fail())? {
+        if let Some(branch) = head.name().strip_prefix("refs/heads/") {
+            heads.insert(branch.to_owned(), head.oid());
+        }
+    }
+    Ok(heads)
+}
+
 fn no_delta_search(git: &Repository) -> Result<(), git2::Error> {
     let mut config = git.config()?;
     for key in ["pack.bigFileThreshold", "pack.deltaCacheSize"] {
@@ -1015,6 +1342,43 @@ pub struct Author {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn objects_stored_as_a_streamed_pack_read_back_as_written() {
+        assert_eq!(adler32(b"Wikipedia"), 0x11e6_0398);
+        assert_eq!(adler32(b""), 1);
+        let dir = tempfile::tempdir().unwrap();
+        let git = Repository::init_bare(dir.path()).unwrap();
+        let odb = git.odb().unwrap();
+        // Empty, small, several stored blocks (> 65,535 bytes), and a duplicate.
+        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        let contents: Vec<Vec<u8>> = vec![
+            Vec::new(),
+            b"kind: ConfigMap\n".to_vec(),
+            big,
+            b"kind: ConfigMap\n".to_vec(),
+        ];
+        let objects: Vec<(ObjectType, Oid, Blob)> = contents
+            .iter()
+            .map(|c| {
+                (
+                    ObjectType::Blob,
+                    Oid::hash_object(ObjectType::Blob, c).unwrap(),
+                    Blob::from(&c[..]),
+                )
+            })
+            .collect();
+        store_pack(&odb, &objects).unwrap();
+        for (_, oid, content) in &objects {
+            let read = odb.read(*oid).unwrap();
+            assert_eq!(read.kind(), ObjectType::Blob);
+            assert_eq!(read.data(), &content[..]);
+        }
+        let packs = std::fs::read_dir(dir.path().join("objects/pack"))
+            .unwrap()
+            .count();
+        assert_eq!(packs, 2, "one pack and its index");
+    }
 
     #[test]
     fn normalizes_paths() {

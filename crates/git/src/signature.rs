@@ -1,7 +1,8 @@
 //! Signed webhooks: `sha256=<hex>` HMAC-SHA256 signatures of a request body, as GitHub sends
 //! them for push events (`X-Hub-Signature-256`, checked by `kalypso serve`) and Flux's
 //! `generic-hmac` Provider sends them for cluster reports (`X-Signature`, checked by
-//! `kalypso hub`). One implementation for both, with a constant-time comparison.
+//! `kalypso hub`). One implementation for both, with a constant-time comparison; and the
+//! shared-secret token GitLab sends instead (`X-Gitlab-Token`), compared in constant time too.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -22,6 +23,22 @@ pub fn verify(secret: &[u8], body: &[u8], signature: &str) -> bool {
     mac.verify_slice(&expected).is_ok()
 }
 
+/// Whether `token` (GitLab's `X-Gitlab-Token`: the secret itself) is `secret`. Both are
+/// turned into an HMAC of the same message with themselves as the key, and the two are
+/// compared in constant time: neither the secret's bytes nor its length show in the time.
+pub fn token_matches(secret: &[u8], token: &[u8]) -> bool {
+    const MESSAGE: &[u8] = b"kalypso webhook token";
+    let (Ok(mut expected), Ok(mut given)) = (
+        Hmac::<Sha256>::new_from_slice(secret),
+        Hmac::<Sha256>::new_from_slice(token),
+    ) else {
+        return false;
+    };
+    expected.update(MESSAGE);
+    given.update(MESSAGE);
+    given.verify_slice(&expected.finalize().into_bytes()).is_ok()
+}
+
 /// The `sha256=<hex>` signature of `body` with `secret`, as a sender puts it in its header.
 pub fn sign(secret: &[u8], body: &[u8]) -> String {
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
@@ -34,6 +51,14 @@ pub fn sign(secret: &[u8], body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tokens_match_only_the_secret_itself() {
+        assert!(token_matches(b"s3cret", b"s3cret"));
+        for other in [&b""[..], b"s3cre", b"s3cret ", b"S3cret", b"x"] {
+            assert!(!token_matches(b"s3cret", other), "{other:?}");
+        }
+    }
 
     #[test]
     fn signatures_verify_only_with_the_right_secret_and_body() {

@@ -7,13 +7,14 @@
 //! [`Pass::resolve`] and [`Pass::deliver`] separately, to skip environments whose input
 //! commits did not change.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::collections::BTreeSet;
+use git2::Oid;
 
-use kalypso_core::placement::{CurrentAssignment, ExtenderClient, current_from_folders};
+use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, current_from_folders};
 use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
 use kalypso_core::{Code, Diagnostics};
 use kalypso_template::Engine;
@@ -28,6 +29,7 @@ use crate::extenders::HttpExtenders;
 use crate::issues::{self, IssueReport};
 use crate::repo::{Cache, Repo, Transport};
 use crate::retry::RetryPolicy;
+use crate::state::{self, BranchAt, EnvState, Environments, Fingerprint, Store};
 use crate::url::{self as repo_url, RepoUrl};
 
 /// A failed pass or environment.
@@ -80,6 +82,16 @@ impl Error {
             Error::ControlPlane(e) => e.is_transient(),
             Error::Delivery { error, .. } => error.is_transient(),
             Error::Issues { error, .. } => error.is_transient(),
+            _ => false,
+        }
+    }
+
+    /// Whether a repository looks damaged on disk: for the cache's mirrors,
+    /// [`Syncer::repair_cache`] and a new pass repair it.
+    pub fn is_cache_damage(&self) -> bool {
+        match self {
+            Error::ControlPlane(e) => e.is_damage(),
+            Error::Delivery { error, .. } => error.is_damage(),
             _ => false,
         }
     }
@@ -189,6 +201,59 @@ impl EnvReport {
     }
 }
 
+/// An environment whose inputs and GitOps branches are all where its last delivery left
+/// them: rendering it again would deliver nothing, so it is neither fetched nor rendered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unchanged {
+    /// The environment.
+    pub environment: String,
+    /// The commits it was built from.
+    pub revisions: Revisions,
+    /// Assignments scheduled at the last render.
+    pub assignments: usize,
+    /// Each GitOps branch, up to date at the head its last delivery left.
+    pub targets: Vec<TargetReport>,
+}
+
+/// What [`Syncer::check`] found: the environments that need nothing, and the branch
+/// listings it made (so that a pass for the others fetches only what moved).
+#[derive(Debug, Default)]
+pub struct Check {
+    /// The environments asked for whose inputs did not move, in order.
+    pub unchanged: Vec<Unchanged>,
+    /// Whether every environment asked for is among them (nothing to fetch at all).
+    pub complete: bool,
+    /// The repositories whose branches were listed.
+    pub remotes: usize,
+    listed: Arc<HashMap<String, BTreeMap<String, Oid>>>,
+}
+
+impl Check {
+    /// The check's answer for `environment`, if it did not move.
+    pub fn unchanged(&self, environment: &str) -> Option<&Unchanged> {
+        self.unchanged.iter().find(|u| u.environment == environment)
+    }
+}
+
+/// How many remotes are listed at once.
+const LISTING_PARALLELISM: usize = 8;
+
+/// An extender client that notes whether it was called: a render that called one depends
+/// on answers git does not hold, so its delivery state is not recorded.
+struct Watched<'a> {
+    inner: &'a dyn ExtenderClient,
+    called: AtomicBool,
+}
+
+impl ExtenderClient for Watched<'_> {
+    fn call(&self, calls: &[ExtenderCall]) -> Vec<Result<Vec<u8>, String>> {
+        if !calls.is_empty() {
+            self.called.store(true, Ordering::SeqCst);
+        }
+        self.inner.call(calls)
+    }
+}
+
 /// What lasts across passes.
 #[derive(Debug)]
 pub struct Syncer {
@@ -222,15 +287,178 @@ impl Syncer {
 
     /// Starts a pass: fetches the control plane.
     pub fn pass(&self, control_plane: &RepoUrl) -> Result<Pass<'_>, Error> {
+        self.pass_after(control_plane, &Check::default())
+    }
+
+    /// Starts a pass after `check`: the repositories it listed are fetched only when their
+    /// branches moved.
+    pub fn pass_after(&self, control_plane: &RepoUrl, check: &Check) -> Result<Pass<'_>, Error> {
         let transport = Transport::new(&self.credentials, self.settings.retry);
-        let control_plane =
-            ControlPlane::open(control_plane, &self.cache, &transport, &self.settings.main_branch)?;
+        let store = Store::new(&self.cache, control_plane);
+        let control_plane = ControlPlane::open_listed(
+            control_plane,
+            &self.cache,
+            &transport,
+            &self.settings.main_branch,
+            check.listed.get(&control_plane.cache_name()),
+        )?;
         Ok(Pass {
             syncer: self,
-            sources: Sources::new(self.cache.clone()),
+            sources: Sources::with_listing(self.cache.clone(), check.listed.clone()),
             transport,
             control_plane,
+            store,
+            fingerprint: self.fingerprint(),
         })
+    }
+
+    /// Removes every mirror of the cache (after [`Error::is_cache_damage`]), with a warning:
+    /// the next pass fetches them afresh. Delivery states are kept (each is checked against
+    /// the remotes anyway). Returns how many were removed.
+    pub fn repair_cache(&self) -> usize {
+        let mut removed = 0;
+        let Ok(entries) = std::fs::read_dir(self.cache.dir()) else {
+            return 0;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.join("HEAD").is_file() {
+                match std::fs::remove_dir_all(&path) {
+                    Ok(()) => removed += 1,
+                    Err(error) => {
+                        tracing::warn!(mirror = %path.display(), %error, "cannot remove a damaged mirror")
+                    }
+                }
+            }
+        }
+        tracing::warn!(
+            cache = %self.cache.dir().display(),
+            removed,
+            "the git cache looked damaged: its mirrors were removed and are fetched afresh"
+        );
+        removed
+    }
+
+    /// What decides the output besides the inputs: this binary and the output settings.
+    fn fingerprint(&self) -> Fingerprint {
+        let s = &self.settings;
+        Fingerprint::of(&format!(
+            "main branch {:?}\ndelivery {:?}\ngitops repo {:?}\nsprig {:?}\n",
+            s.main_branch,
+            s.delivery,
+            s.gitops_repo,
+            std::env::var_os(kalypso_template::SPRIG_ENV),
+        ))
+    }
+
+    /// The environments of `control_plane` as last listed, when its main branch did not
+    /// move since (one branch listing of the control plane, nothing fetched).
+    pub fn environments_unchanged(&self, control_plane: &RepoUrl) -> Option<Vec<String>> {
+        let listed = Store::new(&self.cache, control_plane).environments(&self.fingerprint())?;
+        let heads = crate::repo::list_heads(std::slice::from_ref(control_plane), &self.credentials, 1)
+            .pop()?
+            .ok()?;
+        (heads.get(&listed.main_branch).map(Oid::to_string) == Some(listed.main)).then_some(listed.names)
+    }
+
+    /// Which of the environments `names` of `control_plane` (all its environments when
+    /// empty) did not move since their last delivery, from the delivery states in the cache
+    /// and one branch listing per repository (in parallel, nothing fetched). An environment
+    /// without a usable state, or whose listing failed, is not among them.
+    pub fn check(&self, control_plane: &RepoUrl, names: &[String]) -> Check {
+        let fingerprint = self.fingerprint();
+        let store = Store::new(&self.cache, control_plane);
+        let (names, listed_at) = if names.is_empty() {
+            match store.environments(&fingerprint) {
+                Some(l) => (l.names, Some((l.main_branch, l.main))),
+                None => return Check::default(),
+            }
+        } else {
+            (names.to_vec(), None)
+        };
+        let states: Vec<(String, EnvState)> = names
+            .iter()
+            .filter_map(|n| store.environment(n, &fingerprint).map(|s| (n.clone(), s)))
+            .collect();
+        if states.is_empty() {
+            return Check::default();
+        }
+        let mut urls: Vec<RepoUrl> = vec![control_plane.clone()];
+        let mut seen: BTreeSet<String> = BTreeSet::from([control_plane.cache_name()]);
+        for (_, state) in &states {
+            for at in state.sources.iter().chain(state.targets.values()) {
+                if let Ok(url) = RepoUrl::parse(&at.url)
+                    && seen.insert(url.cache_name())
+                {
+                    urls.push(url);
+                }
+            }
+        }
+        let listings = crate::repo::list_heads(&urls, &self.credentials, LISTING_PARALLELISM);
+        let mut listed = HashMap::new();
+        for (url, listing) in urls.iter().zip(listings) {
+            match listing {
+                Ok(heads) => {
+                    listed.insert(url.cache_name(), heads);
+                }
+                Err(error) => tracing::debug!(%error, "cannot list the branches; syncing in full"),
+            }
+        }
+        let remotes = urls.len();
+        let head = |url: &str, branch: &str| -> Option<Option<String>> {
+            let url = RepoUrl::parse(url).ok()?;
+            let heads = listed.get(&url.cache_name())?;
+            Some(heads.get(branch).map(Oid::to_string))
+        };
+        let control = listed.get(&control_plane.cache_name());
+        let at = |branch: &str| control.map(|heads| heads.get(branch).map(Oid::to_string));
+        let main_moved = listed_at.is_some_and(|(branch, commit)| at(&branch) != Some(Some(commit)));
+        let mut unchanged = Vec::new();
+        for (name, state) in states {
+            let still = !main_moved
+                && state
+                    .control_plane
+                    .iter()
+                    .all(|(branch, commit)| at(branch) == Some(Some(commit.clone())))
+                && state
+                    .sources
+                    .iter()
+                    .chain(state.targets.values())
+                    .all(|b| head(&b.url, &b.branch) == Some(b.commit.clone()));
+            if !still {
+                continue;
+            }
+            let targets = state
+                .targets
+                .iter()
+                .map(|(target, b)| TargetReport {
+                    name: target.clone(),
+                    repo: RepoUrl::parse(&b.url).map_or_else(|_| b.url.clone(), |u| u.redacted()),
+                    branch: b.branch.clone(),
+                    delivery: Delivery::UpToDate {
+                        head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
+                        closed: Vec::new(),
+                    },
+                })
+                .collect();
+            unchanged.push(Unchanged {
+                environment: name,
+                revisions: Revisions {
+                    main: state.main,
+                    environment: state.environment,
+                    workloads: state.workloads,
+                    bases: state.bases,
+                },
+                assignments: state.assignments,
+                targets,
+            });
+        }
+        Check {
+            complete: unchanged.len() == names.len(),
+            unchanged,
+            remotes,
+            listed: Arc::new(listed),
+        }
     }
 }
 
@@ -241,12 +469,26 @@ pub struct Pass<'s> {
     transport: Transport<'s>,
     control_plane: ControlPlane,
     sources: Sources,
+    store: Store,
+    fingerprint: Fingerprint,
 }
 
 impl Pass<'_> {
     /// The environments named (all when `names` is empty).
     pub fn environments(&self, names: &[String]) -> Result<Vec<EnvironmentRef>, Error> {
-        Ok(self.control_plane.select(names)?)
+        let selected = self.control_plane.select(names)?;
+        if names.is_empty()
+            && let Ok(Some(main)) = self.control_plane.repo().branch(self.control_plane.main_branch())
+        {
+            self.store.save_environments(&Environments {
+                format: state::FORMAT,
+                fingerprint: self.fingerprint.0.clone(),
+                main_branch: self.control_plane.main_branch().to_owned(),
+                main: main.to_string(),
+                names: selected.iter().map(|e| e.name.clone()).collect(),
+            });
+        }
+        Ok(selected)
     }
 
     /// Reads `env`'s inputs (fetching its workload repositories once per pass).
@@ -274,6 +516,10 @@ impl Pass<'_> {
         let _enter = span.enter();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
+        let extenders = Watched {
+            inner: &*self.syncer.settings.extenders.0,
+            called: AtomicBool::new(false),
+        };
         let run = {
             let mut memos = self.syncer.memos.lock().unwrap_or_else(PoisonError::into_inner);
             let memo = memos.entry(name.clone()).or_default();
@@ -294,7 +540,7 @@ impl Pass<'_> {
             let engine = engine.unwrap_or_else(|_| Engine::new());
             let context = RunContext {
                 current: &current,
-                extenders: &*self.syncer.settings.extenders.0,
+                extenders: &extenders,
                 isolation: Isolation::Registration,
                 ..RunContext::new(&engine)
             };
@@ -381,7 +627,7 @@ impl Pass<'_> {
         }
         // Open or update the issues of the isolated failures, close those of earlier ones.
         report_issues(&run.failures)?;
-        Ok(EnvReport {
+        let report = EnvReport {
             environment: name.clone(),
             revisions: resolved.revisions.clone(),
             assignments,
@@ -389,7 +635,77 @@ impl Pass<'_> {
             isolated: run.isolated,
             isolated_failures: run.failures,
             outcome: Outcome::Delivered(reports),
-        })
+        };
+        let recordable = report.is_success()
+            && !settings.delivery.dry_run
+            && !extenders.called.load(Ordering::SeqCst)
+            && targets.iter().all(|(_, _, _, mode)| *mode == Mode::Push);
+        if recordable {
+            self.record(resolved, &report);
+        }
+        Ok(report)
+    }
+
+    /// Records what `report` delivered from `resolved`, so that the next sync can see that
+    /// nothing moved (see [`crate::state`]). Nothing is recorded when a location carries
+    /// credentials (they would be written to the cache) or a branch cannot be read.
+    fn record(&self, resolved: &Resolved, report: &EnvReport) {
+        let Outcome::Delivered(delivered) = &report.outcome else {
+            return;
+        };
+        let plain = |url: &RepoUrl| (url.redacted() == url.for_git()).then(|| url.for_git().to_owned());
+        let mut control_plane = BTreeMap::new();
+        for branch in &resolved.branches {
+            let Ok(Some(head)) = self.control_plane.repo().branch(branch) else {
+                return;
+            };
+            control_plane.insert(branch.clone(), head.to_string());
+        }
+        let mut sources = Vec::new();
+        for source in &resolved.sources {
+            let Some(url) = plain(&source.url) else { return };
+            sources.push(BranchAt {
+                url,
+                branch: source.branch.clone(),
+                commit: Some(source.commit.to_string()),
+            });
+        }
+        let Ok(destinations) = self.targets(resolved) else {
+            return;
+        };
+        let mut targets = BTreeMap::new();
+        for ((name, url, branch, _), t) in destinations.iter().zip(delivered) {
+            let head = match &t.delivery {
+                Delivery::Committed { commit, .. } => Some(*commit),
+                Delivery::UpToDate { head, .. } => *head,
+                _ => return,
+            };
+            let Some(url) = plain(url) else { return };
+            targets.insert(
+                name.clone(),
+                BranchAt {
+                    url,
+                    branch: branch.clone(),
+                    commit: head.map(|h| h.to_string()),
+                },
+            );
+        }
+        let revisions = &report.revisions;
+        self.store.save_environment(
+            &report.environment,
+            &EnvState {
+                format: state::FORMAT,
+                fingerprint: self.fingerprint.0.clone(),
+                control_plane,
+                sources,
+                targets,
+                assignments: report.assignments,
+                main: revisions.main.clone(),
+                environment: revisions.environment.clone(),
+                workloads: revisions.workloads.clone(),
+                bases: revisions.bases.clone(),
+            },
+        );
     }
 
     /// Where the GitOps branch `branch` of `url` has each deployment target (nothing when it

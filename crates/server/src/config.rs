@@ -62,7 +62,7 @@ pub struct Config {
     /// How to deliver.
     #[serde(default)]
     pub delivery: DeliveryConfig,
-    /// The GitHub push webhook.
+    /// The push webhook (GitHub or GitLab).
     #[serde(default)]
     pub webhook: WebhookConfig,
     /// Each environment's backoff after an error (`initialBackoff`, `maxBackoff`; each key

@@ -1,6 +1,8 @@
 //! The poll loop: each environment is polled by its own task, every `interval` (or at once
-//! when a push webhook arrives): fetch the control plane, resolve the environment's input
-//! commits, and render and deliver it only when they changed since it was last handled.
+//! when a push webhook arrives): list the branches of every repository the environment was
+//! last delivered from (one round trip each, nothing fetched) and stop there when none
+//! moved; else fetch what moved, resolve the environment's input commits, and render and
+//! deliver it only when they changed since it was last handled.
 //!
 //! Environments are independent. Each has its own task, its own mirrors of the
 //! repositories (`<cacheDir>/serve/<environment>/`, so that two environments never write
@@ -275,6 +277,10 @@ impl Daemon {
             let syncer = discovery.lock().unwrap_or_else(PoisonError::into_inner);
             let url = &shared.control_plane;
             let metrics = shared.state.metrics();
+            if let Some(names) = syncer.environments_unchanged(url) {
+                shared.state.set_ready();
+                return Ok(names);
+            }
             let listed = syncer
                 .pass(url)
                 .and_then(|pass| pass.environments(&[]))
@@ -569,7 +575,38 @@ impl WorkerState {
             return EnvPoll::Stopped;
         };
         let url = &shared.control_plane;
-        let mut pass = match syncer.pass(url) {
+        // One branch listing per repository: when nothing the environment was last
+        // delivered from moved, the poll ends here, without a fetch.
+        let check = syncer.check(url, std::slice::from_ref(&worker.name));
+        if let Some(unchanged) = check.unchanged(name) {
+            state.set_ready();
+            tracing::debug!(environment = name, remotes = check.remotes, "no branch moved");
+            self.failures = 0;
+            if self.last_result.is_none() {
+                // The first poll of this process: what the last delivery left holds.
+                let detail = unchanged
+                    .targets
+                    .iter()
+                    .map(|t| format!("{} {}: {}", t.repo, t.branch, describe(&t.delivery).1))
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                self.last = Some(unchanged.revisions.clone());
+                self.last_result = Some(("delivered".to_owned(), detail, Vec::new()));
+                let revisions = unchanged.revisions.to_string();
+                state.update_status(name, |s| s.revisions = revisions);
+            }
+            if let Some((result, detail, diagnostics)) = &self.last_result {
+                state.update_status(name, |s| {
+                    if s.result == "error" || s.result.is_empty() {
+                        s.result = result.clone();
+                        s.detail = detail.clone();
+                        s.diagnostics = diagnostics.clone();
+                    }
+                });
+            }
+            return EnvPoll::Unchanged;
+        }
+        let mut pass = match syncer.pass_after(url, &check) {
             Ok(pass) => pass,
             Err(e) => {
                 metrics.poll_errors.inc();

@@ -1,9 +1,9 @@
 //! The daemon's HTTP surface, as an axum [`Router`] built by [`app`] so that tests can call
 //! it without a socket: `/healthz` (the process runs), `/readyz` (the control plane has
 //! been read), `/metrics` (Prometheus), `/status` (JSON: each environment's last result, its
-//! last failure and when it is polled next), and `POST /webhook` (a GitHub push event
-//! makes every environment poll at once; its HMAC signature is checked when a secret is
-//! configured).
+//! last failure and when it is polled next), and `POST /webhook` (a GitHub or GitLab push
+//! event makes every environment poll at once; when a secret is configured, GitHub's HMAC
+//! signature or GitLab's token is checked first).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -253,39 +253,90 @@ async fn webhook(
             })
             .inc();
     };
-    if let Some(secret) = &state.0.webhook_secret {
-        let signature = headers
-            .get("x-hub-signature-256")
+    let header = |name: &str| {
+        headers
+            .get(name)
             .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        if !kalypso_git::signature::verify(secret.expose().as_bytes(), &body, signature) {
+            .unwrap_or_default()
+    };
+    // GitLab says who it is with X-Gitlab-Event and authenticates with the secret itself
+    // (X-Gitlab-Token); GitHub signs the body (X-Hub-Signature-256). Nothing is read from
+    // the body before the request is authenticated.
+    let gitlab = headers.contains_key("x-gitlab-event");
+    if let Some(secret) = &state.0.webhook_secret {
+        let (authentic, what) = if gitlab {
+            let token = header("x-gitlab-token");
+            (
+                kalypso_git::signature::token_matches(secret.expose().as_bytes(), token.as_bytes()),
+                "token",
+            )
+        } else {
+            let signature = header("x-hub-signature-256");
+            (
+                kalypso_git::signature::verify(secret.expose().as_bytes(), &body, signature),
+                "signature",
+            )
+        };
+        if !authentic {
             count("rejected");
-            tracing::warn!("webhook rejected: missing or invalid signature");
-            return (StatusCode::UNAUTHORIZED, "invalid signature\n");
+            tracing::warn!(
+                forge = if gitlab { "gitlab" } else { "github" },
+                "webhook rejected: missing or invalid {what}"
+            );
+            return (
+                StatusCode::UNAUTHORIZED,
+                if gitlab {
+                    "invalid token\n"
+                } else {
+                    "invalid signature\n"
+                },
+            );
         }
     }
-    let event = headers
-        .get("x-github-event")
-        .and_then(|v| v.to_str().ok())
+    let push = if gitlab {
+        match header("x-gitlab-event") {
+            "Push Hook" => true,
+            _ => {
+                count("ignored");
+                return (StatusCode::OK, "event ignored\n");
+            }
+        }
+    } else {
+        match header("x-github-event") {
+            "ping" => {
+                count("ignored");
+                return (StatusCode::OK, "pong\n");
+            }
+            "push" => true,
+            _ => false,
+        }
+    };
+    if !push {
+        count("ignored");
+        return (StatusCode::OK, "event ignored\n");
+    }
+    let payload = serde_json::from_slice::<serde_json::Value>(&body).ok();
+    if gitlab
+        && payload
+            .as_ref()
+            .and_then(|v| v.get("object_kind"))
+            .and_then(|k| k.as_str())
+            != Some("push")
+    {
+        count("invalid");
+        tracing::warn!("GitLab push webhook without a push event payload: ignored");
+        return (StatusCode::BAD_REQUEST, "not a push event payload\n");
+    }
+    count("accepted");
+    let reference = payload
+        .as_ref()
+        .and_then(|v| v.get("ref").and_then(|r| r.as_str()).map(str::to_owned))
         .unwrap_or_default();
-    match event {
-        "ping" => {
-            count("ignored");
-            (StatusCode::OK, "pong\n")
-        }
-        "push" => {
-            count("accepted");
-            let reference = serde_json::from_slice::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v.get("ref").and_then(|r| r.as_str()).map(str::to_owned))
-                .unwrap_or_default();
-            tracing::info!(reference = %reference, "push webhook: polling now");
-            state.trigger();
-            (StatusCode::ACCEPTED, "poll scheduled\n")
-        }
-        _ => {
-            count("ignored");
-            (StatusCode::OK, "event ignored\n")
-        }
-    }
+    tracing::info!(
+        forge = if gitlab { "gitlab" } else { "github" },
+        reference = %kalypso_git::redact(&reference),
+        "push webhook: polling now"
+    );
+    state.trigger();
+    (StatusCode::ACCEPTED, "poll scheduled\n")
 }

@@ -135,6 +135,90 @@ fn webhook_signatures_are_checked_when_a_secret_is_set() {
     });
 }
 
+/// A POST of `body` to `/webhook` with `headers`, over loopback HTTP.
+async fn raw_webhook(addr: std::net::SocketAddr, headers: &[(&str, &str)], body: &str) -> String {
+    let headers: String = headers.iter().map(|(k, v)| format!("{k}: {v}\r\n")).collect();
+    raw_request(
+        addr,
+        format!(
+            "POST /webhook HTTP/1.1\r\nHost: {addr}\r\n{headers}Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await
+}
+
+#[test]
+fn gitlab_push_webhooks_are_checked_by_their_token_before_anything_is_done() {
+    let rt = runtime();
+    rt.block_on(async {
+        let state = AppState::new(Some(Secret::new("gitlab-secret-token")));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let served = state.clone();
+        tokio::spawn(async move { axum::serve(listener, app(served)).await });
+        let push = include_str!("data/gitlab-push.json");
+        let mut triggers = state.triggers();
+        triggers.mark_unchanged();
+        let status = |response: String| response.split(' ').nth(1).unwrap_or_default().to_owned();
+
+        // Refused, and nothing triggered: no token, a wrong one, a GitHub request with the token.
+        for headers in [
+            &[("X-Gitlab-Event", "Push Hook")][..],
+            &[
+                ("X-Gitlab-Event", "Push Hook"),
+                ("X-Gitlab-Token", "gitlab-secret-tokeN"),
+            ][..],
+            &[
+                ("X-Gitlab-Event", "Push Hook"),
+                ("X-Gitlab-Token", "gitlab-secret-toke"),
+            ][..],
+            &[
+                ("X-GitHub-Event", "push"),
+                ("X-Gitlab-Token", "gitlab-secret-token"),
+            ][..],
+        ] {
+            let response = raw_webhook(addr, headers, push).await;
+            assert_eq!(status(response.clone()), "401", "{headers:?}: {response}");
+        }
+        assert!(
+            !triggers.has_changed().unwrap(),
+            "a refused webhook triggers nothing"
+        );
+
+        // Other events and payloads that are not pushes trigger nothing either.
+        let token = ("X-Gitlab-Token", "gitlab-secret-token");
+        let response = raw_webhook(addr, &[("X-Gitlab-Event", "Merge Request Hook"), token], "{}").await;
+        assert_eq!(status(response.clone()), "200", "{response}");
+        assert!(response.ends_with("event ignored\n"), "{response}");
+        let tag = push.replace("\"object_kind\": \"push\"", "\"object_kind\": \"tag_push\"");
+        let response = raw_webhook(addr, &[("X-Gitlab-Event", "Push Hook"), token], &tag).await;
+        assert_eq!(status(response.clone()), "400", "{response}");
+        assert!(!triggers.has_changed().unwrap());
+
+        // GitLab's push event with the right token: every environment polls now.
+        let response = raw_webhook(addr, &[("X-Gitlab-Event", "Push Hook"), token], push).await;
+        assert_eq!(status(response.clone()), "202", "{response}");
+        tokio::time::timeout(Duration::from_secs(10), triggers.changed())
+            .await
+            .expect("a poll was triggered")
+            .unwrap();
+        let metrics = call(&state, get("/metrics")).await.1;
+        assert!(
+            metrics.contains("kalypso_webhooks_total{result=\"rejected\"} 4"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("kalypso_webhooks_total{result=\"invalid\"} 1"),
+            "{metrics}"
+        );
+        assert!(
+            metrics.contains("kalypso_webhooks_total{result=\"accepted\"} 1"),
+            "{metrics}"
+        );
+    });
+}
+
 const TEMPLATES: &[(&str, &str)] = &[
     ("reconciler", "reconciler"),
     ("namespace", "namespace"),
@@ -286,6 +370,74 @@ fn polls_render_only_when_inputs_change() {
         let metrics = call(&state, get("/metrics")).await.1;
         assert!(metrics.contains("kalypso_failures_total{environment=\"dev\",result=\"render\"} 1"), "{metrics}");
         assert_eq!(commit_count(&repos.gitops, "dev"), 2);
+    });
+}
+
+#[test]
+fn a_poll_with_nothing_moved_fetches_nothing_even_in_a_new_process() {
+    let rt = runtime();
+    let repos = repos();
+    let cache = repos.dir.path().join("cache");
+    let first = Daemon::new(&config(&repos, &cache), rt.handle().clone()).unwrap();
+    rt.block_on(async {
+        let polled = first.poll_once().await;
+        assert!(
+            matches!(&polled.environments[..], [(_, EnvPoll::Delivered(_))]),
+            "{polled:?}"
+        );
+    });
+    drop(first);
+    let head = kalypso_testkit::rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
+    // The mirrors are gone: only the branch listings and the delivery state can answer.
+    let mirrors = cache.join("serve").join("dev");
+    let discovery = cache.join("serve").join("_environments");
+    for dir in [&mirrors, &discovery] {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let entry = entry.unwrap();
+            if entry.file_name() != "state" {
+                std::fs::remove_dir_all(entry.path()).unwrap();
+            }
+        }
+    }
+    let daemon = Daemon::new(&config(&repos, &cache), rt.handle().clone()).unwrap();
+    let state = daemon.state();
+    rt.block_on(async {
+        let polled = daemon.poll_once().await;
+        assert_eq!(polled.environments, [("dev".to_owned(), EnvPoll::Unchanged)]);
+        let left: Vec<_> = std::fs::read_dir(&mirrors)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["state"], "nothing was fetched");
+        let left: Vec<_> = std::fs::read_dir(&discovery)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(left, ["state"], "the environments were listed without a fetch");
+        assert!(state.is_ready());
+        let status = state.status("dev").unwrap();
+        assert_eq!(status.result, "delivered");
+        assert!(
+            status.detail.contains(&format!("up to date at {}", &head[..12])),
+            "{status:?}"
+        );
+
+        // A moved environment branch is fetched, rendered and delivered.
+        write_files(
+            &repos.control_plane,
+            "dev",
+            &[("notes.yaml", Some("# a note\n"))],
+            "note",
+        );
+        let polled = daemon.poll_once().await;
+        assert!(
+            matches!(&polled.environments[..], [(_, EnvPoll::Delivered(_))]),
+            "{polled:?}"
+        );
+        assert_eq!(
+            daemon.poll_once().await.environments,
+            [("dev".to_owned(), EnvPoll::Unchanged)]
+        );
     });
 }
 

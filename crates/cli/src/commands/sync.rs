@@ -174,24 +174,85 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
         ..Settings::default()
     };
     let runtime = runtime()?;
+    // One sync at a time per cache; locks a killed sync left in it are removed.
+    let _hold = kalypso_git::Cache::new(&settings.cache_dir)
+        .hold()
+        .map_err(|e| anyhow!("{e}"))?;
     let syncer = Syncer::new(settings, runtime.handle().clone()).map_err(|e| anyhow!("{e}"))?;
     // On a terminal, after a second: which environment, and which step (the fetches and
     // pushes within a step are named by the log subscriber's progress layer).
     let progress = Progress::start(global.quiet);
-    progress.stage("fetching the control plane");
-    let mut pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
-    let environments = pass.environments(&args.env).map_err(|e| anyhow!("{e}"))?;
+    // Environments whose inputs and GitOps branches did not move since their last delivery
+    // are answered from the delivery state and one branch listing per repository.
+    progress.stage("checking which branches moved");
+    let started = std::time::Instant::now();
+    let check = syncer.check(&url, &args.env);
     let mut ok = true;
     let mut json = Vec::new();
+    let report_unchanged = |u: &kalypso_git::Unchanged, json: &mut Vec<serde_json::Value>| {
+        if args.json {
+            json.push(unchanged_json(u, started.elapsed()));
+        } else if !global.quiet {
+            print_unchanged(u, args.verbose, started.elapsed());
+        }
+    };
+    if check.complete {
+        progress.finish();
+        for u in &check.unchanged {
+            report_unchanged(u, &mut json);
+        }
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&json)?);
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    progress.stage("fetching the control plane");
+    // A damaged mirror (broken reference, lost or garbled objects) is removed and fetched
+    // afresh, once per run, with a warning.
+    let mut repaired = false;
+    let open = |check: &kalypso_git::Check| {
+        let pass = syncer.pass_after(&url, check)?;
+        let environments = pass.environments(&args.env)?;
+        Ok::<_, kalypso_git::sync::Error>((pass, environments))
+    };
+    let (mut pass, environments) = match open(&check) {
+        Err(e) if e.is_cache_damage() => {
+            repaired = true;
+            progress.suspend(|| {
+                syncer.repair_cache();
+            });
+            open(&kalypso_git::Check::default())
+        }
+        other => other,
+    }
+    .map_err(|e| anyhow!("{e}"))?;
     let total = environments.len();
     for (i, env) in environments.iter().enumerate() {
+        if let Some(u) = check.unchanged(&env.name) {
+            progress.suspend(|| report_unchanged(u, &mut json));
+            continue;
+        }
         let subject = format!("{} ({}/{total})", env.name, i + 1);
         let started = std::time::Instant::now();
         progress.stage_of(subject.clone(), "reading the inputs", None);
-        let result = pass.resolve(env).and_then(|resolved| {
-            progress.stage_of(subject, "rendering", Some("writing the tree"));
+        let mut result = pass.resolve(env).and_then(|resolved| {
+            progress.stage_of(subject.clone(), "rendering", Some("writing the tree"));
             pass.deliver(&resolved)
         });
+        if let Err(e) = &result
+            && e.is_cache_damage()
+            && !repaired
+        {
+            repaired = true;
+            progress.suspend(|| {
+                syncer.repair_cache();
+            });
+            pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
+            result = pass.resolve(env).and_then(|resolved| {
+                progress.stage_of(subject, "rendering", Some("writing the tree"));
+                pass.deliver(&resolved)
+            });
+        }
         progress.suspend(|| match result {
             Ok(report) => {
                 let elapsed = started.elapsed();
@@ -287,6 +348,50 @@ fn describe_target(t: &TargetReport, elapsed: std::time::Duration) -> String {
             )
         }
     }
+}
+
+/// `dev: no input moved, platform-gitops@dev stays at 1a2b3c4 (0.1 s)`.
+fn print_unchanged(u: &kalypso_git::Unchanged, verbose: bool, elapsed: std::time::Duration) {
+    for t in &u.targets {
+        let place = format!("{}@{}", t.name, t.branch);
+        let at = match &t.delivery {
+            Delivery::UpToDate { head: Some(h), .. } => format!("stays at {}", short7(h)),
+            _ => "stays empty".to_owned(),
+        };
+        println!(
+            "{}: no input moved, {place} {at} ({:.1} s)",
+            u.environment,
+            elapsed.as_secs_f64()
+        );
+    }
+    if verbose {
+        println!(
+            "{}: {} assignment(s) from {}",
+            u.environment, u.assignments, u.revisions
+        );
+    }
+}
+
+fn unchanged_json(u: &kalypso_git::Unchanged, elapsed: std::time::Duration) -> serde_json::Value {
+    use serde_json::json;
+    json!({
+        "environment": u.environment,
+        "result": "unchanged",
+        "assignments": u.assignments,
+        "revisions": {
+            "main": u.revisions.main,
+            "environment": u.revisions.environment,
+            "workloads": u.revisions.workloads,
+        },
+        "targets": u.targets.iter().map(|t| {
+            let head = match &t.delivery {
+                Delivery::UpToDate { head, .. } => head.map(|h| h.to_string()),
+                _ => None,
+            };
+            json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch, "result": "up_to_date", "head": head})
+        }).collect::<Vec<_>>(),
+        "seconds": elapsed.as_secs_f64(),
+    })
 }
 
 fn numbers(n: &[u64]) -> String {
