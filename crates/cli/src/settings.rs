@@ -9,7 +9,6 @@
 //! types. Pure: no IO, no clock; the environment variables are clap's to read, and defaults
 //! that depend on the home folder (the caches) are resolved where they are used.
 
-use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -23,9 +22,10 @@ use kalypso_hub::DashboardMode;
 use crate::args::{self, Cli, ColorChoice, Command, LogFormat, OutputFormat};
 
 /// A command-line value that cannot be used.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub(crate) enum SettingsError {
-    /// The value of a flag (or argument), and why: shown as `--flag: why`.
+    /// The value of a flag (or argument), and why.
+    #[error("{flag}: {message}")]
     Flag {
         /// The flag, as typed (`--timeout`), or the argument's name.
         flag: &'static str,
@@ -33,19 +33,9 @@ pub(crate) enum SettingsError {
         message: String,
     },
     /// A `--limit` (or `KALYPSO_LIMITS`) setting; the message names the limit.
+    #[error("{0}")]
     Limit(LimitError),
 }
-
-impl fmt::Display for SettingsError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            SettingsError::Flag { flag, message } => write!(f, "{flag}: {message}"),
-            SettingsError::Limit(e) => write!(f, "{e}"),
-        }
-    }
-}
-
-impl std::error::Error for SettingsError {}
 
 fn flag_error(flag: &'static str, message: impl Into<String>) -> SettingsError {
     SettingsError::Flag {
