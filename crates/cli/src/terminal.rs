@@ -14,17 +14,8 @@ use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
 
-use crate::ColorChoice;
+use crate::args::{ColorChoice, LogFormat};
 use crate::progress::{LogWriter, ProgressLayer};
-
-/// The log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
-}
 
 /// Whether to colour a stream, given `--color`, whether the stream is a terminal and the
 /// values of `NO_COLOR` and `CLICOLOR_FORCE`. `--color always|never` wins; with `auto` a

@@ -8,61 +8,20 @@
 //! passes (exit 3). With `--commit-status` the control-plane commit gets a GitHub commit
 //! status that follows the check: pending, then success, failure or error.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
-use clap::Args;
 use kalypso_git::control_plane::short;
 use kalypso_git::github::{CommitStatus, GitHub, StatusState};
-use kalypso_git::{RepoUrl, redact};
+use kalypso_git::redact;
 
-use super::sync::{GitArgs, runtime};
-use crate::GlobalArgs;
+use super::sync::runtime;
 use crate::hub_client::{Gate, HubClient, HubError, Verdict};
+use crate::settings::{self, CheckPromote, Global};
 
 /// Exit code when the clusters did not all become compliant in time.
 pub(crate) const EXIT_TIMEOUT: u8 = 3;
-
-#[derive(Debug, Args)]
-pub(crate) struct CheckPromoteArgs {
-    /// The hub's URL (`http://hub:8090`).
-    #[arg(long, value_name = "URL", env = "KALYPSO_HUB_URL")]
-    hub: String,
-    /// File holding the hub's API token (its `--api-token-file`).
-    #[arg(long, value_name = "FILE")]
-    hub_token_file: Option<PathBuf>,
-    /// The environment whose clusters must run the commit.
-    #[arg(long, value_name = "ENV")]
-    env: String,
-    /// The GitOps commit (e.g. the merge of the scheduler's pull request), or the
-    /// control-plane commit it carries in `Promoted_Commit_Id`.
-    #[arg(long, value_name = "SHA")]
-    commit: String,
-    /// How long to wait for the clusters: `90s`, `30m`, `1h`.
-    #[arg(long, value_name = "DURATION", default_value = "30m", value_parser = kalypso_core::duration::parse)]
-    timeout: Duration,
-    /// How often to ask the hub.
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = kalypso_core::duration::parse)]
-    interval: Duration,
-    /// Set a GitHub commit status on the control-plane commit (pending while waiting, then
-    /// success, failure or error), in the repository given with --control-plane.
-    #[arg(long, requires = "control_plane")]
-    commit_status: bool,
-    /// The control-plane repository on GitHub (`https://github.com/org/control-plane`), for
-    /// --commit-status.
-    #[arg(long, value_name = "URL")]
-    control_plane: Option<String>,
-    /// The commit status's context.
-    #[arg(long, value_name = "TEXT", default_value = "kalypso/deployed/{environment}")]
-    status_context: String,
-    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
-    #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
-    github_api_url: String,
-    #[command(flatten, next_help_heading = "Git options")]
-    git: GitArgs,
-}
 
 /// Where commit statuses go, once the control-plane commit is known.
 struct StatusReporter {
@@ -74,33 +33,32 @@ struct StatusReporter {
 }
 
 impl StatusReporter {
-    fn new(args: &CheckPromoteArgs) -> Result<Option<StatusReporter>> {
-        if !args.commit_status {
+    /// The reporter `--commit-status` asks for, if it does (credentials are read now).
+    fn new(settings: &CheckPromote) -> Result<Option<StatusReporter>> {
+        let Some(target) = &settings.commit_status else {
             return Ok(None);
-        }
-        let repo = args
-            .control_plane
-            .as_deref()
-            .ok_or_else(|| anyhow!("--commit-status needs --control-plane"))?;
-        let url = RepoUrl::parse(repo).map_err(|e| anyhow!("--control-plane: {e}"))?;
-        let (owner, name) = url
-            .forge_repo()
-            .ok_or_else(|| anyhow!("--control-plane {}: not a GitHub repository URL", url.redacted()))?;
+        };
+        let settings::CommitStatus {
+            owner,
+            repo,
+            context,
+            github_api_url,
+        } = target;
         let credentials =
-            kalypso_git::auth::Credentials::load(&args.git.auth()).map_err(|e| anyhow!("{e}"))?;
+            kalypso_git::auth::Credentials::load(&settings.git.auth).map_err(|e| anyhow!("{e}"))?;
         let runtime = runtime()?;
         let github = GitHub::new(
             runtime.handle().clone(),
-            &args.github_api_url,
+            github_api_url,
             credentials.token(),
-            &owner,
-            &name,
-            args.git.retry(),
+            owner,
+            repo,
+            settings.git.retry,
         )
         .map_err(|e| anyhow!("{e}"))?;
         Ok(Some(StatusReporter {
             github,
-            context: args.status_context.replace("{environment}", &args.env),
+            context: context.clone(),
             commit: None,
             last: None,
             _runtime: runtime,
@@ -136,16 +94,16 @@ impl StatusReporter {
     }
 }
 
-pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let client = HubClient::new(&args.hub, args.hub_token_file.as_deref())?;
-    let mut status = StatusReporter::new(args)?;
+pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<ExitCode> {
+    let client = HubClient::new(&settings.hub.url, settings.hub.token_file.as_deref())?;
+    let mut status = StatusReporter::new(settings)?;
     let started = Instant::now();
-    let deadline = started + args.timeout;
+    let deadline = started + settings.timeout;
     let mut last_line = String::new();
     let mut warned_types = false;
     let mut last: Option<Gate> = None;
     loop {
-        match client.gate(&args.env, &args.commit) {
+        match client.gate(&settings.env, &settings.commit) {
             Ok(gate) => {
                 if !warned_types
                     && !gate.cluster_types_without_clusters.is_empty()
@@ -154,7 +112,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                     eprintln!(
                         "warning: no registered cluster reports for cluster type(s) {} of {}: nothing checks them",
                         gate.cluster_types_without_clusters.join(", "),
-                        args.env
+                        settings.env
                     );
                     warned_types = true;
                 }
@@ -162,10 +120,10 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                     Verdict::Compliant => {
                         let line = format!(
                             "{}: {}/{} clusters compliant with GitOps commit {}{} after {}",
-                            args.env,
+                            settings.env,
                             gate.compliant,
                             gate.total,
-                            short(gate.gitops_commit.as_deref().unwrap_or(&args.commit)),
+                            short(gate.gitops_commit.as_deref().unwrap_or(&settings.commit)),
                             control_plane_note(&gate),
                             kalypso_core::duration::format(round_seconds(started.elapsed())),
                         );
@@ -175,7 +133,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                                 StatusState::Success,
                                 &format!(
                                     "Deployed to {}: {}/{} clusters",
-                                    args.env, gate.compliant, gate.total
+                                    settings.env, gate.compliant, gate.total
                                 ),
                             );
                         }
@@ -191,12 +149,12 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                                 "error: cluster {} ({}) in {} failed to apply GitOps commit {}: {}",
                                 c.name,
                                 c.cluster_type,
-                                args.env,
+                                settings.env,
                                 short(
                                     c.revision
                                         .as_deref()
                                         .or(gate.gitops_commit.as_deref())
-                                        .unwrap_or(&args.commit)
+                                        .unwrap_or(&settings.commit)
                                 ),
                                 c.message.as_deref().unwrap_or("(no message)")
                             );
@@ -206,13 +164,13 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                             s.set(
                                 Some(&gate),
                                 StatusState::Failure,
-                                &format!("Failed in {}: {}", args.env, names.join(", ")),
+                                &format!("Failed in {}: {}", settings.env, names.join(", ")),
                             );
                         }
                         return Ok(ExitCode::FAILURE);
                     }
                     Verdict::Pending | Verdict::UnknownCommit => {
-                        let line = progress_line(&args.env, &args.commit, &gate);
+                        let line = progress_line(&settings.env, &settings.commit, &gate);
                         if line != last_line && !global.quiet {
                             eprintln!("{line}");
                         }
@@ -221,7 +179,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                             s.set(
                                 Some(&gate),
                                 StatusState::Pending,
-                                &format!("Waiting for the clusters of {}", args.env),
+                                &format!("Waiting for the clusters of {}", settings.env),
                             );
                         }
                         last = Some(gate);
@@ -232,7 +190,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                 if message != last_line {
                     eprintln!(
                         "warning: {message}; asking again in {}",
-                        kalypso_core::duration::format(args.interval)
+                        kalypso_core::duration::format(settings.interval)
                     );
                 }
                 last_line = message;
@@ -242,7 +200,7 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
                     s.set(
                         last.as_ref(),
                         StatusState::Error,
-                        &format!("Cannot check {}", args.env),
+                        &format!("Cannot check {}", settings.env),
                     );
                 }
                 return Err(anyhow!("{message}"));
@@ -252,22 +210,22 @@ pub(crate) fn check_promote(args: &CheckPromoteArgs, global: &GlobalArgs) -> Res
         if now >= deadline {
             let waiting = last
                 .as_ref()
-                .map(|g| progress_line(&args.env, &args.commit, g))
-                .unwrap_or_else(|| format!("{}: the hub at {} never answered", args.env, client.base()));
+                .map(|g| progress_line(&settings.env, &settings.commit, g))
+                .unwrap_or_else(|| format!("{}: the hub at {} never answered", settings.env, client.base()));
             eprintln!(
                 "error: timed out after {}: {waiting}",
-                kalypso_core::duration::format(args.timeout)
+                kalypso_core::duration::format(settings.timeout)
             );
             if let Some(s) = &mut status {
                 s.set(
                     last.as_ref(),
                     StatusState::Error,
-                    &format!("Timed out waiting for {}", args.env),
+                    &format!("Timed out waiting for {}", settings.env),
                 );
             }
             return Ok(ExitCode::from(EXIT_TIMEOUT));
         }
-        std::thread::sleep(args.interval.min(deadline - now));
+        std::thread::sleep(settings.interval.min(deadline - now));
     }
 }
 

@@ -3,35 +3,20 @@
 //! fall behind it.
 
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::{Args, CommandFactory};
+use clap::CommandFactory;
 use clap_complete::Shell;
 
-use crate::{Cli, GlobalArgs};
-
-#[derive(Debug, Args)]
-pub(crate) struct CompletionsArgs {
-    /// The shell: bash, zsh, fish, powershell or elvish.
-    #[arg(value_name = "SHELL")]
-    shell: Shell,
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct ManArgs {
-    /// Write `kalypso.1` and one page per command (`kalypso-render.1`...) into this folder
-    /// (created if missing) instead of printing `kalypso.1`.
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
-}
+use crate::args::Cli;
+use crate::settings::{Global, Man};
 
 /// Prints the completion script of `shell`.
-pub(crate) fn completions(args: &CompletionsArgs, _global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn completions(shell: Shell) -> Result<ExitCode> {
     let mut command = Cli::command();
     let mut out = Vec::new();
-    clap_complete::generate(args.shell, &mut command, "kalypso", &mut out);
+    clap_complete::generate(shell, &mut command, "kalypso", &mut out);
     std::io::stdout()
         .write_all(&out)
         .context("cannot write to standard output")?;
@@ -39,9 +24,9 @@ pub(crate) fn completions(args: &CompletionsArgs, _global: &GlobalArgs) -> Resul
 }
 
 /// Prints the manual page, or writes every page into a folder.
-pub(crate) fn man(args: &ManArgs, global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn man(settings: &Man, global: &Global) -> Result<ExitCode> {
     let command = Cli::command();
-    match &args.out {
+    match &settings.out {
         None => {
             let mut out = Vec::new();
             clap_mangen::Man::new(command)

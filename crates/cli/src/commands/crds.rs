@@ -2,24 +2,15 @@
 //! kind, generated from the Rust types, as YAML on standard output (or into a folder, one
 //! file per CRD as the Helm chart keeps them).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
-use clap::Args;
 
-use crate::GlobalArgs;
+use crate::settings::{Crds, Global};
 
-#[derive(Debug, Args)]
-pub(crate) struct CrdsArgs {
-    /// Write one file per CRD (`<plural>.yaml`) into this folder instead of printing them.
-    #[arg(long, value_name = "DIR")]
-    out: Option<PathBuf>,
-}
-
-pub(crate) fn crds(args: &CrdsArgs, global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn crds(settings: &Crds, global: &Global) -> Result<ExitCode> {
     use kalypso_operator::crds;
-    match &args.out {
+    match &settings.out {
         None => print!("{}", crds::to_yaml()?),
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;

@@ -1,4 +1,5 @@
-//! The commands.
+//! The commands. Each takes its validated settings (`crate::settings`), never clap's types,
+//! and does its own IO: reading sources, writing, printing.
 
 mod check_promote;
 mod completions;
@@ -15,15 +16,15 @@ mod serve;
 mod sync;
 mod validate;
 
-pub(crate) use check_promote::{CheckPromoteArgs, check_promote};
-pub(crate) use completions::{CompletionsArgs, ManArgs, completions, man};
+pub(crate) use check_promote::check_promote;
+pub(crate) use completions::{completions, man};
 pub(crate) use explain::explain;
-pub(crate) use hub::{HubArgs, hub};
+pub(crate) use hub::hub;
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
-pub(crate) use promote::{PromoteArgs, promote};
+pub(crate) use promote::promote;
 pub(crate) use render::render;
-pub(crate) use serve::{ServeArgs, serve};
-pub(crate) use sync::{GitArgs, SyncArgs, init_logs, sync};
+pub(crate) use serve::serve;
+pub(crate) use sync::{init_logs, sync};
 pub(crate) use validate::validate;
 
 use kalypso_core::placement::CurrentAssignment;
@@ -31,7 +32,7 @@ use kalypso_core::run::{Isolation, Run, RunContext};
 use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs, ScheduledEnvironment};
 use kalypso_template::Engine;
 
-use crate::GlobalArgs;
+use crate::settings::Global;
 use kalypso_git::extenders::HttpExtenders;
 
 /// The template engine `KALYPSO_SPRIG` asks for, or the error that it names no Sprig version.
@@ -85,7 +86,7 @@ pub(crate) fn run(
 }
 
 /// Prints diagnostics to standard error (warnings only unless quiet).
-pub(crate) fn report(diagnostics: &Diagnostics, global: &GlobalArgs) {
+pub(crate) fn report(diagnostics: &Diagnostics, global: &Global) {
     for d in diagnostics.iter().filter(|d| d.is_error() || !global.quiet) {
         eprintln!("{d}");
     }

@@ -9,74 +9,36 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, anyhow};
-use clap::Args;
 use kalypso_git::control_plane::short;
 use kalypso_git::promote::{self, Promotion, Request};
 use kalypso_git::repo::Transport;
 use kalypso_git::{Cache, RepoUrl, redact};
 
-use super::sync::{CommitArgs, GitArgs};
-use crate::GlobalArgs;
 use crate::hub_client::{HubClient, Verdict};
+use crate::settings::{Global, Promote, PromoteFrom, PromotedCommit};
 
-#[derive(Debug, Args)]
-pub(crate) struct PromoteArgs {
-    /// The control plane: a git URL or a local repository path (a local repository's
-    /// branch is updated in place; push it yourself).
-    #[arg(value_name = "CONTROL_PLANE", default_value = ".")]
-    control_plane: String,
-    /// The environment to promote to.
-    #[arg(long, value_name = "ENV")]
-    env: String,
-    /// The main-branch commit to promote (default: the tip of the main branch).
-    #[arg(long, value_name = "SHA", conflicts_with = "from")]
-    commit: Option<String>,
-    /// Promote the control-plane commit that environment SRC's GitOps branch was rendered
-    /// from (its `.github/tracking/Promoted_Commit_Id`).
-    #[arg(long, value_name = "SRC")]
-    from: Option<String>,
-    /// With --from: refuse to promote unless the hub reports every cluster of SRC compliant
-    /// with SRC's GitOps commit.
-    #[arg(long, value_name = "URL", requires = "from")]
-    hub: Option<String>,
-    /// File holding the hub's API token.
-    #[arg(long, value_name = "FILE", requires = "hub")]
-    hub_token_file: Option<std::path::PathBuf>,
-    /// With --from: read SRC's GitOps branch from this repository instead of its
-    /// GitOpsRepo's spec.repo (a local clone or a mirror).
-    #[arg(long, value_name = "URL", requires = "from")]
-    gitops_repo: Option<String>,
-    /// Commit message; `{commit}` and `{environment}` are replaced.
-    #[arg(long, value_name = "TEXT", default_value = promote::DEFAULT_MESSAGE)]
-    message: String,
-    #[command(flatten)]
-    author: CommitArgs,
-    #[command(flatten)]
-    git: GitArgs,
-}
-
-pub(crate) fn promote(args: &PromoteArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let url = RepoUrl::parse(&args.control_plane).map_err(|e| anyhow!("{e}"))?;
-    let credentials = kalypso_git::auth::Credentials::load(&args.git.auth()).map_err(|e| anyhow!("{e}"))?;
-    let transport = Transport::new(&credentials, args.git.retry());
-    let cache = Cache::new(args.git.cache_dir());
-    let commit = match &args.from {
-        Some(from) => Some(promoted_by(args, from, &url, &cache, &transport, global)?),
-        None => args.commit.clone(),
+pub(crate) fn promote(settings: &Promote, global: &Global) -> Result<ExitCode> {
+    let url = &settings.control_plane.url;
+    let credentials = kalypso_git::auth::Credentials::load(&settings.git.auth).map_err(|e| anyhow!("{e}"))?;
+    let transport = Transport::new(&credentials, settings.git.retry);
+    let cache = Cache::new(settings.git.cache_dir());
+    let commit = match &settings.commit {
+        PromotedCommit::From(from) => Some(promoted_by(settings, from, url, &cache, &transport, global)?),
+        PromotedCommit::Given(commit) => commit.clone(),
     };
     let request = Request {
-        environment: args.env.clone(),
+        environment: settings.env.clone(),
         commit,
-        author: args.author.author(),
-        message: args.message.clone(),
+        author: settings.author.clone(),
+        message: settings.message.clone(),
     };
-    let result = promote::promote(&url, args.git.main_branch(), &cache, &transport, &request)
+    let result = promote::promote(url, &settings.git.main_branch, &cache, &transport, &request)
         .map_err(|e| anyhow!("{}", redact(&e.to_string())))?;
     if !global.quiet {
         match result {
             Promotion::AlreadyPromoted { commit, file } => println!(
                 "{}: already at {} ({file}); nothing to do",
-                args.env,
+                settings.env,
                 short(&commit.to_string())
             ),
             Promotion::Promoted {
@@ -86,7 +48,7 @@ pub(crate) fn promote(args: &PromoteArgs, global: &GlobalArgs) -> Result<ExitCod
                 previous,
             } => println!(
                 "{}: promoted {}{} in {file}; commit {} on the environment branch of {url}",
-                args.env,
+                settings.env,
                 short(&commit.to_string()),
                 previous
                     .map(|p| format!(" (was {})", short(&p)))
@@ -101,29 +63,21 @@ pub(crate) fn promote(args: &PromoteArgs, global: &GlobalArgs) -> Result<ExitCod
 /// The control-plane commit environment `from` delivered, checked against the hub when one
 /// is given.
 fn promoted_by(
-    args: &PromoteArgs,
-    from: &str,
+    settings: &Promote,
+    source: &PromoteFrom,
     url: &RepoUrl,
     cache: &Cache,
     transport: &Transport<'_>,
-    global: &GlobalArgs,
+    global: &Global,
 ) -> Result<String> {
-    if from == args.env {
-        return Err(anyhow!("--from {from} names the environment being promoted to"));
-    }
-    let gitops_override = args
-        .gitops_repo
-        .as_deref()
-        .map(RepoUrl::parse)
-        .transpose()
-        .map_err(|e| anyhow!("--gitops-repo: {e}"))?;
+    let from = source.env.as_str();
     let delivered = promote::delivered(
         url,
-        args.git.main_branch(),
+        &settings.git.main_branch,
         cache,
         transport,
         from,
-        gitops_override.as_ref(),
+        source.gitops_repo.as_ref(),
     )
     .map_err(|e| anyhow!("{}", redact(&e.to_string())))?;
     let gitops_commit = delivered.gitops_commit.to_string();
@@ -136,13 +90,13 @@ fn promoted_by(
         )
     })?;
     let mut compliance = String::new();
-    if let Some(hub) = &args.hub {
-        let client = HubClient::new(hub, args.hub_token_file.as_deref())?;
+    if let Some(hub) = &source.hub {
+        let client = HubClient::new(&hub.url, hub.token_file.as_deref())?;
         let refuse = |why: String| {
             anyhow!(
                 "refusing to promote {} from {from} to {}: {why}; nothing was pushed",
                 short(&promoted),
-                args.env
+                settings.env
             )
         };
         let gate = client

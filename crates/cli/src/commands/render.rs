@@ -20,40 +20,40 @@ use kalypso_core::tree::{PROMOTED_COMMIT_PATH, README, Rules, promotes, readme};
 use kalypso_core::{Diagnostics, Job, prepare};
 use rayon::prelude::*;
 
-use super::plan::{ControlPlaneSource, GitAccess};
 use super::report;
 use crate::control_plane::{check_output, check_outside_clone};
 use crate::fsio::{FreshTree, FsError, WriteStats, write_update};
 use crate::output::{self, OutputError, OutputLock};
 use crate::progress::Progress;
 use crate::render_cache::{CachedAssignment, CachedFile, RenderCache, Stamp, cache_file, default_cache_dir};
-use crate::{GlobalArgs, RenderArgs};
+use crate::settings::{Global, Render};
+use crate::source::{ControlPlaneSource, GitAccess};
 
-pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn render(settings: &Render, global: &Global) -> Result<ExitCode> {
     let progress = Progress::start(global.quiet);
     progress.stage("reading the control plane");
-    let git = GitAccess::new(&args.git)?;
-    let mut source = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?;
-    let inputs = source.inputs(&args.env)?;
+    let git = GitAccess::new(&settings.git)?;
+    let mut source = ControlPlaneSource::open(&settings.control_plane, &git, global.quiet)?;
+    let inputs = source.inputs(&settings.env)?;
     match &source {
-        ControlPlaneSource::Folder(dir) => check_output(dir, &args.env, &args.out)?,
+        ControlPlaneSource::Folder(dir) => check_output(dir, &settings.env, &settings.out)?,
         ControlPlaneSource::Git { .. } => {
             if let Some(workdir) = source.local_dir() {
-                check_outside_clone(workdir, &args.out)?;
+                check_outside_clone(workdir, &settings.out)?;
             }
         }
     }
     // The output folder: locked for this render, cleaned of what killed renders left, and
     // refused unless it is a GitOps tree (see `crate::output`).
-    let shown = args.out.display().to_string();
-    let out = output::real_path(&args.out, &shown)?;
+    let shown = settings.out.display().to_string();
+    let out = output::real_path(&settings.out, &shown)?;
     let _lock = OutputLock::acquire(&out, &shown)?;
     output::recover(&out)?;
     if fs::symlink_metadata(&out).is_ok() {
         if output::is_mount_point(&out) {
             return Err(OutputError::MountPoint { out: shown }.into());
         }
-        if !args.force && !FreshTree::fits(&out)? {
+        if !settings.force && !FreshTree::fits(&out)? {
             output::check_gitops_tree(&out, &shown)?;
         }
     }
@@ -61,8 +61,8 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("loading and scheduling");
     let environment = super::schedule(
         &inputs,
-        &args.env,
-        &|| crate::current_assignment::current_from_dir(&args.out),
+        &settings.env,
+        &|| crate::current_assignment::current_from_dir(&settings.out),
         &mut diagnostics,
     );
     let (engine, engine_error) = super::engine();
@@ -72,21 +72,22 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     progress.stage("merging configs and fingerprinting");
     let prepared = prepare(&environment, &engine, &mut diagnostics);
 
-    let cache_path = if args.no_cache {
-        None
-    } else {
-        args.git
+    let cache_path = if settings.render_cache {
+        settings
+            .git
             .cache_dir_given()
             .map(ToOwned::to_owned)
             .or_else(default_cache_dir)
-            .map(|dir| cache_file(&dir, &args.out, &args.env))
+            .map(|dir| cache_file(&dir, &settings.out, &settings.env))
+    } else {
+        None
     };
     // A missing or empty output folder is written while rendering; otherwise the render cache
     // says which assignments are clean.
     let _cache_lock = cache_path.as_deref().map(OutputLock::acquire_cache).transpose()?;
     // With --keep-going, what a failing registration rendered must not reach OUT: packages
     // are written once the run is finished.
-    let fresh = if !args.keep_going && FreshTree::fits(&out)? {
+    let fresh = if settings.isolation == Isolation::Environment && FreshTree::fits(&out)? {
         let cluster_types = environment.namespace.cluster_types.keys().map(String::as_str);
         Some(FreshTree::create(&out, cluster_types)?)
     } else {
@@ -156,20 +157,15 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
         .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
         .collect();
     std::mem::forget(prepared);
-    let isolation = if args.keep_going {
-        Isolation::Registration
-    } else {
-        Isolation::Environment
-    };
-    let mut run = kalypso_core::run::finish(environment, rendered, diagnostics, isolation);
+    let mut run = kalypso_core::run::finish(environment, rendered, diagnostics, settings.isolation);
     inputs.place_fields(&mut run.diagnostics);
     report(&run.diagnostics, global);
     if run.is_blocked() {
         eprintln!(
             "error: environment {:?} has {} problem(s); nothing was written to {}",
-            args.env,
+            settings.env,
             run.diagnostics.errors().count(),
-            args.out.display()
+            settings.out.display()
         );
         progress.finish();
         return Ok(ExitCode::FAILURE);
@@ -195,7 +191,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     let promoted = promotes(None, content);
     progress.stage("writing");
     let written = writer.map(FreshWriter::finish);
-    let writing = || format!("writing the new tree into {}", args.out.display());
+    let writing = || format!("writing the new tree into {}", settings.out.display());
     // Whether an existing tree was replaced by a new one (the rare fallback of an update,
     // see `fsio::write_update`): the files carried over into it are new links of the same
     // inodes, whose change times the render cache must take again.
@@ -271,7 +267,7 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
             environment.name(),
             rendered.records.len(),
             content.cluster_types.len(),
-            args.out.display(),
+            settings.out.display(),
             stats.added,
             stats.modified,
             stats.deleted,
@@ -286,13 +282,13 @@ pub(crate) fn render(args: &RenderArgs, global: &GlobalArgs) -> Result<ExitCode>
     if failed {
         eprintln!(
             "error: environment {:?}: the workloads of {} failed; their folders in {} were kept as they were",
-            args.env,
+            settings.env,
             run.isolated
                 .iter()
                 .map(|r| format!("{r:?}"))
                 .collect::<Vec<_>>()
                 .join(", "),
-            args.out.display()
+            settings.out.display()
         );
     }
     std::mem::forget(run);

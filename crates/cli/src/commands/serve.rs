@@ -1,37 +1,21 @@
 //! `kalypso serve`: the daemon (see `kalypso-server`), configured by `kalypso.yaml`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Result, anyhow};
-use clap::Args;
 use kalypso_server::Config;
 
 use super::sync::runtime;
-use crate::GlobalArgs;
-use crate::terminal::{LogFormat, init_logs};
+use crate::args::LogFormat;
+use crate::settings::{Global, Serve};
+use crate::terminal::init_logs;
 
-#[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
-    /// The configuration file (see the kalypso-server README for its format).
-    #[arg(
-        long,
-        env = "KALYPSO_CONFIG",
-        value_name = "FILE",
-        default_value = "kalypso.yaml"
-    )]
-    config: PathBuf,
-    /// Listen on this address instead of the configured one (e.g. 127.0.0.1:8080).
-    #[arg(long, value_name = "ADDR")]
-    listen: Option<std::net::SocketAddr>,
-}
-
-pub(crate) fn serve(args: &ServeArgs, global: &GlobalArgs) -> Result<ExitCode> {
+pub(crate) fn serve(args: &Serve, global: &Global) -> Result<ExitCode> {
     let mut config = Config::load(&args.config).map_err(|e| anyhow!("{e}"))?;
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
-    let format = global.log_format.unwrap_or(match config.log.format {
+    let format = global.log_format(match config.log.format {
         kalypso_server::config::LogFormat::Json => LogFormat::Json,
         kalypso_server::config::LogFormat::Text => LogFormat::Text,
     });

@@ -1,142 +1,16 @@
 //! `kalypso sync`: one delivery pass from a control plane in git to the GitOps
 //! repositories, as commits (`push` mode) or pull requests (`pr` mode), with progress on a
-//! terminal; and the git and delivery options `sync`, `serve` and `promote` share.
+//! terminal; and the async runtime and the logs of the other commands.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
-use clap::Args;
 use kalypso_git::sync::TargetReport;
-use kalypso_git::{
-    AuthSettings, Author, Delivery, DeliverySettings, EnvReport, Mode, Outcome, RepoUrl, RetryPolicy,
-    Settings, Syncer, redact,
-};
+use kalypso_git::{Delivery, EnvReport, Outcome, Settings, Syncer, redact};
 
-use crate::GlobalArgs;
+use crate::args::LogFormat;
 use crate::progress::Progress;
-use crate::terminal::LogFormat;
-
-/// Where git credentials and the cache come from.
-#[derive(Debug, Args)]
-pub(crate) struct GitArgs {
-    /// Folder for caches reused between runs: mirrors of remote repositories (default:
-    /// `~/.cache/kalypso/git`) and `render`'s render cache (default: `~/.cache/kalypso`).
-    #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
-    cache_dir: Option<PathBuf>,
-    /// Environment variable holding the HTTPS token for git and GitHub.
-    #[arg(long, value_name = "VAR", default_value = kalypso_git::auth::DEFAULT_TOKEN_ENV)]
-    token_env: String,
-    /// File holding the HTTPS token (instead of the variable).
-    #[arg(long, value_name = "FILE")]
-    token_file: Option<PathBuf>,
-    /// Private SSH key for ssh:// and git@ URLs (default: the SSH agent).
-    #[arg(long, value_name = "FILE")]
-    ssh_key: Option<PathBuf>,
-    /// The control plane's main branch.
-    #[arg(long, value_name = "BRANCH", default_value = kalypso_git::control_plane::DEFAULT_MAIN_BRANCH)]
-    main_branch: String,
-    /// Attempts for each network operation.
-    #[arg(long, value_name = "N", default_value_t = 5)]
-    retries: u32,
-    /// Wait before the first retry (doubling up to 30s): `500ms`, `2s`.
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = kalypso_core::duration::parse)]
-    backoff: std::time::Duration,
-}
-
-impl GitArgs {
-    pub(crate) fn auth(&self) -> AuthSettings {
-        AuthSettings {
-            token_env: Some(self.token_env.clone()),
-            token_file: self.token_file.clone(),
-            ssh_key: self.ssh_key.clone(),
-            ..AuthSettings::default()
-        }
-    }
-
-    pub(crate) fn retry(&self) -> RetryPolicy {
-        RetryPolicy {
-            attempts: self.retries.max(1),
-            initial_backoff: self.backoff,
-            max_backoff: self.backoff.max(std::time::Duration::from_secs(30)),
-        }
-    }
-
-    pub(crate) fn cache_dir(&self) -> PathBuf {
-        self.cache_dir
-            .clone()
-            .unwrap_or_else(kalypso_git::Cache::default_dir)
-    }
-
-    /// The folder `--cache-dir` names, if given.
-    pub(crate) fn cache_dir_given(&self) -> Option<&std::path::Path> {
-        self.cache_dir.as_deref()
-    }
-
-    pub(crate) fn main_branch(&self) -> &str {
-        &self.main_branch
-    }
-}
-
-/// Commit author and message.
-#[derive(Debug, Args)]
-pub(crate) struct CommitArgs {
-    /// Commit author name.
-    #[arg(long, value_name = "NAME", default_value = kalypso_git::deliver::DEFAULT_AUTHOR_NAME)]
-    author_name: String,
-    /// Commit author e-mail.
-    #[arg(long, value_name = "EMAIL", default_value = kalypso_git::deliver::DEFAULT_AUTHOR_EMAIL)]
-    author_email: String,
-}
-
-impl CommitArgs {
-    pub(crate) fn author(&self) -> Author {
-        Author {
-            name: self.author_name.clone(),
-            email: self.author_email.clone(),
-        }
-    }
-}
-
-#[derive(Debug, Args)]
-pub(crate) struct SyncArgs {
-    /// The control plane: a git URL (https://, ssh://, git@host:..., file://) or a local
-    /// repository path.
-    #[arg(value_name = "CONTROL_PLANE")]
-    control_plane: String,
-    /// Environments to deliver (repeatable; default: every Environment on the main branch).
-    #[arg(long, value_name = "ENV")]
-    env: Vec<String>,
-    /// `pr`: a branch and a pull request per change (as the original); `push`: a commit on
-    /// the GitOps branch; `auto`: `push` for local GitOps repositories, `pr` otherwise.
-    #[arg(long, value_name = "MODE", default_value = "auto")]
-    mode: Mode,
-    /// Deliver to this repository instead of each GitOpsRepo's spec.repo.
-    #[arg(long, value_name = "URL")]
-    gitops_repo: Option<String>,
-    /// Compute what would be delivered; write nothing, call no API.
-    #[arg(long)]
-    dry_run: bool,
-    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
-    #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
-    github_api_url: String,
-    /// Prefix of the pull-request branches (`kalypso/` gives `kalypso/<branch>/<tree>`).
-    #[arg(long, value_name = "PREFIX", default_value = kalypso_git::deliver::DEFAULT_BRANCH_PREFIX)]
-    branch_prefix: String,
-    /// Commit message.
-    #[arg(long, value_name = "TEXT", default_value = kalypso_git::deliver::DEFAULT_MESSAGE)]
-    message: String,
-    /// Print the result as JSON on standard output.
-    #[arg(long)]
-    json: bool,
-    /// Also print the input commits (main, environment branch, every workload repository).
-    #[arg(short, long)]
-    verbose: bool,
-    #[command(flatten)]
-    commit: CommitArgs,
-    #[command(flatten)]
-    git: GitArgs,
-}
+use crate::settings::{self, Global};
 
 /// A multi-threaded runtime: GitHub calls block on it from the syncing thread.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -148,28 +22,21 @@ pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
 }
 
 /// Logs (retries, warnings) go to standard error, as text unless `--log-format json`.
-pub(crate) fn init_logs(global: &GlobalArgs) {
+pub(crate) fn init_logs(global: &Global) {
     let level = if global.quiet { "error" } else { "warn" };
-    let format = global.log_format.unwrap_or(LogFormat::Text);
+    let format = global.log_format(LogFormat::Text);
     // Already installed when a test runs several commands in one process: keep that one.
     let _ = crate::terminal::init_logs(format, level, global.color);
 }
 
-pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let url = RepoUrl::parse(&args.control_plane).map_err(|e| anyhow!("{e}"))?;
+pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
+    let url = &args.control_plane.url;
     let settings = Settings {
         cache_dir: args.git.cache_dir(),
-        auth: args.git.auth(),
-        retry: args.git.retry(),
-        main_branch: args.git.main_branch().to_owned(),
-        delivery: DeliverySettings {
-            mode: args.mode,
-            author: args.commit.author(),
-            message: args.message.clone(),
-            branch_prefix: args.branch_prefix.clone(),
-            github_api_url: args.github_api_url.clone(),
-            dry_run: args.dry_run,
-        },
+        auth: args.git.auth.clone(),
+        retry: args.git.retry,
+        main_branch: args.git.main_branch.clone(),
+        delivery: args.delivery.clone(),
         gitops_repo: args.gitops_repo.clone(),
         ..Settings::default()
     };
@@ -186,7 +53,7 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     // are answered from the delivery state and one branch listing per repository.
     progress.stage("checking which branches moved");
     let started = std::time::Instant::now();
-    let check = syncer.check(&url, &args.env);
+    let check = syncer.check(url, &args.environments);
     let mut ok = true;
     let mut json = Vec::new();
     let report_unchanged = |u: &kalypso_git::Unchanged, json: &mut Vec<serde_json::Value>| {
@@ -211,8 +78,8 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
     // afresh, once per run, with a warning.
     let mut repaired = false;
     let open = |check: &kalypso_git::Check| {
-        let pass = syncer.pass_after(&url, check)?;
-        let environments = pass.environments(&args.env)?;
+        let pass = syncer.pass_after(url, check)?;
+        let environments = pass.environments(&args.environments)?;
         Ok::<_, kalypso_git::sync::Error>((pass, environments))
     };
     let (mut pass, environments) = match open(&check) {
@@ -247,7 +114,7 @@ pub(crate) fn sync(args: &SyncArgs, global: &GlobalArgs) -> Result<ExitCode> {
             progress.suspend(|| {
                 syncer.repair_cache();
             });
-            pass = syncer.pass(&url).map_err(|e| anyhow!("{e}"))?;
+            pass = syncer.pass(url).map_err(|e| anyhow!("{e}"))?;
             result = pass.resolve(env).and_then(|resolved| {
                 progress.stage_of(subject, "rendering", Some("writing the tree"));
                 pass.deliver(&resolved)
@@ -398,7 +265,7 @@ fn numbers(n: &[u64]) -> String {
     n.iter().map(|n| format!("#{n}")).collect::<Vec<_>>().join(", ")
 }
 
-fn print_report(report: &EnvReport, global: &GlobalArgs, verbose: bool, elapsed: std::time::Duration) {
+fn print_report(report: &EnvReport, global: &Global, verbose: bool, elapsed: std::time::Duration) {
     match &report.outcome {
         Outcome::Delivered(targets) => {
             if !report.isolated.is_empty() {

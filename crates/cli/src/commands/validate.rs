@@ -6,22 +6,22 @@ use anyhow::{Result, bail};
 use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::run::Isolation;
 
-use super::plan::{ControlPlaneSource, GitAccess};
 use super::{report, run};
-use crate::{GlobalArgs, ValidateArgs};
+use crate::settings::{Global, Validate};
+use crate::source::{ControlPlaneSource, GitAccess};
 
-pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let git = GitAccess::new(&args.git)?;
-    let mut source = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?;
-    let environments = if args.env.is_empty() {
+pub(crate) fn validate(settings: &Validate, global: &Global) -> Result<ExitCode> {
+    let git = GitAccess::new(&settings.git)?;
+    let mut source = ControlPlaneSource::open(&settings.control_plane, &git, global.quiet)?;
+    let environments = if settings.environments.is_empty() {
         source.environments()?
     } else {
-        args.env.clone()
+        settings.environments.clone()
     };
     if environments.is_empty() {
         bail!(
             "no environment found in {}; name one with --env",
-            kalypso_git::redact(&args.control_plane)
+            kalypso_git::redact(&settings.control_plane.text)
         );
     }
     let mut failed = false;
@@ -29,7 +29,7 @@ pub(crate) fn validate(args: &ValidateArgs, global: &GlobalArgs) -> Result<ExitC
         let inputs = source.inputs(env)?;
         let run = run(&inputs, env, &CurrentAssignment::new, Isolation::Environment);
         let mut diagnostics = run.diagnostics;
-        if args.strict {
+        if settings.strict {
             diagnostics.make_warnings_errors();
         }
         report(&diagnostics, global);

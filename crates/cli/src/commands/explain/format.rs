@@ -1,35 +1,31 @@
-//! `kalypso explain`: why a deployment target is (or is not) on a cluster type, and where a
-//! config value comes from — answered from the control plane alone, with the same rules the
-//! renderer uses (see `kalypso_core::explain`).
-//!
-//! The control plane may be a folder or a git repository, as for `plan`. Text output is for
-//! people and readable without color (`✓`/`✗` marks); `--output json` is a stable interface
-//! documented in docs/plan-and-explain.md.
+//! How `explain` shows an explanation: text for people, readable without colour (`✓`/`✗`
+//! marks), or JSON (a stable interface: docs/plan-and-explain.md). Pure: strings out.
 
 use std::fmt::Write as _;
-use std::process::ExitCode;
 
-use anyhow::{Result, bail};
-use kalypso_core::Diagnostics;
-use kalypso_core::explain::PlacementExplanation;
-use kalypso_core::explain::{
-    Check, ConfigExplanation, Effect, TargetExplanation, explain_config, explain_target,
-};
-use kalypso_core::placement::current_from_paths;
-use kalypso_gotmpl::Value;
+use anyhow::Result;
+use kalypso_core::explain::{Check, ConfigExplanation, Effect, PlacementExplanation, TargetExplanation};
 use serde::Serialize;
-
-use super::plan::{ControlPlaneSource, GitAccess};
-use super::report;
-use crate::{ExplainArgs, GlobalArgs, OutputFormat};
 
 /// The version of the JSON form of explanations.
 const FORMAT_VERSION: u32 = 1;
 
-/// A config value as YAML, as `toYaml` would print it.
-fn yaml(value: &Value) -> String {
-    let bytes = kalypso_goyaml::marshal_v3(value).unwrap_or_default();
-    String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()
+/// The scheduling explanation, as JSON or text.
+pub(super) fn target(explanation: &TargetExplanation, json: bool) -> Result<String> {
+    if json {
+        to_json("target", explanation)
+    } else {
+        Ok(target_text(explanation))
+    }
+}
+
+/// The config explanation, as JSON or text.
+pub(super) fn config(explanation: &ConfigExplanation, json: bool) -> Result<String> {
+    if json {
+        to_json("config", explanation)
+    } else {
+        Ok(config_text(explanation))
+    }
 }
 
 /// The JSON form: the explanation with its format version and kind (`target` or `config`).
@@ -41,7 +37,7 @@ struct Document<'a, T: Serialize> {
     explanation: &'a T,
 }
 
-fn json<T: Serialize>(kind: &'static str, explanation: &T) -> Result<String> {
+fn to_json<T: Serialize>(kind: &'static str, explanation: &T) -> Result<String> {
     let document = Document {
         version: FORMAT_VERSION,
         kind,
@@ -51,7 +47,7 @@ fn json<T: Serialize>(kind: &'static str, explanation: &T) -> Result<String> {
 }
 
 /// At most `max` names, then how many more.
-fn some_of(names: &[&str], max: usize) -> String {
+pub(super) fn some_of(names: &[&str], max: usize) -> String {
     if names.is_empty() {
         return "none".to_owned();
     }
@@ -60,86 +56,6 @@ fn some_of(names: &[&str], max: usize) -> String {
         let _ = write!(text, " and {} more", names.len() - max);
     }
     text
-}
-
-pub(crate) fn explain(args: &ExplainArgs, global: &GlobalArgs) -> Result<ExitCode> {
-    let git = GitAccess::new(&args.git)?;
-    let inputs = ControlPlaneSource::open(&args.control_plane, &git, global.quiet)?.inputs(&args.env)?;
-    let mut diagnostics = Diagnostics::new();
-    let current = match &args.against {
-        Some(against) => Some(super::plan::read_against(against, &git, global)?),
-        None => None,
-    };
-    let env = super::schedule(
-        &inputs,
-        &args.env,
-        &|| {
-            current
-                .as_ref()
-                .map(|tree| current_from_paths(tree.iter().map(|(path, _)| path.as_str())))
-                .unwrap_or_default()
-        },
-        &mut diagnostics,
-    );
-    report(&diagnostics, global);
-    let Some(target) = env.targets.get(&args.target) else {
-        let known: Vec<&str> = env.targets.keys().map(String::as_str).collect();
-        bail!(
-            "no deployment target {:?} in environment {:?} (targets: {})",
-            args.target,
-            args.env,
-            some_of(&known, 20)
-        );
-    };
-    if let Some(ct) = &args.cluster_type
-        && !env.namespace.cluster_types.contains_key(ct)
-    {
-        let known: Vec<&str> = env.namespace.cluster_types.keys().map(String::as_str).collect();
-        bail!(
-            "no cluster type {ct:?} in environment {:?} (cluster types: {})",
-            args.env,
-            some_of(&known, 20)
-        );
-    }
-    let text = if let Some(key) = &args.config {
-        let ct_name = match &args.cluster_type {
-            Some(ct) => ct.clone(),
-            None => {
-                let on: Vec<&str> = env
-                    .schedule
-                    .iter()
-                    .filter(|a| a.deployment_target == target.name)
-                    .map(|a| a.cluster_type.as_str())
-                    .collect();
-                match on.as_slice() {
-                    [one] => (*one).to_owned(),
-                    [] => bail!(
-                        "--config explains one assignment, and {} is on no cluster type: name one with --cluster-type",
-                        target.name
-                    ),
-                    several => bail!(
-                        "--config explains one assignment, and {} is on {}: choose one with --cluster-type",
-                        target.name,
-                        several.join(", ")
-                    ),
-                }
-            }
-        };
-        let ct = &env.namespace.cluster_types[&ct_name];
-        let explanation = explain_config(&env, ct, target, key, yaml);
-        match args.output {
-            OutputFormat::Json => json("config", &explanation)?,
-            _ => config_text(&explanation),
-        }
-    } else {
-        let explanation = explain_target(&env, target, args.cluster_type.as_deref());
-        match args.output {
-            OutputFormat::Json => json("target", &explanation)?,
-            _ => target_text(&explanation),
-        }
-    };
-    print!("{text}");
-    Ok(ExitCode::SUCCESS)
 }
 
 fn mark(ok: bool) -> &'static str {
@@ -160,7 +76,7 @@ fn check(c: &Check) -> String {
 }
 
 /// The scheduling explanation for people.
-pub(crate) fn target_text(e: &TargetExplanation) -> String {
+fn target_text(e: &TargetExplanation) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "Deployment target {}", e.deployment_target);
     let _ = writeln!(out, "  workload:    {}", e.workload);
@@ -359,7 +275,7 @@ fn raw_value(raw: &str, indent: &str) -> String {
 }
 
 /// The config explanation for people.
-pub(crate) fn config_text(e: &ConfigExplanation) -> String {
+fn config_text(e: &ConfigExplanation) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,

@@ -1,0 +1,1139 @@
+//! The settings a command runs with: the command line, validated once.
+//!
+//! The command line has two layers, as ripgrep's `LowArgs` and `HiArgs`: [`crate::args`] is
+//! what clap parses (text as typed, with the help and environment variables), and
+//! [`Settings::from_cli`] turns it, before anything is read or written, into typed settings:
+//! durations, limits, addresses, URLs, the output mode, what `--keep-going` or `--json`
+//! mean. A value that cannot be used is refused here with an error naming its flag, so no
+//! command starts work it cannot finish, and the commands take these settings, never clap's
+//! types. Pure: no IO, no clock; the environment variables are clap's to read, and defaults
+//! that depend on the home folder (the caches) are resolved where they are used.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap_complete::Shell;
+use kalypso_core::limits::{LimitError, Limits};
+use kalypso_core::run::Isolation;
+use kalypso_git::{AuthSettings, Author, DeliverySettings, RepoUrl, RetryPolicy};
+use kalypso_hub::DashboardMode;
+
+use crate::args::{self, Cli, ColorChoice, Command, LogFormat, OutputFormat};
+
+/// A command-line value that cannot be used.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SettingsError {
+    /// The value of a flag (or argument), and why.
+    #[error("{flag}: {message}")]
+    Flag {
+        /// The flag, as typed (`--timeout`), or the argument's name.
+        flag: &'static str,
+        /// What is wrong with its value.
+        message: String,
+    },
+    /// A `--limit` (or `KALYPSO_LIMITS`) setting; the message names the limit.
+    #[error("{0}")]
+    Limit(LimitError),
+}
+
+fn flag_error(flag: &'static str, message: impl Into<String>) -> SettingsError {
+    SettingsError::Flag {
+        flag,
+        message: message.into(),
+    }
+}
+
+/// `--flag`'s duration (`500ms`, `30s`, `1h30m`).
+fn duration(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
+    kalypso_core::duration::parse(text).map_err(|e| flag_error(flag, e))
+}
+
+/// `--flag`'s address: `HOST:PORT`, or Go's `:PORT` for every interface.
+fn address(flag: &'static str, text: &str) -> Result<SocketAddr, SettingsError> {
+    let full = if text.starts_with(':') {
+        format!("0.0.0.0{text}")
+    } else {
+        text.to_owned()
+    };
+    full.parse()
+        .map_err(|e| flag_error(flag, format!("invalid address {text:?}: {e}")))
+}
+
+/// The whole command line, validated.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// What every command takes.
+    pub(crate) global: Global,
+    /// The command and its settings.
+    pub(crate) command: CommandSettings,
+}
+
+impl Settings {
+    /// Validates `cli`: every flag value is parsed and checked here, once.
+    pub(crate) fn from_cli(cli: &Cli) -> Result<Settings, SettingsError> {
+        Ok(Settings {
+            global: Global::from_args(&cli.global)?,
+            command: CommandSettings::from_args(&cli.command)?,
+        })
+    }
+}
+
+/// What every command takes: threads, verbosity, limits, colour, log format.
+#[derive(Debug)]
+pub(crate) struct Global {
+    /// Worker threads (`None`: one per CPU).
+    pub(crate) threads: Option<usize>,
+    /// Print only errors.
+    pub(crate) quiet: bool,
+    /// The limits on templates and YAML, the defaults with `--limit` applied.
+    pub(crate) limits: Limits,
+    /// When to colour output and logs.
+    pub(crate) color: ColorChoice,
+    /// `--log-format`, when given (each command has its default).
+    log_format: Option<LogFormat>,
+}
+
+impl Global {
+    fn from_args(args: &args::GlobalArgs) -> Result<Global, SettingsError> {
+        let mut limits = Limits::default();
+        limits
+            .apply(args.limits.iter().map(String::as_str))
+            .map_err(SettingsError::Limit)?;
+        Ok(Global {
+            threads: args.threads,
+            quiet: args.quiet,
+            limits,
+            color: args.color,
+            log_format: args.log_format,
+        })
+    }
+
+    /// The log format: `--log-format`, else the command's `default`.
+    pub(crate) fn log_format(&self, default: LogFormat) -> LogFormat {
+        self.log_format.unwrap_or(default)
+    }
+}
+
+/// A control plane as named on the command line: a folder or a git repository.
+#[derive(Clone, Debug)]
+pub(crate) struct ControlPlane {
+    /// As typed (it may hold credentials: redact it before showing it).
+    pub(crate) text: String,
+    /// Where it is.
+    pub(crate) url: RepoUrl,
+}
+
+impl ControlPlane {
+    fn parse(text: &str) -> Result<ControlPlane, SettingsError> {
+        let url = RepoUrl::parse(text).map_err(|e| flag_error("control plane", e.to_string()))?;
+        Ok(ControlPlane {
+            text: text.to_owned(),
+            url,
+        })
+    }
+}
+
+/// Git access: caches, credentials, retries, the main branch.
+#[derive(Clone, Debug)]
+pub(crate) struct Git {
+    /// `--cache-dir`, when given.
+    cache_dir: Option<PathBuf>,
+    /// Where credentials come from.
+    pub(crate) auth: AuthSettings,
+    /// How network operations are retried.
+    pub(crate) retry: RetryPolicy,
+    /// The control plane's main branch.
+    pub(crate) main_branch: String,
+}
+
+impl Git {
+    fn from_args(args: &args::GitArgs) -> Result<Git, SettingsError> {
+        let backoff = duration("--backoff", &args.backoff)?;
+        Ok(Git {
+            cache_dir: args.cache_dir.clone(),
+            auth: AuthSettings {
+                token_env: Some(args.token_env.clone()),
+                token_file: args.token_file.clone(),
+                ssh_key: args.ssh_key.clone(),
+                ..AuthSettings::default()
+            },
+            retry: RetryPolicy {
+                attempts: args.retries.max(1),
+                initial_backoff: backoff,
+                max_backoff: backoff.max(Duration::from_secs(30)),
+            },
+            main_branch: args.main_branch.clone(),
+        })
+    }
+
+    /// The folder of git mirrors: `--cache-dir`, else the user's cache.
+    pub(crate) fn cache_dir(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(kalypso_git::Cache::default_dir)
+    }
+
+    /// The folder `--cache-dir` names, if given.
+    pub(crate) fn cache_dir_given(&self) -> Option<&Path> {
+        self.cache_dir.as_deref()
+    }
+}
+
+/// Each command's settings.
+#[derive(Debug)]
+pub(crate) enum CommandSettings {
+    Render(Box<Render>),
+    Validate(Box<Validate>),
+    Plan(Box<Plan>),
+    Diff(Box<Comparison>),
+    Explain(Box<Explain>),
+    Sync(Box<Sync>),
+    Serve(Serve),
+    Promote(Box<Promote>),
+    CheckPromote(Box<CheckPromote>),
+    Hub(Box<Hub>),
+    Completions(Shell),
+    Man(Man),
+    #[cfg(feature = "operator")]
+    Crds(Crds),
+    #[cfg(feature = "operator")]
+    Operator(Box<Operator>),
+}
+
+impl CommandSettings {
+    fn from_args(command: &Command) -> Result<CommandSettings, SettingsError> {
+        Ok(match command {
+            Command::Render(a) => CommandSettings::Render(Box::new(Render::from_args(a)?)),
+            Command::Validate(a) => CommandSettings::Validate(Box::new(Validate::from_args(a)?)),
+            Command::Plan(a) => CommandSettings::Plan(Box::new(Plan {
+                source: Comparison::from_args(&a.source)?,
+                output: a.output,
+            })),
+            Command::Diff(a) => CommandSettings::Diff(Box::new(Comparison::from_args(&a.source)?)),
+            Command::Explain(a) => CommandSettings::Explain(Box::new(Explain::from_args(a)?)),
+            Command::Sync(a) => CommandSettings::Sync(Box::new(Sync::from_args(a)?)),
+            Command::Serve(a) => CommandSettings::Serve(Serve {
+                config: a.config.clone(),
+                listen: a.listen,
+            }),
+            Command::Promote(a) => CommandSettings::Promote(Box::new(Promote::from_args(a)?)),
+            Command::CheckPromote(a) => CommandSettings::CheckPromote(Box::new(CheckPromote::from_args(a)?)),
+            Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
+            Command::Completions(a) => CommandSettings::Completions(a.shell),
+            Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
+            #[cfg(feature = "operator")]
+            Command::Crds(a) => CommandSettings::Crds(Crds { out: a.out.clone() }),
+            #[cfg(feature = "operator")]
+            Command::Operator(a) => CommandSettings::Operator(Box::new(Operator::from_args(a)?)),
+        })
+    }
+
+    /// Whether the command is a daemon, which logs as it is configured rather than as the
+    /// one-shot commands do.
+    pub(crate) fn is_daemon(&self) -> bool {
+        match self {
+            CommandSettings::Serve(_) | CommandSettings::Hub(_) => true,
+            #[cfg(feature = "operator")]
+            CommandSettings::Operator(_) => true,
+            _ => false,
+        }
+    }
+}
+
+/// `kalypso render`.
+#[derive(Debug)]
+pub(crate) struct Render {
+    pub(crate) control_plane: ControlPlane,
+    pub(crate) env: String,
+    /// The folder written.
+    pub(crate) out: PathBuf,
+    /// Whether the render cache is read and written (not `--no-cache`).
+    pub(crate) render_cache: bool,
+    /// `--force`: write into a folder that is not a GitOps tree.
+    pub(crate) force: bool,
+    /// What an error blocks: the environment, or with `--keep-going` its registration.
+    pub(crate) isolation: Isolation,
+    pub(crate) git: Git,
+}
+
+impl Render {
+    fn from_args(args: &args::RenderArgs) -> Result<Render, SettingsError> {
+        Ok(Render {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            env: args.env.clone(),
+            out: args.out.clone(),
+            render_cache: !args.no_cache,
+            force: args.force,
+            isolation: if args.keep_going {
+                Isolation::Registration
+            } else {
+                Isolation::Environment
+            },
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso validate`.
+#[derive(Debug)]
+pub(crate) struct Validate {
+    pub(crate) control_plane: ControlPlane,
+    /// The environments named (none: every environment found).
+    pub(crate) environments: Vec<String>,
+    /// Warnings count as errors.
+    pub(crate) strict: bool,
+    pub(crate) git: Git,
+}
+
+impl Validate {
+    fn from_args(args: &args::ValidateArgs) -> Result<Validate, SettingsError> {
+        Ok(Validate {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            environments: args.env.clone(),
+            strict: args.strict,
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// What `plan` and `diff` compare: a control plane's environment and the current GitOps tree.
+#[derive(Debug)]
+pub(crate) struct Comparison {
+    pub(crate) control_plane: ControlPlane,
+    pub(crate) env: String,
+    /// The current GitOps tree (`--against`), as typed: a folder or `<REPO>#<BRANCH>`.
+    pub(crate) against: Option<String>,
+    /// The environment whose main commit is promoted (`--promote-from`), never `env`.
+    pub(crate) promote_from: Option<String>,
+    pub(crate) git: Git,
+}
+
+impl Comparison {
+    fn from_args(args: &args::PlanSource) -> Result<Comparison, SettingsError> {
+        if args.promote_from.as_ref() == Some(&args.env) {
+            return Err(flag_error(
+                "--promote-from",
+                format!(
+                    "{} is --env too: the environment promoted from must differ",
+                    args.env
+                ),
+            ));
+        }
+        Ok(Comparison {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            env: args.env.clone(),
+            against: args.against.clone(),
+            promote_from: args.promote_from.clone(),
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso plan`.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    pub(crate) source: Comparison,
+    /// Text, Markdown or JSON.
+    pub(crate) output: OutputFormat,
+}
+
+/// `kalypso explain`.
+#[derive(Debug)]
+pub(crate) struct Explain {
+    pub(crate) control_plane: ControlPlane,
+    pub(crate) env: String,
+    /// The deployment target explained.
+    pub(crate) target: String,
+    /// Only this cluster type.
+    pub(crate) cluster_type: Option<String>,
+    /// The config key explained, instead of the placement.
+    pub(crate) config: Option<String>,
+    /// JSON instead of text (`--output markdown` prints text).
+    pub(crate) json: bool,
+    /// The current GitOps tree, as typed.
+    pub(crate) against: Option<String>,
+    pub(crate) git: Git,
+}
+
+impl Explain {
+    fn from_args(args: &args::ExplainArgs) -> Result<Explain, SettingsError> {
+        Ok(Explain {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            env: args.env.clone(),
+            target: args.target.clone(),
+            cluster_type: args.cluster_type.clone(),
+            config: args.config.clone(),
+            json: args.output == OutputFormat::Json,
+            against: args.against.clone(),
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso sync`.
+#[derive(Debug)]
+pub(crate) struct Sync {
+    pub(crate) control_plane: ControlPlane,
+    /// The environments named (none: every Environment).
+    pub(crate) environments: Vec<String>,
+    /// How and as whom to deliver.
+    pub(crate) delivery: DeliverySettings,
+    /// Deliver here instead of each GitOpsRepo's repository.
+    pub(crate) gitops_repo: Option<String>,
+    /// Print the result as JSON.
+    pub(crate) json: bool,
+    /// Also print the input commits.
+    pub(crate) verbose: bool,
+    pub(crate) git: Git,
+}
+
+impl Sync {
+    fn from_args(args: &args::SyncArgs) -> Result<Sync, SettingsError> {
+        Ok(Sync {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            environments: args.env.clone(),
+            delivery: DeliverySettings {
+                mode: args.mode,
+                author: author(&args.commit),
+                message: args.message.clone(),
+                branch_prefix: args.branch_prefix.clone(),
+                github_api_url: args.github_api_url.clone(),
+                dry_run: args.dry_run,
+            },
+            gitops_repo: args.gitops_repo.clone(),
+            json: args.json,
+            verbose: args.verbose,
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+fn author(args: &args::CommitArgs) -> Author {
+    Author {
+        name: args.author_name.clone(),
+        email: args.author_email.clone(),
+    }
+}
+
+/// `kalypso serve`.
+#[derive(Debug)]
+pub(crate) struct Serve {
+    /// The configuration file.
+    pub(crate) config: PathBuf,
+    /// The listen address, instead of the configured one.
+    pub(crate) listen: Option<SocketAddr>,
+}
+
+/// `kalypso promote`.
+#[derive(Debug)]
+pub(crate) struct Promote {
+    pub(crate) control_plane: ControlPlane,
+    /// The environment promoted to.
+    pub(crate) env: String,
+    /// Which main commit.
+    pub(crate) commit: PromotedCommit,
+    /// The commit message (`{commit}` and `{environment}` replaced).
+    pub(crate) message: String,
+    pub(crate) author: Author,
+    pub(crate) git: Git,
+}
+
+/// The main commit a promotion pins.
+#[derive(Debug)]
+pub(crate) enum PromotedCommit {
+    /// `--commit`, else (`None`) the tip of the main branch.
+    Given(Option<String>),
+    /// `--from`: what another environment runs.
+    From(PromoteFrom),
+}
+
+/// `promote --from SRC`: the control-plane commit SRC's GitOps branch was rendered from.
+#[derive(Debug)]
+pub(crate) struct PromoteFrom {
+    /// SRC.
+    pub(crate) env: String,
+    /// `--hub`: the hub whose gate must find SRC compliant.
+    pub(crate) hub: Option<HubAccess>,
+    /// `--gitops-repo`: read SRC's GitOps branch from here.
+    pub(crate) gitops_repo: Option<RepoUrl>,
+}
+
+/// A hub and the file holding its API token.
+#[derive(Clone, Debug)]
+pub(crate) struct HubAccess {
+    pub(crate) url: String,
+    pub(crate) token_file: Option<PathBuf>,
+}
+
+impl Promote {
+    fn from_args(args: &args::PromoteArgs) -> Result<Promote, SettingsError> {
+        let commit = match &args.from {
+            None => PromotedCommit::Given(args.commit.clone()),
+            Some(from) if *from == args.env => {
+                return Err(flag_error(
+                    "--from",
+                    format!("{from} is the environment being promoted to"),
+                ));
+            }
+            Some(from) => PromotedCommit::From(PromoteFrom {
+                env: from.clone(),
+                hub: args.hub.as_ref().map(|url| HubAccess {
+                    url: url.clone(),
+                    token_file: args.hub_token_file.clone(),
+                }),
+                gitops_repo: args
+                    .gitops_repo
+                    .as_deref()
+                    .map(RepoUrl::parse)
+                    .transpose()
+                    .map_err(|e| flag_error("--gitops-repo", e.to_string()))?,
+            }),
+        };
+        Ok(Promote {
+            control_plane: ControlPlane::parse(&args.control_plane)?,
+            env: args.env.clone(),
+            commit,
+            message: args.message.clone(),
+            author: author(&args.author),
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso check-promote`.
+#[derive(Debug)]
+pub(crate) struct CheckPromote {
+    pub(crate) hub: HubAccess,
+    /// The environment whose clusters must run the commit.
+    pub(crate) env: String,
+    /// The GitOps commit, or the control-plane commit it carries.
+    pub(crate) commit: String,
+    /// How long to wait.
+    pub(crate) timeout: Duration,
+    /// How often to ask the hub.
+    pub(crate) interval: Duration,
+    /// `--commit-status`: where the GitHub commit status goes.
+    pub(crate) commit_status: Option<CommitStatus>,
+    pub(crate) git: Git,
+}
+
+/// Where `check-promote --commit-status` sets its status.
+#[derive(Debug)]
+pub(crate) struct CommitStatus {
+    /// The control-plane repository's owner and name on GitHub.
+    pub(crate) owner: String,
+    pub(crate) repo: String,
+    /// The status's context, `{environment}` replaced.
+    pub(crate) context: String,
+    /// The GitHub API.
+    pub(crate) github_api_url: String,
+}
+
+impl CheckPromote {
+    fn from_args(args: &args::CheckPromoteArgs) -> Result<CheckPromote, SettingsError> {
+        let commit_status = if args.commit_status {
+            let text = args
+                .control_plane
+                .as_deref()
+                .ok_or_else(|| flag_error("--commit-status", "needs --control-plane"))?;
+            let url = RepoUrl::parse(text).map_err(|e| flag_error("--control-plane", e.to_string()))?;
+            let (owner, repo) = url.forge_repo().ok_or_else(|| {
+                flag_error(
+                    "--control-plane",
+                    format!("{}: not a GitHub repository URL", url.redacted()),
+                )
+            })?;
+            Some(CommitStatus {
+                owner,
+                repo,
+                context: args.status_context.replace("{environment}", &args.env),
+                github_api_url: args.github_api_url.clone(),
+            })
+        } else {
+            None
+        };
+        Ok(CheckPromote {
+            hub: HubAccess {
+                url: args.hub.clone(),
+                token_file: args.hub_token_file.clone(),
+            },
+            env: args.env.clone(),
+            commit: args.commit.clone(),
+            timeout: duration("--timeout", &args.timeout)?,
+            interval: duration("--interval", &args.interval)?,
+            commit_status,
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso hub`.
+#[derive(Debug)]
+pub(crate) struct Hub {
+    pub(crate) listen: SocketAddr,
+    /// The database URL.
+    pub(crate) database: String,
+    /// The control plane the hub follows, if any.
+    pub(crate) control_plane: Option<String>,
+    pub(crate) webhook_secret_file: Option<PathBuf>,
+    pub(crate) api_token_file: Option<PathBuf>,
+    pub(crate) dashboard: DashboardMode,
+    /// A cluster silent for longer is stale.
+    pub(crate) stale_after: Duration,
+    /// How often the GitOps branches are read again (at least every second).
+    pub(crate) refresh: Duration,
+    pub(crate) git: Git,
+}
+
+impl Hub {
+    fn from_args(args: &args::HubArgs) -> Result<Hub, SettingsError> {
+        Ok(Hub {
+            listen: args.listen,
+            database: args.database.clone(),
+            control_plane: args.control_plane.clone(),
+            webhook_secret_file: args.webhook_secret_file.clone(),
+            api_token_file: args.api_token_file.clone(),
+            dashboard: if args.no_dashboard {
+                DashboardMode::Off
+            } else if args.dashboard_public {
+                DashboardMode::Public
+            } else {
+                DashboardMode::Protected
+            },
+            stale_after: duration("--stale-after", &args.stale_after)?,
+            refresh: duration("--refresh", &args.refresh)?.max(Duration::from_secs(1)),
+            git: Git::from_args(&args.git)?,
+        })
+    }
+}
+
+/// `kalypso man`.
+#[derive(Debug)]
+pub(crate) struct Man {
+    /// Write every page into this folder instead of printing `kalypso.1`.
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// `kalypso crds`.
+#[cfg(feature = "operator")]
+#[derive(Debug)]
+pub(crate) struct Crds {
+    /// Write one file per CRD into this folder instead of printing them.
+    pub(crate) out: Option<PathBuf>,
+}
+
+/// `kalypso operator`.
+#[cfg(feature = "operator")]
+#[derive(Debug)]
+pub(crate) struct Operator {
+    pub(crate) source: kalypso_operator::Source,
+    pub(crate) health_addr: SocketAddr,
+    pub(crate) metrics_addr: SocketAddr,
+    /// `--leader-elect`: the Lease's name and namespace.
+    pub(crate) lease: Option<(String, String)>,
+    /// This instance's name, when given (else the host name).
+    pub(crate) pod_name: Option<String>,
+    pub(crate) flux: kalypso_operator::flux::FluxSettings,
+    /// Write Assignment and AssignmentPackage objects.
+    pub(crate) assignments: bool,
+    pub(crate) debounce: Duration,
+    pub(crate) resync: Duration,
+    pub(crate) poll: Duration,
+    /// Environments reconciled at once (at least one).
+    pub(crate) concurrency: u16,
+    pub(crate) delivery: kalypso_operator::runtime::Delivery,
+    /// The log level or filter (default `info`).
+    pub(crate) log_level: Option<String>,
+}
+
+#[cfg(feature = "operator")]
+impl Operator {
+    fn from_args(args: &args::OperatorArgs) -> Result<Operator, SettingsError> {
+        use kalypso_operator::Source;
+        Ok(Operator {
+            source: match args.source {
+                args::SourceArg::Flux => Source::Flux,
+                args::SourceArg::External => Source::External,
+                args::SourceArg::Git => Source::Git,
+            },
+            health_addr: address("--health-probe-bind-address", &args.health_probe_bind_address)?,
+            metrics_addr: address("--metrics-bind-address", &args.metrics_bind_address)?,
+            lease: args.leader_elect.then(|| {
+                (
+                    args.leader_election_id.clone(),
+                    args.leader_election_namespace.clone(),
+                )
+            }),
+            pod_name: args.pod_name.clone(),
+            flux: kalypso_operator::flux::FluxSettings {
+                namespace: args.flux_namespace.clone(),
+                secret: Some(args.flux_secret.clone()).filter(|s| !s.is_empty()),
+                interval: args.flux_interval.clone(),
+                source_api_version: args.flux_source_api_version.clone(),
+                kustomize_api_version: args.flux_kustomize_api_version.clone(),
+            },
+            assignments: args.assignments,
+            debounce: duration("--debounce", &args.debounce)?,
+            resync: duration("--resync", &args.resync)?,
+            poll: duration("--poll", &args.poll)?,
+            concurrency: args.concurrency.max(1),
+            delivery: kalypso_operator::runtime::Delivery {
+                mode: args.delivery.clone(),
+                cache_dir: args.cache_dir.clone(),
+                token_env: args.token_env.clone(),
+                token_file: args.token_file.clone(),
+                github_api_url: args.github_api_url.clone(),
+            },
+            log_level: args.log_level.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use clap::{CommandFactory, FromArgMatches};
+
+    use super::*;
+
+    /// The settings of `kalypso <argv>`, with no environment variable read (so the defaults
+    /// are the flags' own, whatever the environment of the test).
+    fn settings(argv: &[&str]) -> Result<Settings, SettingsError> {
+        fn without_env(command: clap::Command) -> clap::Command {
+            command.mut_args(|a| a.env(None)).mut_subcommands(without_env)
+        }
+        let matches = without_env(Cli::command())
+            .try_get_matches_from(std::iter::once("kalypso").chain(argv.iter().copied()))
+            .unwrap();
+        Settings::from_cli(&Cli::from_arg_matches(&matches).unwrap())
+    }
+
+    fn parse(argv: &[&str]) -> CommandSettings {
+        settings(argv).unwrap().command
+    }
+
+    fn error(argv: &[&str]) -> String {
+        settings(argv).unwrap_err().to_string()
+    }
+
+    const CHECK: [&str; 7] = [
+        "check-promote",
+        "--hub",
+        "http://hub",
+        "--env",
+        "dev",
+        "--commit",
+        "abc",
+    ];
+
+    fn check_promote(more: &[&str]) -> Vec<&'static str> {
+        let mut argv = CHECK.to_vec();
+        argv.extend(
+            more.iter()
+                .map(|s| -> &'static str { Box::leak(s.to_string().into_boxed_str()) }),
+        );
+        argv
+    }
+
+    #[test]
+    fn a_bad_value_is_refused_naming_its_flag() {
+        let cases: Vec<(Vec<&str>, &str)> = vec![
+            (
+                check_promote(&["--timeout", "5x"]),
+                r#"--timeout: invalid duration "5x": unknown unit "x" (use ms, s, m or h)"#,
+            ),
+            (check_promote(&["--interval", ""]), "--interval: empty duration"),
+            (
+                vec!["hub", "--stale-after", "soon"],
+                r#"--stale-after: invalid duration "soon": expected a number at "soon""#,
+            ),
+            (
+                vec!["hub", "--refresh", "1d"],
+                r#"--refresh: invalid duration "1d": unknown unit "d" (use ms, s, m or h)"#,
+            ),
+            (
+                vec!["render", "cp", "--env", "dev", "--out", "o", "--backoff", "2x"],
+                r#"--backoff: invalid duration "2x": unknown unit "x" (use ms, s, m or h)"#,
+            ),
+            (
+                vec!["sync", "cp", "--backoff=-1s"],
+                r#"--backoff: invalid duration "-1s": expected a number at "-1s""#,
+            ),
+            (
+                vec!["plan", "cp", "--env", "dev", "--promote-from", "dev"],
+                "--promote-from: dev is --env too: the environment promoted from must differ",
+            ),
+            (
+                vec!["promote", "--env", "dev", "--from", "dev"],
+                "--from: dev is the environment being promoted to",
+            ),
+            (
+                vec![
+                    "promote",
+                    "--env",
+                    "dev",
+                    "--from",
+                    "stage",
+                    "--gitops-repo",
+                    "ftp://host/x",
+                ],
+                r#"--gitops-repo: invalid repository URL ftp://host/x: unsupported scheme "ftp""#,
+            ),
+            (
+                check_promote(&["--commit-status", "--control-plane", "/srv/control-plane"]),
+                "--control-plane: /srv/control-plane: not a GitHub repository URL",
+            ),
+            (vec!["validate", " "], "control plane: empty repository location"),
+            (
+                vec!["--limit", "nope=1", "validate", "cp"],
+                "unknown limit \"nope\"; the limits are template-output, template-alloc, template-steps, \
+                 template-depth, data-depth, render-output, yaml-depth, yaml-document-size, yaml-alias-nodes",
+            ),
+            (
+                vec!["--limit", "yaml-depth", "validate", "cp"],
+                r#"limit "yaml-depth" is not NAME=VALUE (e.g. template-output=128M)"#,
+            ),
+        ];
+        #[cfg(feature = "operator")]
+        let cases = {
+            let mut cases = cases;
+            cases.push((
+                vec!["operator", "--health-probe-bind-address", "nope"],
+                r#"--health-probe-bind-address: invalid address "nope": invalid socket address syntax"#,
+            ));
+            cases.push((
+                vec!["operator", "--metrics-bind-address", ":http"],
+                r#"--metrics-bind-address: invalid address ":http": invalid socket address syntax"#,
+            ));
+            cases.push((
+                vec!["operator", "--poll", "often"],
+                r#"--poll: invalid duration "often": expected a number at "often""#,
+            ));
+            cases
+        };
+        for (argv, expected) in cases {
+            assert_eq!(error(&argv), expected, "kalypso {}", argv.join(" "));
+        }
+    }
+
+    #[test]
+    fn defaults() {
+        let Settings { global, command } = settings(&["render", "cp", "--env", "dev", "--out", "o"]).unwrap();
+        assert_eq!(global.threads, None);
+        assert!(!global.quiet);
+        assert_eq!(global.limits, Limits::default());
+        assert_eq!(global.color, ColorChoice::Auto);
+        assert_eq!(global.log_format(LogFormat::Json), LogFormat::Json);
+        let CommandSettings::Render(render) = command else {
+            panic!("not render: {command:?}");
+        };
+        assert_eq!(render.control_plane.text, "cp");
+        assert_eq!(render.control_plane.url.plain_path(), Some(Path::new("cp")));
+        assert_eq!(render.out, PathBuf::from("o"));
+        assert!(render.render_cache);
+        assert!(!render.force);
+        assert_eq!(render.isolation, Isolation::Environment);
+        let git = &render.git;
+        assert_eq!(git.cache_dir_given(), None);
+        assert_eq!(git.main_branch, "main");
+        assert_eq!(git.auth.token_env.as_deref(), Some("GITHUB_AUTH_TOKEN"));
+        assert_eq!(
+            git.retry,
+            RetryPolicy {
+                attempts: 5,
+                initial_backoff: Duration::from_secs(1),
+                max_backoff: Duration::from_secs(30),
+            }
+        );
+
+        let CommandSettings::CheckPromote(check) = parse(&CHECK) else {
+            panic!("not check-promote");
+        };
+        assert_eq!(check.timeout, Duration::from_secs(30 * 60));
+        assert_eq!(check.interval, Duration::from_secs(10));
+        assert!(check.commit_status.is_none());
+
+        let CommandSettings::Hub(hub) = parse(&["hub"]) else {
+            panic!("not hub");
+        };
+        assert_eq!(hub.stale_after, Duration::from_secs(30 * 60));
+        assert_eq!(hub.refresh, Duration::from_secs(30));
+        assert_eq!(hub.dashboard, DashboardMode::Protected);
+        assert_eq!(hub.listen.to_string(), kalypso_hub::DEFAULT_LISTEN);
+
+        let CommandSettings::Plan(plan) = parse(&["plan", "cp", "--env", "dev"]) else {
+            panic!("not plan");
+        };
+        assert_eq!(plan.output, OutputFormat::Text);
+        assert_eq!(plan.source.against, None);
+        assert_eq!(plan.source.promote_from, None);
+    }
+
+    #[cfg(feature = "operator")]
+    #[test]
+    fn operator_defaults_are_the_original_deployment_s() {
+        let CommandSettings::Operator(operator) = parse(&["operator"]) else {
+            panic!("not operator");
+        };
+        assert_eq!(operator.health_addr, SocketAddr::from(([0, 0, 0, 0], 8081)));
+        assert_eq!(operator.metrics_addr, SocketAddr::from(([0, 0, 0, 0], 8080)));
+        assert_eq!(operator.source, kalypso_operator::Source::Flux);
+        assert_eq!(operator.lease, None);
+        assert_eq!(operator.debounce, Duration::from_secs(3));
+        assert_eq!(operator.resync, Duration::from_secs(300));
+        assert_eq!(operator.poll, Duration::from_secs(60));
+        assert_eq!(operator.concurrency, 4);
+        assert_eq!(operator.flux.secret.as_deref(), Some("gh-repo-secret"));
+        assert!(operator.assignments);
+
+        let CommandSettings::Operator(operator) = parse(&[
+            "operator",
+            "--health-probe-bind-address",
+            "127.0.0.1:9",
+            "--leader-elect",
+            "--concurrency",
+            "0",
+            "--flux-secret",
+            "",
+            "--assignments",
+            "false",
+        ]) else {
+            panic!("not operator");
+        };
+        assert_eq!(operator.health_addr, SocketAddr::from(([127, 0, 0, 1], 9)));
+        assert_eq!(
+            operator.lease,
+            Some(("kalypso-scheduler".to_owned(), "default".to_owned()))
+        );
+        assert_eq!(operator.concurrency, 1);
+        assert_eq!(operator.flux.secret, None);
+        assert!(!operator.assignments);
+    }
+
+    #[test]
+    fn flags_become_settings() {
+        let Settings { global, command } = settings(&[
+            "--quiet",
+            "--threads",
+            "3",
+            "--color",
+            "never",
+            "--log-format",
+            "json",
+            "--limit",
+            "template-output=1K, yaml-depth=5",
+            "--limit",
+            "data-depth=7",
+            "render",
+            "cp",
+            "--env",
+            "dev",
+            "--out",
+            "o",
+            "--no-cache",
+            "--force",
+            "--keep-going",
+            "--retries",
+            "0",
+            "--backoff",
+            "500ms",
+            "--cache-dir",
+            "/c",
+            "--main-branch",
+            "trunk",
+        ])
+        .unwrap();
+        assert!(global.quiet);
+        assert_eq!(global.threads, Some(3));
+        assert_eq!(global.color, ColorChoice::Never);
+        assert_eq!(global.log_format(LogFormat::Text), LogFormat::Json);
+        assert_eq!(global.limits.template_output, 1024);
+        assert_eq!(global.limits.yaml_depth, 5);
+        assert_eq!(global.limits.data_depth, 7);
+        let CommandSettings::Render(render) = command else {
+            panic!("not render");
+        };
+        assert!(!render.render_cache);
+        assert!(render.force);
+        assert_eq!(render.isolation, Isolation::Registration);
+        assert_eq!(render.git.retry.attempts, 1, "at least one attempt");
+        assert_eq!(render.git.retry.initial_backoff, Duration::from_millis(500));
+        assert_eq!(render.git.retry.max_backoff, Duration::from_secs(30));
+        assert_eq!(render.git.cache_dir_given(), Some(Path::new("/c")));
+        assert_eq!(render.git.cache_dir(), PathBuf::from("/c"));
+        assert_eq!(render.git.main_branch, "trunk");
+
+        let CommandSettings::Validate(validate) = parse(&[
+            "validate",
+            "cp",
+            "--env",
+            "a",
+            "--env",
+            "b",
+            "--strict",
+            "--backoff",
+            "1m",
+        ]) else {
+            panic!("not validate");
+        };
+        assert_eq!(validate.environments, ["a", "b"]);
+        assert!(validate.strict);
+        assert_eq!(
+            validate.git.retry.max_backoff,
+            Duration::from_secs(60),
+            "a long backoff is its own cap"
+        );
+
+        for (output, json) in [("text", false), ("markdown", false), ("json", true)] {
+            let CommandSettings::Explain(explain) = parse(&[
+                "explain", "cp", "--env", "dev", "--target", "t", "--output", output,
+            ]) else {
+                panic!("not explain");
+            };
+            assert_eq!(explain.json, json, "--output {output}");
+        }
+
+        let CommandSettings::Sync(sync) = parse(&[
+            "sync",
+            "https://github.com/org/cp",
+            "--env",
+            "dev",
+            "--mode",
+            "push",
+            "--dry-run",
+            "--json",
+            "--author-name",
+            "bot",
+        ]) else {
+            panic!("not sync");
+        };
+        assert_eq!(sync.environments, ["dev"]);
+        assert_eq!(sync.delivery.mode, kalypso_git::Mode::Push);
+        assert!(sync.delivery.dry_run);
+        assert_eq!(sync.delivery.author.name, "bot");
+        assert!(sync.json);
+        assert!(!sync.verbose);
+
+        let CommandSettings::CheckPromote(check) = parse(&check_promote(&[
+            "--timeout",
+            "1h30m",
+            "--commit-status",
+            "--control-plane",
+            "https://github.com/org/cp",
+            "--status-context",
+            "deployed/{environment}",
+        ])) else {
+            panic!("not check-promote");
+        };
+        assert_eq!(check.timeout, Duration::from_secs(5400));
+        let status = check.commit_status.as_ref().unwrap();
+        assert_eq!((status.owner.as_str(), status.repo.as_str()), ("org", "cp"));
+        assert_eq!(status.context, "deployed/dev");
+
+        let CommandSettings::Hub(hub) = parse(&["hub", "--refresh", "100ms", "--no-dashboard"]) else {
+            panic!("not hub");
+        };
+        assert_eq!(hub.refresh, Duration::from_secs(1), "at least a second");
+        assert_eq!(hub.dashboard, DashboardMode::Off);
+        let CommandSettings::Hub(hub) = parse(&["hub", "--dashboard-public"]) else {
+            panic!("not hub");
+        };
+        assert_eq!(hub.dashboard, DashboardMode::Public);
+
+        let CommandSettings::Promote(promote) = parse(&[
+            "promote",
+            "--env",
+            "prod",
+            "--from",
+            "stage",
+            "--hub",
+            "http://hub",
+            "--gitops-repo",
+            "/srv/gitops",
+        ]) else {
+            panic!("not promote");
+        };
+        let PromotedCommit::From(from) = &promote.commit else {
+            panic!("not --from");
+        };
+        assert_eq!(from.env, "stage");
+        assert_eq!(from.hub.as_ref().map(|h| h.url.as_str()), Some("http://hub"));
+        assert!(from.gitops_repo.as_ref().is_some_and(RepoUrl::is_local));
+        assert_eq!(promote.control_plane.text, ".");
+        let CommandSettings::Promote(promote) = parse(&["promote", "--env", "prod", "--commit", "abc"])
+        else {
+            panic!("not promote");
+        };
+        assert!(matches!(&promote.commit, PromotedCommit::Given(Some(c)) if c == "abc"));
+
+        assert!(parse(&["serve"]).is_daemon());
+        assert!(parse(&["hub"]).is_daemon());
+        assert!(!parse(&["validate", "cp"]).is_daemon());
+    }
+
+    /// Every environment variable the command line reads, by command and flag: the settings
+    /// take whatever clap read from them, so this list is the whole of it.
+    #[test]
+    fn environment_variables_are_the_documented_ones() {
+        fn collect(command: &clap::Command, path: &str, out: &mut Vec<String>) {
+            for arg in command.get_arguments() {
+                // Global flags are listed once, at the top.
+                if let Some(env) = arg.get_env()
+                    && (path.is_empty() || !arg.is_global_set())
+                {
+                    out.push(format!("{path} --{} {}", arg.get_id(), env.to_string_lossy()));
+                }
+            }
+            for sub in command.get_subcommands() {
+                collect(sub, sub.get_name(), out);
+            }
+        }
+        let mut found = Vec::new();
+        collect(&Cli::command(), "", &mut found);
+        let git = ["cache_dir KALYPSO_CACHE_DIR"];
+        let mut expected: Vec<String> = [
+            " --threads KALYPSO_THREADS",
+            " --limits KALYPSO_LIMITS",
+            " --log_format KALYPSO_LOG_FORMAT",
+            "serve --config KALYPSO_CONFIG",
+            "sync --github_api_url KALYPSO_GITHUB_API_URL",
+            "check-promote --hub KALYPSO_HUB_URL",
+            "check-promote --github_api_url KALYPSO_GITHUB_API_URL",
+            "hub --database KALYPSO_HUB_DATABASE",
+        ]
+        .iter()
+        .map(|s| (*s).to_owned())
+        .collect();
+        for command in [
+            "render",
+            "validate",
+            "plan",
+            "diff",
+            "explain",
+            "sync",
+            "promote",
+            "check-promote",
+            "hub",
+        ] {
+            expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+        }
+        if cfg!(feature = "operator") {
+            expected.extend(
+                [
+                    "operator --source KALYPSO_SOURCE",
+                    "operator --leader_election_namespace POD_NAMESPACE",
+                    "operator --pod_name POD_NAME",
+                    "operator --cache_dir KALYPSO_CACHE_DIR",
+                    "operator --log_level KALYPSO_LOG_LEVEL",
+                ]
+                .iter()
+                .map(|s| (*s).to_owned()),
+            );
+        }
+        found.sort();
+        expected.sort();
+        assert_eq!(found, expected);
+    }
+}
