@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
 use kalypso_git::promote;
@@ -550,7 +550,7 @@ pub(crate) struct CrdsArgs {
 }
 
 #[cfg(feature = "operator")]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum SourceArg {
     /// Flux brings the control plane into environment namespaces; the operator keeps the
     /// Flux objects of Environments, BaseRepos and WorkloadRegistrations (the original's way).

@@ -712,7 +712,11 @@ mod tests {
         fs::create_dir(&out).unwrap();
         let outside = root.path().join("precious");
         fs::write(&outside, "keep").unwrap();
-        let staging = staging_path(&out).file_name().unwrap().to_string_lossy().into_owned();
+        let staging = staging_path(&out)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
         let journals = [
             (staging.clone(), "../precious"),
             (staging.clone(), "/etc/passwd"),
@@ -728,7 +732,10 @@ mod tests {
             };
             journal.commit(&out).unwrap();
             let err = recover(&out).unwrap_err().to_string();
-            assert!(err.contains("cannot use the journal of an interrupted render"), "{err}");
+            assert!(
+                err.contains("cannot use the journal of an interrupted render"),
+                "{err}"
+            );
             assert!(outside.exists());
         }
     }

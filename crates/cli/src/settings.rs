@@ -50,6 +50,7 @@ fn duration(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
 }
 
 /// `--flag`'s address: `HOST:PORT`, or Go's `:PORT` for every interface.
+#[cfg(feature = "operator")]
 fn address(flag: &'static str, text: &str) -> Result<SocketAddr, SettingsError> {
     let full = if text.starts_with(':') {
         format!("0.0.0.0{text}")
