@@ -297,16 +297,7 @@ impl Cache {
         for entry in std::fs::read_dir(&self.dir).map_err(io)?.flatten() {
             let mirror = entry.path();
             if mirror.join("HEAD").is_file() {
-                let mut stale = Vec::new();
-                find_locks(&mirror, &mut stale);
-                for lock in stale {
-                    match std::fs::remove_file(&lock) {
-                        Ok(()) => {
-                            tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted run")
-                        }
-                        Err(e) => return Err(io(e)),
-                    }
-                }
+                remove_stale_locks(&mirror).map_err(|(_, e)| io(e))?;
             }
         }
         Ok(CacheHold { _file: file })
@@ -317,6 +308,21 @@ impl Cache {
 #[derive(Debug)]
 pub struct CacheHold {
     _file: std::fs::File,
+}
+
+/// Removes every `*.lock` file under `dir`, which git leaves when a write is interrupted,
+/// with a warning for each. Call it holding what keeps other writers of `dir` out. A lock
+/// that cannot be removed is returned with the error.
+pub fn remove_stale_locks(dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
+    let mut stale = Vec::new();
+    find_locks(dir, &mut stale);
+    for lock in stale {
+        match std::fs::remove_file(&lock) {
+            Ok(()) => tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted write"),
+            Err(e) => return Err((lock, e)),
+        }
+    }
+    Ok(())
 }
 
 /// Every `*.lock` file under `dir`.
@@ -1172,18 +1178,7 @@ impl<W: std::io::Write> HashingWriter<W> {
 
 /// zlib's Adler-32 checksum.
 fn adler32(data: &[u8]) -> u32 {
-    const MOD: u32 = 65_521;
-    let (mut a, mut b) = (1u32, 0u32);
-    // 5,552 bytes is the most that can be summed before `b` could overflow.
-    for chunk in data.chunks(5_552) {
-        for &byte in chunk {
-            a += u32::from(byte);
-            b += a;
-        }
-        a %= MOD;
-        b %= MOD;
-    }
-    (b << 16) | a
+    adler2::adler32_slice(data)
 }
 
 /// Branch names (without `refs/heads/`) and their heads.

@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -502,30 +502,9 @@ fn lock_mirrors(dir: &Path) -> Result<File, String> {
             return Err(format!("cannot lock {}: {e}", path.display()));
         }
     }
-    let mut stale = Vec::new();
-    find_locks(dir, &mut stale);
-    for lock in stale {
-        match std::fs::remove_file(&lock) {
-            Ok(()) => tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted write"),
-            Err(e) => return Err(format!("cannot remove the stale lock {}: {e}", lock.display())),
-        }
-    }
+    kalypso_git::repo::remove_stale_locks(dir)
+        .map_err(|(lock, e)| format!("cannot remove the stale lock {}: {e}", lock.display()))?;
     Ok(file)
-}
-
-/// Every `*.lock` file under `dir`.
-fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let path = entry.path();
-        match entry.file_type() {
-            Ok(t) if t.is_dir() => find_locks(&path, out),
-            Ok(t) if t.is_file() && path.extension().is_some_and(|e| e == "lock") => out.push(path),
-            _ => {}
-        }
-    }
 }
 
 impl WorkerState {

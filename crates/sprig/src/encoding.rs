@@ -101,19 +101,9 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// `hash/adler32.Checksum`.
+/// `hash/adler32.Checksum` (zlib's Adler-32).
 fn adler32(data: &[u8]) -> u32 {
-    const MOD: u32 = 65521;
-    let (mut a, mut b) = (1u32, 0u32);
-    for chunk in data.chunks(5552) {
-        for &byte in chunk {
-            a += u32::from(byte);
-            b += a;
-        }
-        a %= MOD;
-        b %= MOD;
-    }
-    (b << 16) | a
+    adler2::adler32_slice(data)
 }
 
 /// `base64.StdEncoding.EncodeToString`.
