@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use common::{Fixture, file_url, sync};
 use kalypso_git::{RepoUrl, Syncer};
-use kalypso_testkit::{runtime, write_files};
+use kalypso_testkit::runtime;
 
 fn mirror(fx: &Fixture, repo: &Path) -> PathBuf {
     fx.cache
@@ -40,15 +40,7 @@ fn damaged_then_repaired(damage: impl FnOnce(&Fixture)) {
             .is_success()
     );
     damage(&fx);
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&common::cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::add_a_cluster_type(&fx);
     let url = RepoUrl::parse(&file_url(&fx.control_plane)).unwrap();
     let failed = syncer
         .pass(&url)
@@ -123,15 +115,7 @@ fn garbage_packs_in_the_gitops_mirror_do_not_stop_delivery() {
         garbled += 1;
     }
     assert!(garbled > 0);
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&common::cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::add_a_cluster_type(&fx);
     let report = sync(&syncer, &file_url(&fx.control_plane), &["dev"])
         .remove(0)
         .unwrap();

@@ -29,6 +29,20 @@ fn delivered(fx: &Fixture, settings: Settings) -> Syncer {
     syncer
 }
 
+/// Syncs dev and checks that it was rendered and committed (the fast path did not answer).
+fn dev_is_committed(syncer: &Syncer, fx: &Fixture) {
+    let report = sync(syncer, &file_url(&fx.control_plane), &["dev"])
+        .remove(0)
+        .unwrap();
+    let Outcome::Delivered(targets) = &report.outcome else {
+        panic!("{report:?}");
+    };
+    assert!(
+        matches!(targets[0].delivery, Delivery::Committed { .. }),
+        "{targets:?}"
+    );
+}
+
 fn unchanged(syncer: &Syncer, fx: &Fixture, envs: &[&str]) -> Vec<String> {
     let check = syncer.check(
         &RepoUrl::parse(&file_url(&fx.control_plane)).unwrap(),
@@ -117,26 +131,9 @@ fn a_moved_environment_branch_renders_that_environment_only() {
     let fx = Fixture::new();
     let syncer = delivered(&fx, fx.settings());
     let before = head(&fx, "dev");
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&common::cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::add_a_cluster_type(&fx);
     assert_eq!(unchanged(&syncer, &fx, &[]), ["stage"]);
-    let report = sync(&syncer, &file_url(&fx.control_plane), &["dev"])
-        .remove(0)
-        .unwrap();
-    let Outcome::Delivered(targets) = &report.outcome else {
-        panic!("{report:?}");
-    };
-    assert!(
-        matches!(targets[0].delivery, Delivery::Committed { .. }),
-        "{targets:?}"
-    );
+    dev_is_committed(&syncer, &fx);
     assert_ne!(head(&fx, "dev"), before);
     assert_eq!(unchanged(&syncer, &fx, &["dev", "stage"]), ["dev", "stage"]);
 }
@@ -203,16 +200,7 @@ fn a_moved_gitops_branch_is_rendered_again() {
         "hand edit",
     );
     assert_eq!(unchanged(&syncer, &fx, &[]), ["stage"]);
-    let report = sync(&syncer, &file_url(&fx.control_plane), &["dev"])
-        .remove(0)
-        .unwrap();
-    let Outcome::Delivered(targets) = &report.outcome else {
-        panic!("{report:?}");
-    };
-    assert!(
-        matches!(targets[0].delivery, Delivery::Committed { .. }),
-        "the edit is reverted: {targets:?}"
-    );
+    dev_is_committed(&syncer, &fx);
     assert_eq!(
         kalypso_testkit::branch_files(&fx.gitops, "dev")["large/app-dev-target/reconciler.yaml"],
         b"kind: Reconciler\nversion: v1\n"
@@ -269,15 +257,7 @@ fn an_environment_without_a_state_or_with_a_broken_one_takes_the_full_path() {
 fn a_locked_local_gitops_branch_is_reported_with_the_file_to_remove() {
     let fx = Fixture::new();
     let syncer = delivered(&fx, fx.settings());
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&common::cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    common::add_a_cluster_type(&fx);
     // What a process killed while updating the branch of a repository on this machine leaves.
     let lock = fx.gitops.join("refs/heads/dev.lock");
     std::fs::write(&lock, "").unwrap();

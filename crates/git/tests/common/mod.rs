@@ -269,6 +269,20 @@ pub fn sync(
     environments.iter().map(|e| pass.sync(e)).collect()
 }
 
+/// Commits a new cluster type `small` to the control plane's `dev` branch: a change that
+/// gives dev a new folder.
+pub fn add_a_cluster_type(fx: &Fixture) {
+    write_files(
+        &fx.control_plane,
+        "dev",
+        &[(
+            "cluster-types/small.yaml",
+            Some(&cluster_type("small", "reconciler")),
+        )],
+        "a new cluster type",
+    );
+}
+
 /// A workload repository whose only file no longer parses, and a new cluster type `small` in
 /// `dev`: what failure isolation is tested with.
 pub fn break_the_workload_and_add_a_cluster_type(fx: &Fixture) {
@@ -281,15 +295,7 @@ pub fn break_the_workload_and_add_a_cluster_type(fx: &Fixture) {
         )],
         "break the workload",
     );
-    write_files(
-        &fx.control_plane,
-        "dev",
-        &[(
-            "cluster-types/small.yaml",
-            Some(&cluster_type("small", "reconciler")),
-        )],
-        "a new cluster type",
-    );
+    add_a_cluster_type(fx);
 }
 
 /// The workload file as [`Fixture::new`] commits it.
