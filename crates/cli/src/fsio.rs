@@ -818,10 +818,7 @@ mod tests {
     use super::*;
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        files
-            .iter()
-            .map(|(p, c)| ((*p).to_owned(), Blob::from(c.as_bytes())))
-            .collect()
+        Tree::of_texts(files)
     }
 
     #[test]

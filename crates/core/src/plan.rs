@@ -537,13 +537,9 @@ fn config_key_changes(file: &str, old: Option<&[u8]>, new: Option<&[u8]>) -> Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tree::Blob;
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        files
-            .iter()
-            .map(|(p, c)| ((*p).to_owned(), Blob::from(c.as_bytes())))
-            .collect()
+        Tree::of_texts(files)
     }
 
     fn a(ct: &str, dt: &str) -> AssignmentRef {

@@ -36,6 +36,14 @@ impl Tree {
         Tree::default()
     }
 
+    /// A tree of text files, `(path, text)` (for examples and tests).
+    pub fn of_texts(files: &[(&str, &str)]) -> Tree {
+        files
+            .iter()
+            .map(|(path, text)| ((*path).to_owned(), Blob::from(text.as_bytes())))
+            .collect()
+    }
+
     /// Adds or replaces a file.
     pub fn insert(&mut self, path: impl Into<String>, content: impl Into<Blob>) {
         self.files.insert(path.into(), content.into());
@@ -314,10 +322,7 @@ mod tests {
     use super::*;
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        files
-            .iter()
-            .map(|(p, c)| ((*p).to_owned(), Blob::from(c.as_bytes())))
-            .collect()
+        Tree::of_texts(files)
     }
 
     fn paths(t: &Tree) -> Vec<&str> {

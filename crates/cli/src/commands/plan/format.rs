@@ -456,13 +456,10 @@ pub(super) fn unified_diff(old: &Tree, new: &Tree, changes: &[(String, Change)],
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kalypso_core::tree::{Blob, diff};
+    use kalypso_core::tree::diff;
 
     fn tree(files: &[(&str, &str)]) -> Tree {
-        files
-            .iter()
-            .map(|(p, c)| ((*p).to_owned(), Blob::from(c.as_bytes())))
-            .collect()
+        Tree::of_texts(files)
     }
 
     #[test]
