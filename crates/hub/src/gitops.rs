@@ -577,6 +577,7 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     .execute(&mut *tx)
     .await?;
     let Some(history) = &env.history else {
+        apply_pending_reports(&mut tx, &env.name, None).await?;
         tx.commit().await?;
         return Ok(0);
     };
@@ -651,37 +652,52 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     }
     // Reports that named these commits before the hub knew them now decide their clusters'
     // platform state.
-    if !new_shas.is_empty() {
-        let rows = sqlx::query(
-            "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
-             FROM latest l JOIN clusters c ON c.id = l.cluster_id \
-             JOIN gitops_commits g ON g.environment = c.environment AND g.sha = l.commit_sha \
-             WHERE c.environment = $1 AND g.position >= $2 AND l.drives = 1 ORDER BY l.event_time",
-        )
-        .bind(&env.name)
-        .bind(first)
-        .fetch_all(&mut *tx)
-        .await?;
-        for row in rows {
-            let state: String = row.try_get(1)?;
-            let report = Report {
-                environment: env.name.clone(),
-                cluster: String::new(),
-                cluster_type: String::new(),
-                object: String::new(),
-                drives: true,
-                state: State::parse(&state).unwrap_or(State::Reconciling),
-                revision: row.try_get(2)?,
-                commit: row.try_get(3)?,
-                message: row.try_get(4)?,
-                reason: String::new(),
-                event_time: row.try_get(5)?,
-            };
-            set_platform_state(&mut tx, row.try_get(0)?, &report, row.try_get(6)?).await?;
-        }
-    }
+    let from = (!new_shas.is_empty()).then_some(first);
+    apply_pending_reports(&mut tx, &env.name, from).await?;
     tx.commit().await?;
     Ok(history.commits.len())
+}
+
+/// Makes reports their clusters' platform state where they are not yet: those whose commit
+/// is at position `from` or later of `environment`'s branch (just read), and any driving
+/// report newer than its cluster's state whose commit is known. The second kind is a report
+/// that arrived while a pass was storing its commit: its commit was not known yet when it
+/// was stored, and the pass's own look for such reports ran before it was.
+async fn apply_pending_reports(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+    from: Option<i64>,
+) -> Result<(), DbError> {
+    let rows = sqlx::query(
+        "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
+         FROM latest l JOIN clusters c ON c.id = l.cluster_id \
+         JOIN gitops_commits g ON g.environment = c.environment AND g.sha = l.commit_sha \
+         WHERE c.environment = $1 AND l.drives = 1 \
+         AND (g.position >= $2 OR c.reported_at IS NULL OR c.reported_at < l.event_time) \
+         ORDER BY l.event_time",
+    )
+    .bind(environment)
+    .bind(from.unwrap_or(i64::MAX))
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let state: String = row.try_get(1)?;
+        let report = Report {
+            environment: environment.to_owned(),
+            cluster: String::new(),
+            cluster_type: String::new(),
+            object: String::new(),
+            drives: true,
+            state: State::parse(&state).unwrap_or(State::Reconciling),
+            revision: row.try_get(2)?,
+            commit: row.try_get(3)?,
+            message: row.try_get(4)?,
+            reason: String::new(),
+            event_time: row.try_get(5)?,
+        };
+        set_platform_state(tx, row.try_get(0)?, &report, row.try_get(6)?).await?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -705,6 +705,21 @@ async fn history_scenario(url: &str, dir: &Path) {
     assert_eq!(list["clusters"][0]["state"], "compliant");
     assert_eq!(list["clusters"][0]["commit"], c1.as_str());
 
+    // A report that arrived while a pass stored its commit (so that neither applied it) is
+    // applied by the next pass, though that pass reads no new commit.
+    sqlx::query("UPDATE clusters SET state = NULL, commit_sha = NULL, position = NULL, reported_at = NULL")
+        .execute(hub.state.db().pool())
+        .await
+        .unwrap();
+    assert_eq!(
+        get(&mut c, "/api/v1/clusters").await["clusters"][0]["state"],
+        "unknown"
+    );
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let list = get(&mut c, "/api/v1/clusters").await;
+    assert_eq!(list["clusters"][0]["state"], "compliant");
+    assert_eq!(list["clusters"][0]["commit"], c1.as_str());
+
     // Workloads: where and since when.
     let hello = get(&mut c, "/api/v1/workloads/hello").await;
     assert_eq!(hello["placements"].as_array().unwrap().len(), 1);
