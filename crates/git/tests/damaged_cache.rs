@@ -26,10 +26,8 @@ fn files_under(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Delivers dev, damages the cache with `damage`, moves dev's branch (so that the fast path
-/// does not answer), and checks that the next pass fails as damage and the one after a
-/// repair delivers.
-fn damaged_then_repaired(damage: impl FnOnce(&Fixture)) {
+/// A fixture whose dev environment was delivered once, its syncer and the runtime it uses.
+fn dev_delivered() -> (tokio::runtime::Runtime, Fixture, Syncer) {
     let rt = runtime();
     let fx = Fixture::new();
     let syncer = Syncer::new(fx.settings(), rt.handle().clone()).unwrap();
@@ -39,6 +37,14 @@ fn damaged_then_repaired(damage: impl FnOnce(&Fixture)) {
             .unwrap()
             .is_success()
     );
+    (rt, fx, syncer)
+}
+
+/// Delivers dev, damages the cache with `damage`, moves dev's branch (so that the fast path
+/// does not answer), and checks that the next pass fails as damage and the one after a
+/// repair delivers.
+fn damaged_then_repaired(damage: impl FnOnce(&Fixture)) {
+    let (_rt, fx, syncer) = dev_delivered();
     damage(&fx);
     common::add_a_cluster_type(&fx);
     let url = RepoUrl::parse(&file_url(&fx.control_plane)).unwrap();
@@ -92,15 +98,7 @@ fn truncated_packs_in_a_mirror_are_damage_and_repaired() {
 fn garbage_packs_in_the_gitops_mirror_do_not_stop_delivery() {
     // libgit2 refuses the garbled packs and the fetch brings the objects again: the pass
     // delivers without needing a repair.
-    let rt = runtime();
-    let fx = Fixture::new();
-    let syncer = Syncer::new(fx.settings(), rt.handle().clone()).unwrap();
-    assert!(
-        sync(&syncer, &file_url(&fx.control_plane), &["dev"])
-            .remove(0)
-            .unwrap()
-            .is_success()
-    );
+    let (_rt, fx, syncer) = dev_delivered();
     let mut files = Vec::new();
     files_under(&mirror(&fx, &fx.gitops).join("objects"), &mut files);
     let mut garbled = 0;

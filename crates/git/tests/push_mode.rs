@@ -95,19 +95,7 @@ fn keeps_foreign_files_by_the_original_rules_and_updates_changed_inputs() {
     assert!(!files.contains_key("retired/README.md"));
 
     // A new template version on main changes exactly one file.
-    write_files(
-        &fx.control_plane,
-        "main",
-        &[(
-            "templates/reconciler.yaml",
-            Some(&template(
-                "reconciler",
-                "reconciler",
-                "kind: Reconciler\nversion: v2",
-            )),
-        )],
-        "v2",
-    );
+    common::release_reconciler_v2(&fx);
     let report = sync(&syncer, &fx.control_plane.display().to_string(), &["dev"]);
     let Delivery::Committed { changes, .. } = delivered(report[0].as_ref().unwrap()) else {
         panic!("expected a commit");

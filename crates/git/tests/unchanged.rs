@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{Fixture, file_url, sync, template};
+use common::{Fixture, file_url, sync};
 use kalypso_git::sync::Settings;
 use kalypso_git::{Delivery, Outcome, RepoUrl, Syncer};
 use kalypso_testkit::{rev_parse, runtime, write_files};
@@ -142,19 +142,7 @@ fn a_moved_environment_branch_renders_that_environment_only() {
 fn a_moved_main_branch_renders_every_environment() {
     let fx = Fixture::new();
     let syncer = delivered(&fx, fx.settings());
-    write_files(
-        &fx.control_plane,
-        "main",
-        &[(
-            "templates/reconciler.yaml",
-            Some(&template(
-                "reconciler",
-                "reconciler",
-                "kind: Reconciler\nversion: v2",
-            )),
-        )],
-        "v2",
-    );
+    common::release_reconciler_v2(&fx);
     assert!(unchanged(&syncer, &fx, &[]).is_empty());
     assert!(unchanged(&syncer, &fx, &["dev"]).is_empty());
 }

@@ -269,6 +269,24 @@ pub fn sync(
     environments.iter().map(|e| pass.sync(e)).collect()
 }
 
+/// Commits version 2 of the `reconciler` template to the control plane's `main` branch: a
+/// change to every environment, one file per assignment.
+pub fn release_reconciler_v2(fx: &Fixture) {
+    write_files(
+        &fx.control_plane,
+        "main",
+        &[(
+            "templates/reconciler.yaml",
+            Some(&template(
+                "reconciler",
+                "reconciler",
+                "kind: Reconciler\nversion: v2",
+            )),
+        )],
+        "v2",
+    );
+}
+
 /// Commits a new cluster type `small` to the control plane's `dev` branch: a change that
 /// gives dev a new folder.
 pub fn add_a_cluster_type(fx: &Fixture) {
