@@ -4,7 +4,7 @@
 
 mod common;
 
-use common::{Fixture, base_repo, file_url, sync, template};
+use common::{Fixture, base_repo, file_url, sync};
 use kalypso_core::Code;
 use kalypso_git::{Delivery, Outcome, Syncer};
 use kalypso_testkit::{branch_files, commit_count, git, rev_parse, runtime, write_files};
@@ -113,19 +113,7 @@ fn reads_main_at_the_promoted_commit() {
     let rt = runtime();
     let fx = Fixture::new();
     let v1 = rev_parse(&fx.control_plane, "refs/heads/main").unwrap();
-    let v2 = write_files(
-        &fx.control_plane,
-        "main",
-        &[(
-            "templates/reconciler.yaml",
-            Some(&template(
-                "reconciler",
-                "reconciler",
-                "kind: Reconciler\nversion: v2",
-            )),
-        )],
-        "v2",
-    );
+    let v2 = common::release_reconciler_v2(&fx);
     write_files(
         &fx.control_plane,
         "dev",

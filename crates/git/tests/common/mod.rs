@@ -270,8 +270,8 @@ pub fn sync(
 }
 
 /// Commits version 2 of the `reconciler` template to the control plane's `main` branch: a
-/// change to every environment, one file per assignment.
-pub fn release_reconciler_v2(fx: &Fixture) {
+/// change to every environment, one file per assignment. Returns the new commit.
+pub fn release_reconciler_v2(fx: &Fixture) -> String {
     write_files(
         &fx.control_plane,
         "main",
@@ -284,7 +284,7 @@ pub fn release_reconciler_v2(fx: &Fixture) {
             )),
         )],
         "v2",
-    );
+    )
 }
 
 /// Commits a new cluster type `small` to the control plane's `dev` branch: a change that
