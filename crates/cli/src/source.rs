@@ -70,6 +70,8 @@ pub(crate) enum ControlPlaneSource<'g> {
         clone: Option<Box<LocalClone>>,
         /// Print nothing but errors.
         quiet: bool,
+        /// The cache, held while the control plane is read (as `sync` holds it).
+        _hold: kalypso_git::repo::CacheHold,
     },
 }
 
@@ -87,6 +89,9 @@ impl<'g> ControlPlaneSource<'g> {
         {
             return Ok(ControlPlaneSource::Folder(path.to_owned()));
         }
+        // One writer of the cache's mirrors at a time: a `sync` (or another command) that
+        // holds it is waited for, and reference locks a killed one left are removed.
+        let hold = git.cache.hold().map_err(|e| anyhow!("{e}"))?;
         let transport = git.transport();
         let control_plane = ControlPlane::open(url, &git.cache, &transport, &git.main_branch)?;
         Ok(ControlPlaneSource::Git {
@@ -95,6 +100,7 @@ impl<'g> ControlPlaneSource<'g> {
             transport,
             clone: url.plain_path().and_then(LocalClone::open).map(Box::new),
             quiet,
+            _hold: hold,
         })
     }
 
@@ -129,6 +135,7 @@ impl<'g> ControlPlaneSource<'g> {
                 transport,
                 clone,
                 quiet,
+                ..
             } => {
                 let env_ref = select(control_plane, env)?;
                 let mut inputs = control_plane.resolve(&env_ref, sources, transport)?.inputs;
@@ -157,6 +164,7 @@ impl<'g> ControlPlaneSource<'g> {
                 transport,
                 clone,
                 quiet,
+                ..
             } => {
                 let from_ref = select(control_plane, from)?;
                 let env_ref = select(control_plane, env)?;

@@ -250,3 +250,54 @@ fn a_damaged_cache_is_rebuilt_with_a_warning() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("dev: no change, dev@dev stays at"), "{stdout}");
 }
+
+/// `validate` (like `plan`, `diff`, `explain` and `render`) on a git control plane takes the
+/// same hold on the cache as `sync`: a reference lock that a killed process left in a mirror
+/// is removed instead of failing the fetch.
+#[test]
+fn reading_a_git_control_plane_clears_locks_a_killed_process_left_in_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let repos = ExampleRepos::create(dir.path());
+    let cache = dir.path().join("cache");
+    let url = format!("file://{}", repos.control_plane.display());
+    let validate = || {
+        let args: Vec<String> = [
+            "validate",
+            &url,
+            "--env",
+            "dev",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|a| (*a).to_owned())
+        .collect();
+        let mut command = Command::new(std::env::current_exe().unwrap());
+        support::as_cli_child(&mut command, &args).output().unwrap()
+    };
+    assert!(validate().status.success());
+    // What a process killed while updating the mirror's `main` leaves behind.
+    let mirrors: Vec<_> = std::fs::read_dir(&cache)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.join("HEAD").is_file())
+        .collect();
+    assert!(!mirrors.is_empty());
+    let mut locks = Vec::new();
+    for mirror in &mirrors {
+        let lock = mirror.join("refs/heads/main.lock");
+        std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+        std::fs::write(&lock, "").unwrap();
+        locks.push(lock);
+    }
+    write_files(
+        &repos.control_plane,
+        "main",
+        &[("notes.txt", Some("main moved\n"))],
+        "move main",
+    );
+    let out = validate();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(locks.iter().all(|l| !l.exists()));
+}
