@@ -524,19 +524,17 @@ impl WorkerState {
         state.update_status(name, |s| s.polls += 1);
         if self.syncer.is_none() {
             if !valid_name(name) {
-                return failed(
+                return input_failed(
                     &mut self.failures,
                     shared,
                     name,
-                    "input",
-                    "",
                     format!("environment name {name:?} cannot name a cache folder"),
                 );
             }
             let dir = shared.settings.cache_dir.join("serve").join(name);
             let lock = match lock_mirrors(&dir) {
                 Ok(lock) => lock,
-                Err(e) => return failed(&mut self.failures, shared, name, "input", "", e),
+                Err(e) => return input_failed(&mut self.failures, shared, name, e),
             };
             let settings = Settings {
                 cache_dir: dir,
@@ -547,7 +545,7 @@ impl WorkerState {
                     self.syncer = Some(syncer);
                     self.lock = Some(lock);
                 }
-                Err(e) => return failed(&mut self.failures, shared, name, "input", "", e.to_string()),
+                Err(e) => return input_failed(&mut self.failures, shared, name, e.to_string()),
             }
         }
         let Some(syncer) = &self.syncer else {
@@ -574,27 +572,17 @@ impl WorkerState {
                 let revisions = unchanged.revisions.to_string();
                 state.update_status(name, |s| s.revisions = revisions);
             }
-            if let Some((result, detail, diagnostics)) = &self.last_result {
-                state.update_status(name, |s| {
-                    if s.result == "error" || s.result.is_empty() {
-                        s.result = result.clone();
-                        s.detail = detail.clone();
-                        s.diagnostics = diagnostics.clone();
-                    }
-                });
-            }
+            show_last_result(state, name, self.last_result.as_ref());
             return EnvPoll::Unchanged;
         }
         let mut pass = match syncer.pass_after(url, &check) {
             Ok(pass) => pass,
             Err(e) => {
                 metrics.poll_errors.inc();
-                return failed(
+                return input_failed(
                     &mut self.failures,
                     shared,
                     name,
-                    "input",
-                    "",
                     format!("cannot read the control plane: {e}"),
                 );
             }
@@ -602,15 +590,13 @@ impl WorkerState {
         state.set_ready();
         let env = match pass.environments(std::slice::from_ref(&worker.name)) {
             Ok(envs) => envs.into_iter().next(),
-            Err(e) => return failed(&mut self.failures, shared, name, "input", "", e.to_string()),
+            Err(e) => return input_failed(&mut self.failures, shared, name, e.to_string()),
         };
         let Some(env) = env else {
-            return failed(
+            return input_failed(
                 &mut self.failures,
                 shared,
                 name,
-                "input",
-                "",
                 format!("no environment {name} in the control plane"),
             );
         };
@@ -620,12 +606,10 @@ impl WorkerState {
         let resolved = match pass.resolve(&env) {
             Ok(r) => r,
             Err(e) => {
-                return failed(
+                return input_failed(
                     &mut self.failures,
                     shared,
                     name,
-                    "input",
-                    "",
                     format!("cannot read the environment's inputs: {e}"),
                 );
             }
@@ -633,16 +617,7 @@ impl WorkerState {
         if self.last.as_ref() == Some(&resolved.revisions) {
             tracing::debug!(environment = name, revisions = %resolved.revisions, "inputs unchanged");
             self.failures = 0;
-            if let Some((result, detail, diagnostics)) = &self.last_result {
-                state.update_status(name, |s| {
-                    if s.result == "error" {
-                        // The error has passed: the result of these commits holds again.
-                        s.result = result.clone();
-                        s.detail = detail.clone();
-                        s.diagnostics = diagnostics.clone();
-                    }
-                });
-            }
+            show_last_result(state, name, self.last_result.as_ref());
             return EnvPoll::Unchanged;
         }
         if !step("rendering and delivering") {
@@ -769,6 +744,27 @@ impl WorkerState {
             }
         }
     }
+}
+
+/// Shows `last` (result, detail, diagnostics of the inputs delivered last) in `/status` again
+/// when it shows an error (which has passed: the inputs did not change) or nothing yet (the
+/// first poll of this process).
+fn show_last_result(state: &AppState, name: &str, last: Option<&(String, String, Vec<String>)>) {
+    let Some((result, detail, diagnostics)) = last else {
+        return;
+    };
+    state.update_status(name, |s| {
+        if s.result == "error" || s.result.is_empty() {
+            s.result = result.clone();
+            s.detail = detail.clone();
+            s.diagnostics = diagnostics.clone();
+        }
+    });
+}
+
+/// [`failed`] with an error in reading the inputs (no revisions known yet).
+fn input_failed(failures: &mut u32, shared: &Shared, name: &str, error: String) -> EnvPoll {
+    failed(failures, shared, name, "input", "", error)
 }
 
 /// Records an error: counted, logged, shown in `/status`, retried with backoff.
