@@ -464,28 +464,10 @@ fn the_loop_polls_on_webhooks_and_shuts_down_gracefully() {
         rt.handle().clone(),
     )
     .unwrap();
-    let state = daemon.state();
-    let mut passes = state.passes();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (listener, addr) = rt.block_on(async {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        (l, a)
-    });
-    let running = rt.spawn(daemon.run(listener, async {
-        let _ = stopped.await;
-    }));
+    let serving = serve(&rt, daemon);
+    let addr = serving.addr;
     rt.block_on(async {
-        let wait = |n: u64| {
-            let mut passes = passes.clone();
-            async move {
-                tokio::time::timeout(Duration::from_secs(60), passes.wait_for(|p| *p >= n))
-                    .await
-                    .expect("the pass completes")
-                    .unwrap();
-            }
-        };
-        wait(1).await;
+        serving.passes_done(1, "the pass completes").await;
         assert_eq!(commit_count(&repos.gitops, "dev"), 1);
 
         // A push to the control plane, announced by a webhook over real HTTP.
@@ -500,7 +482,7 @@ fn the_loop_polls_on_webhooks_and_shuts_down_gracefully() {
         );
         let response = raw_post(addr, "/webhook", "push", r#"{"ref":"refs/heads/main"}"#).await;
         assert!(response.starts_with("HTTP/1.1 202"), "{response}");
-        wait(2).await;
+        serving.passes_done(2, "the pass completes").await;
         assert_eq!(commit_count(&repos.gitops, "dev"), 2);
         assert_eq!(
             branch_files(&repos.gitops, "dev")["small/app-t/namespace.yaml"],
@@ -509,14 +491,54 @@ fn the_loop_polls_on_webhooks_and_shuts_down_gracefully() {
         let health = raw_get(addr, "/healthz").await;
         assert!(health.starts_with("HTTP/1.1 200"), "{health}");
 
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(60), running)
+        serving.stop().await;
+    });
+}
+
+/// A daemon's whole loop serving on a loopback port, as `kalypso serve` runs it.
+struct Serving {
+    addr: std::net::SocketAddr,
+    passes: tokio::sync::watch::Receiver<u64>,
+    stop: tokio::sync::oneshot::Sender<()>,
+    running: tokio::task::JoinHandle<Result<(), kalypso_server::daemon::Error>>,
+}
+
+/// Starts `daemon`'s loop on `rt`, serving on a free loopback port.
+fn serve(rt: &tokio::runtime::Runtime, daemon: Daemon) -> Serving {
+    let passes = daemon.state().passes();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let running = rt.spawn(daemon.run(listener, async {
+        let _ = stopped.await;
+    }));
+    Serving {
+        addr,
+        passes,
+        stop,
+        running,
+    }
+}
+
+impl Serving {
+    /// Waits (at most a minute) until `n` polls have completed; `what` says what they are.
+    async fn passes_done(&self, n: u64, what: &str) {
+        let mut passes = self.passes.clone();
+        tokio::time::timeout(Duration::from_secs(60), passes.wait_for(|p| *p >= n))
+            .await
+            .expect(what)
+            .unwrap();
+    }
+
+    /// Asks the daemon to stop and waits until it has.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        tokio::time::timeout(Duration::from_secs(60), self.running)
             .await
             .expect("the daemon stops")
             .unwrap()
             .unwrap();
-    });
-    passes.mark_unchanged();
+    }
 }
 
 async fn raw_request(addr: std::net::SocketAddr, request: String) -> String {
@@ -601,28 +623,12 @@ fn a_broken_environment_backs_off_without_delaying_the_others() {
     });
     let daemon = Daemon::new(&config, rt.handle().clone()).unwrap();
     let state = daemon.state();
-    let passes = state.passes();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let (listener, addr) = rt.block_on(async {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let a = l.local_addr().unwrap();
-        (l, a)
-    });
-    let running = rt.spawn(daemon.run(listener, async {
-        let _ = stopped.await;
-    }));
+    let serving = serve(&rt, daemon);
+    let addr = serving.addr;
     rt.block_on(async {
-        let wait = |n: u64| {
-            let mut passes = passes.clone();
-            async move {
-                tokio::time::timeout(Duration::from_secs(60), passes.wait_for(|p| *p >= n))
-                    .await
-                    .expect("the polls complete (a hang here: one environment waits on another)")
-                    .unwrap();
-            }
-        };
+        let hang = "the polls complete (a hang here: one environment waits on another)";
         // The first poll of each.
-        wait(2).await;
+        serving.passes_done(2, hang).await;
         assert_eq!(commit_count(&repos.gitops, "dev"), 1);
         let status = status_json(addr).await;
         let (dev, stage) = (&status["environments"]["dev"], &status["environments"]["stage"]);
@@ -660,7 +666,7 @@ fn a_broken_environment_backs_off_without_delaying_the_others() {
             );
             let response = raw_post(addr, "/webhook", "push", r#"{"ref":"refs/heads/main"}"#).await;
             assert!(response.starts_with("HTTP/1.1 202"), "{response}");
-            wait(2 + 2 * round).await;
+            serving.passes_done(2 + 2 * round, hang).await;
             let status = status_json(addr).await;
             let (dev, stage) = (&status["environments"]["dev"], &status["environments"]["stage"]);
             assert_eq!(dev["polls"], 1 + round, "one poll per push: {status}");
@@ -683,12 +689,7 @@ fn a_broken_environment_backs_off_without_delaying_the_others() {
             "{metrics}"
         );
 
-        stop.send(()).unwrap();
-        tokio::time::timeout(Duration::from_secs(60), running)
-            .await
-            .expect("the daemon stops")
-            .unwrap()
-            .unwrap();
+        serving.stop().await;
     });
 }
 
