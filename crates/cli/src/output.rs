@@ -360,14 +360,18 @@ impl Journal {
     pub fn apply(&self, out: &Path) -> io::Result<()> {
         let (parent, _) = split(out);
         let staging = parent.join(&self.staging);
-        let staged = |rel: &String| fs::symlink_metadata(staging.join(rel)).is_ok();
-        if self.write.iter().all(staged) {
+        let staged: Vec<&String> = self
+            .write
+            .iter()
+            .filter(|rel| fs::symlink_metadata(staging.join(rel)).is_ok())
+            .collect();
+        if staged.len() == self.write.len() {
             self.delete
                 .par_iter()
                 .try_for_each(|rel| remove_all(&out.join(rel)))?;
         }
         let mut by_folder: std::collections::BTreeMap<&str, Vec<&String>> = std::collections::BTreeMap::new();
-        for rel in self.write.iter().filter(|rel| staged(rel)) {
+        for rel in staged {
             by_folder
                 .entry(rel.rsplit_once('/').map_or("", |(folder, _)| folder))
                 .or_default()
