@@ -131,7 +131,9 @@ pub fn schedule_namespace(
 /// is the same as a run with an empty memo gives.
 pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &mut RenderMemo) -> Run {
     let mut diagnostics = Diagnostics::new();
-    let environment = schedule(name, inputs, context, &mut diagnostics);
+    // As `schedule`, with the fields placed once, at the end, for every stage's diagnostics.
+    let namespace = load_namespace(name, inputs, &mut diagnostics);
+    let environment = schedule_namespace(namespace, context, &mut diagnostics);
     let prepared = prepare(&environment, context.engine, &mut diagnostics);
     let mut rendered = prepared.render(context.engine, &mut diagnostics, |job| {
         let a = job.assignment;
