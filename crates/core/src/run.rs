@@ -30,7 +30,7 @@ use crate::pipeline::{
     AssignmentFailure, AssignmentRecord, Inputs, Rendered, ScheduledEnvironment, load_namespace, prepare,
 };
 use crate::placement::{CurrentAssignment, ExtenderClient, NoExtenders, PlacementInput};
-use crate::tree::{KeptFolders, Package, RepoContent};
+use crate::tree::{KeptFolders, RepoContent};
 use crate::warnings;
 
 /// What an error blocks.
@@ -126,10 +126,11 @@ pub fn schedule_namespace(
     environment
 }
 
-/// Schedules and renders environment `name`, re-rendering only the assignments whose
-/// fingerprints differ from `memo`'s (`memo` then holds this run's packages). The content
-/// is the same as a run with an empty memo gives.
-pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &mut RenderMemo) -> Run {
+/// Schedules and renders environment `name`, rendering only the assignments whose
+/// fingerprints differ from `memo`'s: the others are listed in the content's
+/// [`RepoContent::delivered`], for the front end to take their files from its last delivery.
+/// With an empty memo, everything is rendered.
+pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &RenderMemo) -> Run {
     let mut diagnostics = Diagnostics::new();
     // As `schedule`, with the fields placed once, at the end, for every stage's diagnostics.
     let namespace = load_namespace(name, inputs, &mut diagnostics);
@@ -137,11 +138,19 @@ pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &mut Ren
     let prepared = prepare(&environment, context.engine, &mut diagnostics);
     let mut rendered = prepared.render(context.engine, &mut diagnostics, |job| {
         let a = job.assignment;
-        memo.get(&a.cluster_type, &a.deployment_target, job.fingerprint)
-            .is_none()
+        memo.fingerprint(&a.cluster_type, &a.deployment_target) != Some(job.fingerprint)
     });
     let rendered_now = rendered.content.packages.len();
-    memo.complete(&mut rendered);
+    let content = &mut rendered.content;
+    for record in &rendered.records {
+        let a = &record.assignment;
+        if memo.fingerprint(&a.cluster_type, &a.deployment_target) == Some(record.fingerprint) {
+            let key = (a.cluster_type.clone(), a.deployment_target.clone());
+            if !content.packages.contains_key(&key) {
+                content.delivered.insert(key);
+            }
+        }
+    }
     let mut run = finish(environment, rendered, diagnostics, context.isolation);
     inputs.place_fields(&mut run.diagnostics);
     run.rendered_now = rendered_now;
@@ -320,6 +329,7 @@ fn isolate(
 ) {
     let failing = |target: &str| target_registration(env, target).is_some_and(|r| registrations.contains(r));
     content.packages.retain(|(_, target), _| !failing(target));
+    content.delivered.retain(|(_, target)| !failing(target));
     content.kept = Some(KeptFolders {
         claimed: env
             .targets
@@ -436,62 +446,46 @@ pub fn conflict_warnings(
         .collect()
 }
 
-/// The packages of an environment's last run, by (cluster type, deployment target), with
-/// the fingerprint of the inputs each was rendered from.
-#[derive(Debug, Default)]
+/// What a front end remembers of an environment's last delivery: the fingerprint of each
+/// assignment whose files it still has, by cluster type and deployment target. A run given
+/// a memo skips the assignments whose fingerprints it finds there.
+#[derive(Clone, Debug, Default)]
 pub struct RenderMemo {
-    packages: HashMap<(String, String), (Fingerprint, Package)>,
+    fingerprints: HashMap<String, HashMap<String, Fingerprint>>,
+    len: usize,
 }
 
 impl RenderMemo {
+    /// A memo of these assignments: ((cluster type, deployment target), fingerprint).
+    pub fn new(entries: impl IntoIterator<Item = ((String, String), Fingerprint)>) -> RenderMemo {
+        let mut memo = RenderMemo::default();
+        for ((cluster_type, target), fingerprint) in entries {
+            if memo
+                .fingerprints
+                .entry(cluster_type)
+                .or_default()
+                .insert(target, fingerprint)
+                .is_none()
+            {
+                memo.len += 1;
+            }
+        }
+        memo
+    }
+
     /// Number of assignments remembered.
     pub fn len(&self) -> usize {
-        self.packages.len()
+        self.len
     }
 
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.packages.is_empty()
+        self.len == 0
     }
 
-    /// Where the last run placed each deployment target (for `Steady`).
-    pub fn current_assignment(&self) -> CurrentAssignment {
-        crate::placement::current_from_folders(
-            self.packages
-                .keys()
-                .map(|(cluster_type, target)| (cluster_type.as_str(), target.as_str())),
-        )
-    }
-
-    fn get(&self, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> Option<&Package> {
-        self.packages
-            .get(&(cluster_type.to_owned(), target.to_owned()))
-            .filter(|(known, _)| *known == fingerprint)
-            .map(|(_, package)| package)
-    }
-
-    /// Fills the packages `rendered` skipped from the memo, and remembers `rendered`'s.
-    fn complete(&mut self, rendered: &mut Rendered) {
-        let mut next = HashMap::with_capacity(rendered.records.len());
-        for record in &rendered.records {
-            let key = (
-                record.assignment.cluster_type.clone(),
-                record.assignment.deployment_target.clone(),
-            );
-            let package = match rendered.content.packages.get(&key) {
-                Some(package) => Some(package.clone()),
-                None => self.get(&key.0, &key.1, record.fingerprint).cloned(),
-            };
-            if let Some(package) = package {
-                rendered
-                    .content
-                    .packages
-                    .entry(key.clone())
-                    .or_insert_with(|| package.clone());
-                next.insert(key, (record.fingerprint, package));
-            }
-        }
-        self.packages = next;
+    /// The fingerprint the assignment had when its files were delivered.
+    pub fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<Fingerprint> {
+        self.fingerprints.get(cluster_type)?.get(target).copied()
     }
 }
 
@@ -553,10 +547,7 @@ pub fn failures(
     let mut used = BTreeSet::new();
     let mut out = Vec::new();
     for (target, cluster_type) in scheduled {
-        if content
-            .packages
-            .contains_key(&(cluster_type.clone(), target.clone()))
-        {
+        if content.has_package(&(cluster_type.clone(), target.clone())) {
             continue;
         }
         let reported: Vec<&Diagnostic> = assignment_failures
@@ -675,21 +666,55 @@ mod tests {
         SourceTree::new(tree.label(), files)
     }
 
-    /// A run of `inputs` as environment `dev`, against `memo`.
-    fn run_with(inputs: &Inputs, memo: &mut RenderMemo) -> Run {
+    /// What a front end keeps between runs: the packages it delivered, with the fingerprints
+    /// they were rendered from.
+    #[derive(Default)]
+    struct Delivered {
+        packages: BTreeMap<(String, String), (Fingerprint, Package)>,
+    }
+
+    /// A run of `inputs` as environment `dev` by a front end that delivered `delivered`
+    /// before: it gives the run their memo, takes the files of the assignments the run did
+    /// not render from what it delivered, and then remembers this run's.
+    fn run_with(inputs: &Inputs, delivered: &mut Delivered) -> Run {
         let engine = Engine::new();
-        let current = memo.current_assignment();
+        let current = crate::placement::current_from_folders(
+            delivered
+                .packages
+                .keys()
+                .map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+        );
         let current = move || current.clone();
         let context = RunContext {
             current: &current,
             ..RunContext::new(&engine)
         };
-        run("dev", inputs, &context, memo)
+        let memo = RenderMemo::new(delivered.packages.iter().map(|(key, (f, _))| (key.clone(), *f)));
+        let mut run = run("dev", inputs, &context, &memo);
+        let content = &mut run.rendered.content;
+        for key in std::mem::take(&mut content.delivered) {
+            let package = delivered.packages[&key].1.clone();
+            content.packages.insert(key, package);
+        }
+        delivered.packages = run
+            .rendered
+            .records
+            .iter()
+            .filter_map(|r| {
+                let key = (
+                    r.assignment.cluster_type.clone(),
+                    r.assignment.deployment_target.clone(),
+                );
+                let package = content.packages.get(&key)?.clone();
+                Some((key, (r.fingerprint, package)))
+            })
+            .collect();
+        run
     }
 
     /// A run of `inputs` as environment `dev` from scratch.
     fn run_fresh(inputs: &Inputs) -> Run {
-        run_with(inputs, &mut RenderMemo::default())
+        run_with(inputs, &mut Delivered::default())
     }
 
     #[test]
@@ -704,7 +729,7 @@ mod tests {
                 .collect()
         };
         let inputs = example_at("examples/placement", "dev");
-        let mut memo = RenderMemo::default();
+        let mut memo = Delivered::default();
         let first = run_with(&inputs, &mut memo);
         assert_eq!(on(&first), ["north-edge", "west-large"]);
         // north-edge loses its capacity, and web no longer balances.
@@ -735,18 +760,18 @@ mod tests {
     #[test]
     fn a_memo_re_renders_only_changed_assignments_and_gives_the_full_render() {
         let inputs = example("dev");
-        let mut memo = RenderMemo::default();
+        let mut memo = Delivered::default();
         let first = run_with(&inputs, &mut memo);
         let full = run_fresh(&inputs);
         assert_eq!(first.content(), full.content());
         assert!(first.content().is_some_and(|c| !c.packages.is_empty()));
-        assert_eq!(memo.len(), first.content().unwrap().packages.len());
+        assert_eq!(memo.packages.len(), first.content().unwrap().packages.len());
 
-        // Unchanged inputs: the memo supplies every package.
+        // Unchanged inputs: every package is one delivered before.
         let again = run_with(&inputs, &mut memo);
         assert_eq!(again.content(), full.content());
         assert_eq!(again.rendered_now, 0);
-        assert_eq!(first.rendered_now, memo.len());
+        assert_eq!(first.rendered_now, memo.packages.len());
 
         // A config change: the result is what a full render of the new inputs gives.
         let config = inputs
@@ -770,10 +795,10 @@ mod tests {
         assert_eq!(incremental.content(), expected.content());
         assert_ne!(incremental.content(), full.content(), "the change shows");
         assert!(
-            incremental.rendered_now > 0 && incremental.rendered_now < memo.len(),
+            incremental.rendered_now > 0 && incremental.rendered_now < memo.packages.len(),
             "only the affected assignments are rendered: {} of {}",
             incremental.rendered_now,
-            memo.len()
+            memo.packages.len()
         );
     }
 
@@ -939,7 +964,7 @@ mod tests {
             isolation,
             ..RunContext::new(&engine)
         };
-        run("dev", inputs, &context, &mut RenderMemo::default())
+        run("dev", inputs, &context, &RenderMemo::default())
     }
 
     #[test]

@@ -23,6 +23,12 @@ pub const README: &str = "README.md";
 pub const RECONCILER_FILE: &str = "reconciler.yaml";
 /// The namespace manifests' file.
 pub const NAMESPACE_FILE: &str = "namespace.yaml";
+/// The config file, for config content type `yaml` (the default).
+pub const CONFIG_FILE: &str = "platform-config.yaml";
+/// The config file, for config content type `sh`.
+pub const SHELL_CONFIG_FILE: &str = "platform-config.sh";
+/// Every name a deployment target's folder can hold a file under.
+pub const PACKAGE_FILES: [&str; 4] = [RECONCILER_FILE, NAMESPACE_FILE, CONFIG_FILE, SHELL_CONFIG_FILE];
 
 /// A tree of files: `/`-separated relative paths to contents, in path order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -107,9 +113,9 @@ impl Package {
         config_content_type: &str,
     ) -> Package {
         let config_file = if config_content_type == "sh" {
-            "platform-config.sh"
+            SHELL_CONFIG_FILE
         } else {
-            "platform-config.yaml"
+            CONFIG_FILE
         };
         Package {
             reconciler: join(reconciler),
@@ -149,6 +155,18 @@ pub struct RepoContent {
     /// Deployment-target folders kept as they are though no package is written for them
     /// (a failing WorkloadRegistration's, see [`crate::run::Isolation`]); `None`: none.
     pub kept: Option<KeptFolders>,
+    /// Scheduled assignments whose packages were not rendered again: their inputs did not
+    /// change since a delivery the front end remembers ([`crate::run::RenderMemo`]), and the
+    /// front end still has their files. Empty unless a run was given a memo.
+    pub delivered: BTreeSet<(String, String)>,
+}
+
+impl RepoContent {
+    /// Whether assignment `key` (cluster type, deployment target) has its files here or
+    /// among the ones delivered before.
+    pub fn has_package(&self, key: &(String, String)) -> bool {
+        self.packages.contains_key(key) || self.delivered.contains(key)
+    }
 }
 
 /// Which existing deployment-target folders stay as they are while a WorkloadRegistration
@@ -191,7 +209,11 @@ impl<'a> Rules<'a> {
     pub fn for_content(content: &'a RepoContent) -> Rules<'a> {
         Rules::new(
             content.cluster_types.iter().map(String::as_str),
-            content.packages.keys().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+            content
+                .packages
+                .keys()
+                .chain(&content.delivered)
+                .map(|(ct, dt)| (ct.as_str(), dt.as_str())),
         )
         .keeping(content.kept.as_ref())
     }
@@ -353,6 +375,7 @@ mod tests {
             packages: [(("large".to_owned(), "t".to_owned()), package("new", &[]))].into(),
             promoted_commit: Some("abc".to_owned()),
             kept: None,
+            delivered: BTreeSet::new(),
         };
         let applied = apply(&base, &content);
         assert!(applied.promoted);

@@ -8,7 +8,7 @@
 //! key (a template that hands the whole config or the whole data to a function may read any
 //! key). `validate --strict` turns the warnings into failures.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use kalypso_api::{ConfigMapData, Kind, Labels, Manifest, labels};
 
@@ -16,6 +16,7 @@ use crate::config::labels_match;
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::model::Object;
 use crate::pipeline::ScheduledEnvironment;
+use crate::unfold::DeploymentTarget;
 
 /// Adds the warnings about `env` to `diagnostics`, in a stable order: policies, deployment
 /// targets, ConfigMaps, config keys. Nothing when `diagnostics` has errors: an object that
@@ -32,20 +33,32 @@ pub fn warn(env: &ScheduledEnvironment, diagnostics: &mut Diagnostics) {
 /// The warnings about `env` (see [`warn`]), assuming it loaded without errors.
 pub fn warnings(env: &ScheduledEnvironment) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    policies(env, &mut out);
+    // One pass over the assignments (a fleet has hundreds of thousands) for what every check
+    // asks of them.
+    let mut used_policies: BTreeSet<&str> = BTreeSet::new();
+    let mut placed_targets: BTreeSet<&str> = BTreeSet::new();
+    for assignment in env.schedule.iter() {
+        used_policies.extend(assignment.policies.iter().map(String::as_str));
+        placed_targets.insert(&assignment.deployment_target);
+    }
+    policies(env, &used_policies, &mut out);
     // A policy with an invalid selector (an error already) might have placed anything: what
     // depends on the assignments is not certain.
     if env.schedule.policies.len() == env.namespace.policies.len() {
-        targets(env, &mut out);
-        config_maps(env, &mut out);
-        config_keys(env, &mut out);
+        targets(env, &placed_targets, &mut out);
+        let pairs = Pairs::of(env);
+        let applying: BTreeMap<&str, bool> = platform_config_maps(env)
+            .map(|(name, map)| (name.as_str(), pairs.any_matches(map.labels())))
+            .collect();
+        config_maps(env, &applying, &mut out);
+        config_keys(env, &applying, &mut out);
     }
     out
 }
 
-fn policies(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
+fn policies(env: &ScheduledEnvironment, used: &BTreeSet<&str>, out: &mut Vec<Diagnostic>) {
     for (name, policy) in &env.schedule.policies {
-        if env.schedule.iter().any(|a| a.policies.contains(name)) {
+        if used.contains(name.as_str()) {
             continue;
         }
         let Some(object) = env.namespace.policies.get(name) else {
@@ -83,10 +96,9 @@ fn policies(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn targets(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
+fn targets(env: &ScheduledEnvironment, placed: &BTreeSet<&str>, out: &mut Vec<Diagnostic>) {
     for (name, target) in &env.targets {
-        if target.spec.environment != env.name() || env.schedule.iter().any(|a| &a.deployment_target == name)
-        {
+        if target.spec.environment != env.name() || placed.contains(name.as_str()) {
             continue;
         }
         out.push(
@@ -114,17 +126,70 @@ fn platform_config_maps(
         .filter(|(_, m)| m.labels().get(labels::PLATFORM_CONFIG).map(String::as_str) == Some("true"))
 }
 
-/// Whether the ConfigMap's labels select at least one assignment.
-fn applies(env: &ScheduledEnvironment, filter: &Labels) -> bool {
-    env.schedule.iter().any(|a| {
-        match (
-            env.namespace.cluster_types.get(&a.cluster_type),
-            env.targets.get(&a.deployment_target),
-        ) {
-            (Some(ct), Some(t)) => labels_match(filter, ct, t),
-            _ => false,
+/// The assignments as a ConfigMap's labels see them: a cluster type and a deployment
+/// target. A fleet has hundreds of thousands of assignments but far fewer distinct pairs of
+/// label sets, and a filter that names neither a cluster type nor a target sees only labels.
+struct Pairs<'e> {
+    all: Vec<(&'e ClusterType, &'e DeploymentTarget)>,
+    /// One assignment per distinct (cluster type labels, target labels).
+    by_labels: Vec<(&'e ClusterType, &'e DeploymentTarget)>,
+}
+
+type ClusterType = Object<kalypso_api::ClusterTypeSpec>;
+
+impl<'e> Pairs<'e> {
+    fn of(env: &'e ScheduledEnvironment) -> Pairs<'e> {
+        let mut label_sets: HashMap<&'e Labels, usize> = HashMap::new();
+        let mut cluster_types: HashMap<&'e str, (&'e ClusterType, usize)> = HashMap::new();
+        let mut targets: HashMap<&'e str, (&'e DeploymentTarget, usize)> = HashMap::new();
+        let mut seen: HashSet<(usize, usize)> = HashSet::new();
+        let mut pairs = Pairs {
+            all: Vec::new(),
+            by_labels: Vec::new(),
+        };
+        for a in env.schedule.iter() {
+            let mut intern = |labels: &'e Labels| {
+                let next = label_sets.len();
+                *label_sets.entry(labels).or_insert(next)
+            };
+            let ct = match cluster_types.get(a.cluster_type.as_str()) {
+                Some(&known) => known,
+                None => match env.namespace.cluster_types.get(&a.cluster_type) {
+                    Some(ct) => {
+                        let known = (ct, intern(ct.labels()));
+                        cluster_types.insert(&a.cluster_type, known);
+                        known
+                    }
+                    None => continue,
+                },
+            };
+            let target = match targets.get(a.deployment_target.as_str()) {
+                Some(&known) => known,
+                None => match env.targets.get(&a.deployment_target) {
+                    Some(t) => {
+                        let known = (t, intern(&t.labels));
+                        targets.insert(&a.deployment_target, known);
+                        known
+                    }
+                    None => continue,
+                },
+            };
+            pairs.all.push((ct.0, target.0));
+            if seen.insert((ct.1, target.1)) {
+                pairs.by_labels.push((ct.0, target.0));
+            }
         }
-    })
+        pairs
+    }
+
+    /// Whether labels `filter` select at least one assignment.
+    fn any_matches(&self, filter: &Labels) -> bool {
+        let names = filter
+            .keys()
+            .any(|k| k == labels::CLUSTER_TYPE || k == labels::DEPLOYMENT_TARGET);
+        let candidates = if names { &self.all } else { &self.by_labels };
+        candidates.iter().any(|(ct, t)| labels_match(filter, ct, t))
+    }
 }
 
 /// Labels a ConfigMap's filter does not match on (see [`crate::config`]).
@@ -132,13 +197,13 @@ fn ignored_key(key: &str) -> bool {
     key == labels::FLUX_NAME || key == labels::FLUX_NAMESPACE || key == labels::PLATFORM_CONFIG
 }
 
-fn config_maps(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
+fn config_maps(env: &ScheduledEnvironment, applying: &BTreeMap<&str, bool>, out: &mut Vec<Diagnostic>) {
     // Without assignments every ConfigMap matches nothing; the targets' warnings say why.
     if env.schedule.assignments.is_empty() {
         return;
     }
     for (name, map) in platform_config_maps(env) {
-        if applies(env, map.labels()) {
+        if applying.get(name.as_str()).copied().unwrap_or(false) {
             continue;
         }
         out.push(
@@ -161,7 +226,7 @@ fn config_maps(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
     }
 }
 
-fn config_keys(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
+fn config_keys(env: &ScheduledEnvironment, applying: &BTreeMap<&str, bool>, out: &mut Vec<Diagnostic>) {
     let mut read = BTreeSet::new();
     for template in env.namespace.templates.values() {
         for manifest in &template.spec.manifests {
@@ -178,7 +243,7 @@ fn config_keys(env: &ScheduledEnvironment, out: &mut Vec<Diagnostic>) {
         return;
     }
     for (name, map) in platform_config_maps(env) {
-        if !applies(env, map.labels()) {
+        if !applying.get(name.as_str()).copied().unwrap_or(false) {
             continue;
         }
         for key in map.spec.data.keys().filter(|k| !read.contains(k.as_str())) {

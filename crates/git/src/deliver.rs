@@ -24,6 +24,7 @@ use serde::Deserialize;
 use crate::auth::Credentials;
 use crate::github::{self, GitHub, PullRequest};
 use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport, Written};
+use crate::treewrite::Hashed;
 use crate::url::RepoUrl;
 
 /// The label of pull requests that change `Promoted_Commit_Id`.
@@ -383,16 +384,22 @@ fn message(ctx: &Context<'_>, about: Option<&Provenance>, changes: &Changes) -> 
     }
 }
 
-/// Delivers `content` to `dest`.
+/// Delivers `content` (every package rendered: nothing [`RepoContent::delivered`]) to `dest`.
 pub fn deliver(ctx: &Context<'_>, dest: &Destination<'_>, content: &RepoContent) -> Result<Delivery, Error> {
-    deliver_with(ctx, dest, content, None)
+    let hashed = Hashed::new(content, &|_, _| None).map_err(|unknown| {
+        Error::Repo(repo::Error::NotDelivered {
+            path: format!("{}/{}", unknown.assignment.0, unknown.assignment.1),
+            repo: dest.url.redacted(),
+        })
+    })?;
+    deliver_with(ctx, dest, &hashed, None)
 }
 
-/// Delivers `content` to `dest`; commit messages say what `about` says.
+/// Delivers the hashed content to `dest`; commit messages say what `about` says.
 pub fn deliver_with(
     ctx: &Context<'_>,
     dest: &Destination<'_>,
-    content: &RepoContent,
+    content: &Hashed<'_>,
     about: Option<&Provenance>,
 ) -> Result<Delivery, Error> {
     refuse_checked_out_branch(dest)?;
@@ -432,7 +439,7 @@ fn deliver_push(
     ctx: &Context<'_>,
     repo: &Repo,
     dest: &Destination<'_>,
-    content: &RepoContent,
+    content: &Hashed<'_>,
     about: Option<&Provenance>,
 ) -> Result<Delivery, Error> {
     for attempt in 1..=MAX_REJECTIONS {
@@ -492,7 +499,7 @@ fn deliver_pr(
     ctx: &Context<'_>,
     repo: &Repo,
     dest: &Destination<'_>,
-    content: &RepoContent,
+    content: &Hashed<'_>,
     about: Option<&Provenance>,
 ) -> Result<Delivery, Error> {
     let own_prefix = format!("{}{}/", ctx.settings.branch_prefix, dest.branch);
@@ -600,7 +607,7 @@ fn prepare_branch(
     ctx: &Context<'_>,
     repo: &Repo,
     dest: &Destination<'_>,
-    content: &RepoContent,
+    content: &Hashed<'_>,
     own_prefix: &str,
     about: Option<&Provenance>,
 ) -> Result<Prepared, Error> {

@@ -16,12 +16,15 @@
 //! - [`sync`]: one pass over a control plane, each environment run by
 //!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`state`]: what each
 //!   environment was last delivered from, so that a sync with nothing moved is one branch
-//!   listing per repository; [`promote`]: pinning a main commit on an environment branch;
+//!   listing per repository; [`delivered`]: the files each assignment was last delivered
+//!   with, so that a sync renders only what changed; [`promote`]: pinning a main commit on
+//!   an environment branch;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
 
 pub mod auth;
 pub mod control_plane;
 pub mod deliver;
+pub mod delivered;
 pub mod extenders;
 pub mod github;
 pub mod issues;

@@ -21,11 +21,12 @@ use git2::{
     PushOptions, Repository, Signature, TreeWalkMode, TreeWalkResult,
 };
 use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
-use kalypso_core::tree::{Blob, RepoContent, Tree};
+use kalypso_core::tree::{Blob, Tree};
 
 use crate::auth::Credentials;
 use crate::redact::redact;
 use crate::retry::RetryPolicy;
+use crate::treewrite::Hashed;
 use crate::url::RepoUrl;
 
 /// The file mode of regular files (the original writes every file with it).
@@ -93,6 +94,15 @@ pub enum Error {
         repo: String,
         /// Why.
         reason: &'static str,
+    },
+    /// A file of an earlier delivery, put on a branch by its id, is not in the repository
+    /// (see [`crate::delivered`]): the environment is rendered in full instead.
+    #[error("{path}: the file delivered before is not in the cache of {repo}")]
+    NotDelivered {
+        /// The file's path in the tree.
+        path: String,
+        /// The repository, redacted.
+        repo: String,
     },
 }
 
@@ -817,7 +827,7 @@ impl Staging<'_> {
     /// files changed are read, hashed and written (see [`crate::treewrite`]). The new
     /// objects go straight into a pack in the repository (also in a dry run or when the
     /// push is then rejected: objects no reference names, which cost only their space).
-    pub fn write_content(&self, base: Option<Oid>, content: &RepoContent) -> Result<Written, Error> {
+    pub fn write_content(&self, base: Option<Oid>, content: &Hashed<'_>) -> Result<Written, Error> {
         let fail = git_error("cannot write a tree for", self.url);
         let built = crate::treewrite::build(self.git, base, content).map_err(|e| match e {
             crate::treewrite::BuildError::Git(e) => fail(e),
@@ -825,6 +835,10 @@ impl Staging<'_> {
                 path,
                 repo: self.url.redacted(),
                 reason: "a file and a folder have the same path",
+            },
+            crate::treewrite::BuildError::Missing(path) => Error::NotDelivered {
+                path,
+                repo: self.url.redacted(),
             },
         })?;
         let fail = || git_error("cannot write a tree for", self.url);

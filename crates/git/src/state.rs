@@ -148,6 +148,13 @@ impl Store {
         }
     }
 
+    /// Where the files of `environment`'s last delivery are recorded (see
+    /// [`crate::delivered`]); `None` for a name that cannot name a file.
+    pub fn files_path(&self, environment: &str) -> Option<PathBuf> {
+        let file = file_name(environment)?;
+        Some(self.dir.join(file.replace(".json", ".files")))
+    }
+
     /// The environments listed at the main branch's head, if usable.
     pub fn environments(&self, fingerprint: &Fingerprint) -> Option<Environments> {
         let listed: Environments = self.read(ENVIRONMENTS)?;

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use git2::Oid;
 
 use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, current_from_folders};
-use kalypso_core::run::{Failure, Isolation, RenderMemo, RunContext};
+use kalypso_core::run::{Failure, Isolation, RunContext};
 use kalypso_core::{Code, Diagnostics};
 use kalypso_template::Engine;
 use tokio::runtime::Handle;
@@ -25,11 +25,13 @@ use crate::control_plane::{
     self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, Sources,
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
+use crate::delivered::DeliveredFiles;
 use crate::extenders::HttpExtenders;
 use crate::issues::{self, IssueReport};
 use crate::repo::{Cache, Repo, Transport};
 use crate::retry::RetryPolicy;
 use crate::state::{self, BranchAt, EnvState, Environments, Fingerprint, Store};
+use crate::treewrite::Hashed;
 use crate::url::{self as repo_url, RepoUrl};
 
 /// A failed pass or environment.
@@ -84,6 +86,18 @@ impl Error {
             Error::Issues { error, .. } => error.is_transient(),
             _ => false,
         }
+    }
+
+    /// Whether a file of the last delivery, put on a branch by its id, is missing from a
+    /// mirror (see [`crate::delivered`]).
+    fn is_not_delivered(&self) -> bool {
+        matches!(
+            self,
+            Error::Delivery {
+                error: deliver::Error::Repo(crate::repo::Error::NotDelivered { .. }),
+                ..
+            }
+        )
     }
 
     /// Whether a repository looks damaged on disk: for the cache's mirrors,
@@ -183,6 +197,9 @@ pub struct EnvReport {
     pub revisions: Revisions,
     /// Assignments scheduled.
     pub assignments: usize,
+    /// Assignments rendered by this pass; the others had the inputs of the last delivery,
+    /// whose files were put on the branch as they were (see [`crate::delivered`]).
+    pub rendered: usize,
     /// Every diagnostic.
     pub diagnostics: Diagnostics,
     /// The WorkloadRegistrations whose workloads failed: their folders kept what was last
@@ -261,9 +278,9 @@ pub struct Syncer {
     credentials: Credentials,
     cache: Cache,
     runtime: Handle,
-    /// The last render of each environment, so that later passes re-render only the
-    /// assignments whose inputs changed.
-    memos: Mutex<HashMap<String, RenderMemo>>,
+    /// The files of each environment's last delivery, so that later passes render only
+    /// the assignments whose inputs changed (read from the cache on a process's first pass).
+    delivered: Mutex<HashMap<String, DeliveredFiles>>,
 }
 
 impl Syncer {
@@ -276,7 +293,7 @@ impl Syncer {
             settings,
             credentials,
             runtime,
-            memos: Mutex::default(),
+            delivered: Mutex::default(),
         })
     }
 
@@ -509,11 +526,63 @@ impl Pass<'_> {
         self.deliver(&resolved)
     }
 
-    /// Renders `resolved` and delivers it, or reports why it cannot be.
+    /// Renders `resolved` and delivers it, or reports why it cannot be. Only the
+    /// assignments whose inputs changed since the last delivery are rendered; if a file of
+    /// that delivery is missing from the cache, the environment is rendered in full.
     pub fn deliver(&self, resolved: &Resolved) -> Result<EnvReport, Error> {
         let name = resolved.environment.name.clone();
         let span = tracing::info_span!("environment", environment = %name);
         let _enter = span.enter();
+        let files_path = self.store.files_path(&name);
+        let last = self
+            .syncer
+            .delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(&name)
+            .unwrap_or_else(|| {
+                files_path
+                    .as_deref()
+                    .map(|path| DeliveredFiles::load(path, &self.fingerprint))
+                    .unwrap_or_default()
+            });
+        let (result, last) = match self.render_and_deliver(resolved, &last) {
+            Err(error) if error.is_not_delivered() && !last.is_empty() => {
+                tracing::warn!(%error, "rendering the environment in full");
+                let none = DeliveredFiles::default();
+                (self.render_and_deliver(resolved, &none), none)
+            }
+            other => (other, last),
+        };
+        let (report, next) = result?;
+        let keep = match next {
+            Some(next) => {
+                if !self.syncer.settings.delivery.dry_run
+                    && let Some(path) = &files_path
+                    && let Err(error) = next.save(path, &self.fingerprint)
+                {
+                    tracing::warn!(file = %path.display(), %error, "cannot record the files delivered");
+                }
+                next
+            }
+            None => last,
+        };
+        self.syncer
+            .delivered
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(name, keep);
+        Ok(report)
+    }
+
+    /// [`Pass::deliver`] after the delivery of `last`: the report, and the files delivered
+    /// when every GitOps repository got them.
+    fn render_and_deliver(
+        &self,
+        resolved: &Resolved,
+        last: &DeliveredFiles,
+    ) -> Result<(EnvReport, Option<DeliveredFiles>), Error> {
+        let name = resolved.environment.name.clone();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
         let extenders = Watched {
@@ -521,13 +590,11 @@ impl Pass<'_> {
             called: AtomicBool::new(false),
         };
         let run = {
-            let mut memos = self.syncer.memos.lock().unwrap_or_else(PoisonError::into_inner);
-            let memo = memos.entry(name.clone()).or_default();
             // Steady keeps targets where the last pass of this process placed them, or, on a
             // process's first pass, where the GitOps branch has them.
-            let remembered = memo.current_assignment();
+            let remembered = last.placed_by_this_process();
             let current = || {
-                if !remembered.is_empty() {
+                if let Some(remembered) = &remembered {
                     return remembered.clone();
                 }
                 targets
@@ -544,7 +611,7 @@ impl Pass<'_> {
                 isolation: Isolation::Registration,
                 ..RunContext::new(&engine)
             };
-            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, memo);
+            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, &last.memo());
             if let Some(e) = engine_error {
                 run.block(kalypso_core::Diagnostic::error(Code::SprigVersion, e));
             }
@@ -583,12 +650,14 @@ impl Pass<'_> {
                 })
         };
         let assignments = run.assignments();
+        let rendered = run.rendered_now;
         if run.is_blocked() {
             let issues = report_issues(&run.failures)?;
-            return Ok(EnvReport {
+            let report = EnvReport {
                 environment: name.clone(),
                 revisions: resolved.revisions.clone(),
                 assignments,
+                rendered,
                 diagnostics: run.diagnostics,
                 isolated: BTreeSet::new(),
                 isolated_failures: Vec::new(),
@@ -596,9 +665,22 @@ impl Pass<'_> {
                     failures: run.failures,
                     issues,
                 },
-            });
+            };
+            return Ok((report, None));
         }
-        let content = &run.rendered.content;
+        let content =
+            Hashed::new(&run.rendered.content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
+                Error::Delivery {
+                    environment: name.clone(),
+                    error: deliver::Error::Repo(crate::repo::Error::NotDelivered {
+                        path: format!("{}/{}", unknown.assignment.0, unknown.assignment.1),
+                        repo: targets
+                            .first()
+                            .map(|(_, url, _, _)| url.redacted())
+                            .unwrap_or_default(),
+                    }),
+                }
+            })?;
         let mut reports = Vec::new();
         for (target_name, url, branch, mode) in &targets {
             let dest = Destination {
@@ -612,7 +694,7 @@ impl Pass<'_> {
                 environment_commit: resolved.revisions.environment.clone(),
                 workloads: resolved.revisions.workloads.len(),
             };
-            let delivery = deliver::deliver_with(&ctx, &dest, content, Some(&about)).map_err(|error| {
+            let delivery = deliver::deliver_with(&ctx, &dest, &content, Some(&about)).map_err(|error| {
                 Error::Delivery {
                     environment: name.clone(),
                     error,
@@ -627,10 +709,13 @@ impl Pass<'_> {
         }
         // Open or update the issues of the isolated failures, close those of earlier ones.
         report_issues(&run.failures)?;
+        let delivered = last.after(&run.rendered.records, &content);
+        drop(content);
         let report = EnvReport {
             environment: name.clone(),
             revisions: resolved.revisions.clone(),
             assignments,
+            rendered,
             diagnostics: run.diagnostics,
             isolated: run.isolated,
             isolated_failures: run.failures,
@@ -643,7 +728,7 @@ impl Pass<'_> {
         if recordable {
             self.record(resolved, &report);
         }
-        Ok(report)
+        Ok((report, Some(delivered)))
     }
 
     /// Records what `report` delivered from `resolved`, so that the next sync can see that

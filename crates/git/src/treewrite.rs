@@ -12,8 +12,15 @@
 //! scheduled target folders kept, a `README.md` per cluster type, `Promoted_Commit_Id` when
 //! the promoted commit changes. The result is the tree `apply` gives, and only its new
 //! objects are written.
+//!
+//! The rendered content is hashed once per run ([`Hashed`]) and put on each GitOps branch
+//! ([`build`]). Assignments a run did not render ([`RepoContent::delivered`]) enter by the
+//! ids of their files, remembered from the delivery that wrote them ([`crate::delivered`]):
+//! their content is never read, and is only looked for in the repository when the branch
+//! no longer has it where it belongs.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
 use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, promotes, readme};
@@ -44,13 +51,20 @@ pub(crate) struct Built {
     pub objects: Vec<(ObjectType, Oid, Blob)>,
 }
 
+/// The git ids of an assignment's files, by file name.
+pub type FileIds = Box<[(&'static str, Oid)]>;
+
 /// A file or folder of the rendered content, with its git id.
+#[derive(Clone, Debug)]
 enum Node {
-    File(Oid, Blob),
-    Dir(Dir),
+    /// A file, with its content when this run rendered it (`None`: a file delivered before,
+    /// whose content the repository has).
+    File(Oid, Option<Blob>),
+    Dir(Arc<Dir>),
 }
 
 /// A folder of the rendered content: its entries and the id of the tree they form alone.
+#[derive(Debug)]
 struct Dir {
     oid: Oid,
     entries: BTreeMap<String, Node>,
@@ -105,52 +119,127 @@ impl Dir {
 }
 
 fn file(content: &Blob) -> Node {
-    Node::File(object_id("blob", content), content.clone())
+    Node::File(object_id("blob", content), Some(content.clone()))
 }
 
-/// The rendered content as hashed folders: `content`'s packages, a `README.md` per cluster
-/// type and, when `promoted` is given, `Promoted_Commit_Id`.
-fn overlay(content: &RepoContent, promoted: Option<&Blob>) -> Dir {
-    let mut cluster_types: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
-    cluster_types.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
-    let readme = readme();
-    let readme_id = object_id("blob", &readme);
-    let folders: Vec<(String, Dir)> = cluster_types
-        .into_par_iter()
-        .map(|ct| {
-            let mut entries = BTreeMap::new();
-            let packages = content
-                .packages
-                .range((ct.to_owned(), String::new())..)
-                .take_while(|((c, _), _)| c == ct);
-            for ((_, dt), package) in packages {
-                let files = package
-                    .files()
-                    .map(|(name, blob)| (name.to_owned(), file(blob)))
-                    .collect();
-                entries.insert(dt.clone(), Node::Dir(Dir::new(files)));
-            }
-            if content.cluster_types.contains(ct) {
-                entries.insert(README.to_owned(), Node::File(readme_id, readme.clone()));
-            }
-            (ct.to_owned(), Dir::new(entries))
-        })
-        .collect();
-    let mut root: BTreeMap<String, Node> = folders.into_iter().map(|(ct, d)| (ct, Node::Dir(d))).collect();
-    if let Some(blob) = promoted {
-        let mut segments: Vec<&str> = PROMOTED_COMMIT_PATH.split('/').collect();
-        let name = segments.pop().unwrap_or(PROMOTED_COMMIT_PATH);
-        let mut node = Node::Dir(Dir::new(BTreeMap::from([(name.to_owned(), file(blob))])));
-        while let Some(segment) = segments.pop() {
-            if segments.is_empty() {
-                // A cluster type cannot be named like a dot-folder: no clash at the root.
-                root.insert(segment.to_owned(), node);
-                break;
-            }
-            node = Node::Dir(Dir::new(BTreeMap::from([(segment.to_owned(), node)])));
+/// An assignment the run did not render has no remembered files.
+#[derive(Debug)]
+pub struct UnknownFiles {
+    /// The assignment: (cluster type, deployment target).
+    pub assignment: (String, String),
+}
+
+/// A run's rendered content as git objects, hashed once and put on any number of branches
+/// (see [`build`]): a folder per cluster type with a folder per deployment target and a
+/// `README.md`.
+#[derive(Debug)]
+pub struct Hashed<'c> {
+    content: &'c RepoContent,
+    folders: BTreeMap<String, Node>,
+    /// The file ids of the packages this run rendered.
+    rendered: Vec<((String, String), FileIds)>,
+}
+
+impl<'c> Hashed<'c> {
+    /// Hashes `content` (in parallel, one task per cluster type). The assignments in
+    /// `content.delivered` take the file ids `delivered` gives for them.
+    pub fn new(
+        content: &'c RepoContent,
+        delivered: &(dyn Fn(&str, &str) -> Option<&'c [(&'static str, Oid)]> + Sync),
+    ) -> Result<Hashed<'c>, UnknownFiles> {
+        let mut cluster_types: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
+        cluster_types.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
+        cluster_types.extend(content.delivered.iter().map(|(ct, _)| ct.as_str()));
+        let readme = readme();
+        let readme_id = object_id("blob", &readme);
+        type Folder = (String, Node, Vec<((String, String), FileIds)>);
+        let folders: Vec<Result<Folder, UnknownFiles>> = cluster_types
+            .into_par_iter()
+            .map(|ct| {
+                let mut entries = BTreeMap::new();
+                let mut rendered = Vec::new();
+                let in_ct = |key: &(String, String)| key.0 == ct;
+                let start = (ct.to_owned(), String::new());
+                for ((_, dt), package) in content
+                    .packages
+                    .range(start.clone()..)
+                    .take_while(|(k, _)| in_ct(k))
+                {
+                    let ids: FileIds = package
+                        .files()
+                        .map(|(name, blob)| (name, object_id("blob", blob)))
+                        .collect();
+                    let files: BTreeMap<String, Node> = package
+                        .files()
+                        .zip(ids.iter())
+                        .map(|((name, blob), (_, oid))| {
+                            (name.to_owned(), Node::File(*oid, Some(blob.clone())))
+                        })
+                        .collect();
+                    rendered.push(((ct.to_owned(), dt.clone()), ids));
+                    entries.insert(dt.clone(), Node::Dir(Arc::new(Dir::new(files))));
+                }
+                for (_, dt) in content.delivered.range(start..).take_while(|k| in_ct(k)) {
+                    let ids = delivered(ct, dt).ok_or_else(|| UnknownFiles {
+                        assignment: (ct.to_owned(), dt.clone()),
+                    })?;
+                    let files = ids
+                        .iter()
+                        .map(|(name, oid)| ((*name).to_owned(), Node::File(*oid, None)))
+                        .collect();
+                    entries.insert(dt.clone(), Node::Dir(Arc::new(Dir::new(files))));
+                }
+                if content.cluster_types.contains(ct) {
+                    entries.insert(README.to_owned(), Node::File(readme_id, Some(readme.clone())));
+                }
+                Ok((ct.to_owned(), Node::Dir(Arc::new(Dir::new(entries))), rendered))
+            })
+            .collect();
+        let mut hashed = Hashed {
+            content,
+            folders: BTreeMap::new(),
+            rendered: Vec::new(),
+        };
+        for folder in folders {
+            let (ct, node, rendered) = folder?;
+            hashed.folders.insert(ct, node);
+            hashed.rendered.extend(rendered);
         }
+        Ok(hashed)
     }
-    Dir::new(root)
+
+    /// The content hashed.
+    pub fn content(&self) -> &'c RepoContent {
+        self.content
+    }
+
+    /// The file ids of the packages this run rendered: ((cluster type, deployment target), ids).
+    pub fn rendered(&self) -> &[((String, String), FileIds)] {
+        &self.rendered
+    }
+
+    /// The whole tree of the rendered content with, when `promoted` is given,
+    /// `Promoted_Commit_Id`.
+    fn root(&self, promoted: Option<&Blob>) -> Dir {
+        let mut root = self.folders.clone();
+        if let Some(blob) = promoted {
+            let mut segments: Vec<&str> = PROMOTED_COMMIT_PATH.split('/').collect();
+            let name = segments.pop().unwrap_or(PROMOTED_COMMIT_PATH);
+            let mut node = Node::Dir(Arc::new(Dir::new(BTreeMap::from([(
+                name.to_owned(),
+                file(blob),
+            )]))));
+            while let Some(segment) = segments.pop() {
+                if segments.is_empty() {
+                    // A cluster type cannot be named like a dot-folder: no clash at the root.
+                    root.insert(segment.to_owned(), node);
+                    break;
+                }
+                node = Node::Dir(Arc::new(Dir::new(BTreeMap::from([(segment.to_owned(), node)]))));
+            }
+        }
+        Dir::new(root)
+    }
 }
 
 /// Which files under a folder survive the update rules.
@@ -175,11 +264,14 @@ fn keep_under(rules: &Rules<'_>, segments: &[&str]) -> Keep {
     }
 }
 
-/// A path in the tree names a file and a folder at once.
+/// Why a tree cannot be built.
 #[derive(Debug)]
 pub(crate) enum BuildError {
     Git(git2::Error),
+    /// A path in the tree names a file and a folder at once.
     Conflict(String),
+    /// A file delivered before (known by its id only) is not in the repository.
+    Missing(String),
 }
 
 impl From<git2::Error> for BuildError {
@@ -190,6 +282,7 @@ impl From<git2::Error> for BuildError {
 
 struct Merge<'a> {
     repo: &'a Repository,
+    odb: git2::Odb<'a>,
     rules: Rules<'a>,
     built: Built,
 }
@@ -215,18 +308,19 @@ impl Merge<'_> {
     }
 
     /// Every object of `dir` is new.
-    fn add_all(&mut self, path: &str, dir: &Dir) {
+    fn add_all(&mut self, path: &str, dir: &Dir) -> Result<(), BuildError> {
         let mut list = Vec::with_capacity(dir.entries.len());
         for (name, node) in &dir.entries {
             match node {
                 Node::File(oid, blob) => {
                     self.built.added += 1;
-                    self.changed(&join(path, name));
-                    self.built.objects.push((ObjectType::Blob, *oid, blob.clone()));
+                    let child = join(path, name);
+                    self.changed(&child);
+                    self.store(&child, *oid, blob.as_ref())?;
                     list.push((name.as_str(), FILE_MODE, *oid));
                 }
                 Node::Dir(d) => {
-                    self.add_all(&join(path, name), d);
+                    self.add_all(&join(path, name), d)?;
                     list.push((name.as_str(), DIR_MODE, d.oid));
                 }
             }
@@ -235,6 +329,18 @@ impl Merge<'_> {
         self.built
             .objects
             .push((ObjectType::Tree, dir.oid, Blob::from(content)));
+        Ok(())
+    }
+
+    /// Notes blob `oid` at `path` as an object of the new tree: to be written when its
+    /// content is at hand, else (a file delivered before) it must be in the repository.
+    fn store(&mut self, path: &str, oid: Oid, blob: Option<&Blob>) -> Result<(), BuildError> {
+        match blob {
+            Some(blob) => self.built.objects.push((ObjectType::Blob, oid, blob.clone())),
+            None if self.odb.exists(oid) => {}
+            None => return Err(BuildError::Missing(path.to_owned())),
+        }
+        Ok(())
     }
 
     /// Counts the files under `tree` as deleted.
@@ -261,10 +367,13 @@ impl Merge<'_> {
         overlay: Option<&Dir>,
     ) -> Result<Option<Oid>, BuildError> {
         let Some(base) = base else {
-            return Ok(overlay.filter(|d| !d.entries.is_empty()).map(|d| {
-                self.add_all(path, d);
-                d.oid
-            }));
+            return match overlay.filter(|d| !d.entries.is_empty()) {
+                Some(d) => {
+                    self.add_all(path, d)?;
+                    Ok(Some(d.oid))
+                }
+                None => Ok(None),
+            };
         };
         if overlay.is_some_and(|d| d.oid == base) {
             return Ok(Some(base));
@@ -287,12 +396,12 @@ impl Merge<'_> {
                             return Err(BuildError::Conflict(child));
                         }
                         self.delete_all(&child, id)?;
-                        self.new_file(&child, *oid, blob, false);
+                        self.new_file(&child, *oid, blob.as_ref(), false)?;
                         out.push((name, FILE_MODE, *oid));
                     } else if id == *oid {
                         out.push((name, mode, id));
                     } else {
-                        self.new_file(&child, *oid, blob, true);
+                        self.new_file(&child, *oid, blob.as_ref(), true)?;
                         out.push((name, FILE_MODE, *oid));
                     }
                 }
@@ -335,7 +444,7 @@ impl Merge<'_> {
             let child = join(path, name);
             match node {
                 Node::File(oid, blob) => {
-                    self.new_file(&child, *oid, blob, false);
+                    self.new_file(&child, *oid, blob.as_ref(), false)?;
                     out.push((name.clone(), FILE_MODE, *oid));
                 }
                 Node::Dir(d) => {
@@ -359,14 +468,20 @@ impl Merge<'_> {
         Ok(Some(oid))
     }
 
-    fn new_file(&mut self, path: &str, oid: Oid, blob: &Blob, modified: bool) {
+    fn new_file(
+        &mut self,
+        path: &str,
+        oid: Oid,
+        blob: Option<&Blob>,
+        modified: bool,
+    ) -> Result<(), BuildError> {
         if modified {
             self.built.modified += 1;
         } else {
             self.built.added += 1;
         }
         self.changed(path);
-        self.built.objects.push((ObjectType::Blob, oid, blob.clone()));
+        self.store(path, oid, blob)
     }
 
     fn keeps_dir(&self, path: &str) -> Keep {
@@ -375,14 +490,11 @@ impl Merge<'_> {
     }
 }
 
-/// Builds the tree of `content` put on top of the tree `base` (the branch head's, `None` for
-/// a new branch) with the original's update rules. Reads only the tree objects of folders
-/// that change (and `Promoted_Commit_Id`); returns the objects to write.
-pub(crate) fn build(
-    repo: &Repository,
-    base: Option<Oid>,
-    content: &RepoContent,
-) -> Result<Built, BuildError> {
+/// Builds the tree of the hashed content put on top of the tree `base` (the branch head's,
+/// `None` for a new branch) with the original's update rules. Reads only the tree objects of
+/// folders that change (and `Promoted_Commit_Id`); returns the objects to write.
+pub(crate) fn build(repo: &Repository, base: Option<Oid>, hashed: &Hashed<'_>) -> Result<Built, BuildError> {
+    let content = hashed.content;
     let current_promoted = match base {
         Some(base) => {
             let tree = repo.find_tree(base)?;
@@ -396,9 +508,10 @@ pub(crate) fn build(
         None => None,
     };
     let promoted = promotes(current_promoted.as_deref(), content);
-    let overlay = overlay(content, promoted.as_ref());
+    let overlay = hashed.root(promoted.as_ref());
     let mut merge = Merge {
         repo,
+        odb: repo.odb()?,
         rules: Rules::for_content(content),
         built: Built {
             root: None,
@@ -517,10 +630,31 @@ mod tests {
                 let snapshot = repo.snapshot(commit)?.files;
                 let applied = apply(&snapshot, &content);
                 let expected = s.write_tree(&Snapshot::default(), &applied.tree);
-                let written = s.write_content(base, &content);
+                let hashed = Hashed::new(&content, &|_, _| None).unwrap();
+                let written = s.write_content(base, &hashed);
                 match (expected, written) {
                     (Ok(expected), Ok(written)) => {
                         assert_eq!(written.tree, expected, "case {case}");
+                        // The same content with some packages delivered before: known by
+                        // the ids of their files alone (stored by the write above).
+                        let ids: BTreeMap<(String, String), FileIds> =
+                            hashed.rendered().iter().cloned().collect();
+                        let mut partial = content.clone();
+                        for key in ids.keys() {
+                            if rng.next(2) == 0 {
+                                partial.packages.remove(key);
+                                partial.delivered.insert(key.clone());
+                            }
+                        }
+                        let lookup =
+                            |ct: &str, dt: &str| ids.get(&(ct.to_owned(), dt.to_owned())).map(|f| &f[..]);
+                        let again = s.write_content(base, &Hashed::new(&partial, &lookup).unwrap())?;
+                        assert_eq!(again.tree, written.tree, "case {case}, some delivered before");
+                        assert_eq!(
+                            (again.added, again.modified, again.deleted, &again.folders),
+                            (written.added, written.modified, written.deleted, &written.folders),
+                            "case {case}, some delivered before"
+                        );
                         let changes = diff(&snapshot, &applied.tree);
                         let count = |c| changes.iter().filter(|(_, k)| *k == c).count();
                         assert_eq!(
@@ -548,6 +682,43 @@ mod tests {
             .unwrap();
         }
         assert!(conflicts < 15, "most cases are not conflicts: {conflicts}");
+    }
+
+    /// A file delivered before that the repository does not have (a new GitOps repository,
+    /// a rebuilt cache) cannot be put on a branch by its id: the build says so, and the
+    /// caller renders in full. One the branch already has needs nothing more.
+    #[test]
+    fn files_delivered_before_must_be_in_the_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = RepoUrl::from_path(&dir.path().join("remote.git"));
+        let repo = Repo::open_mirror(&url, &Cache::new(dir.path().join("cache"))).unwrap();
+        let mut content = RepoContent::default();
+        content.cluster_types.insert("c".to_owned());
+        let package = Package::new(&[b"r".to_vec()], &[b"n".to_vec()], &[], "yaml");
+        content.packages.insert(("c".to_owned(), "t".to_owned()), package);
+        let full = Hashed::new(&content, &|_, _| None).unwrap();
+        let ids = full.rendered()[0].1.clone();
+        let mut delivered = content.clone();
+        delivered.packages.clear();
+        delivered.delivered.insert(("c".to_owned(), "t".to_owned()));
+        let lookup = |_: &str, _: &str| Some(&ids[..]);
+        assert!(
+            Hashed::new(&delivered, &|_, _| None).is_err(),
+            "no ids: no hashing"
+        );
+        repo.staging(|s| -> Result<(), crate::repo::Error> {
+            let by_id = Hashed::new(&delivered, &lookup).unwrap();
+            let missing = s.write_content(None, &by_id).unwrap_err();
+            assert!(
+                matches!(&missing, crate::repo::Error::NotDelivered { path, .. } if path.starts_with("c/t/")),
+                "{missing}"
+            );
+            let tree = s.write_content(None, &full)?.tree;
+            assert_eq!(s.write_content(Some(tree), &by_id)?.tree, tree);
+            assert_eq!(s.write_content(None, &by_id)?.tree, tree, "now stored");
+            Ok(())
+        })
+        .unwrap();
     }
 
     #[test]

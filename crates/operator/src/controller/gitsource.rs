@@ -193,6 +193,7 @@ mod tests {
             environment: "dev".into(),
             revisions: Default::default(),
             assignments: 3,
+            rendered: 3,
             diagnostics: Diagnostics::new(),
             isolated: Default::default(),
             isolated_failures: Vec::new(),

@@ -155,8 +155,8 @@ pub(super) fn report_lines(report: &EnvReport, quiet: bool, verbose: bool, elaps
             }
             if verbose {
                 lines.out.push(format!(
-                    "{}: {} assignment(s) from {}",
-                    report.environment, report.assignments, report.revisions
+                    "{}: {} assignment(s), {} rendered (the others unchanged since the last delivery), from {}",
+                    report.environment, report.assignments, report.rendered, report.revisions
                 ));
             }
         }
@@ -192,6 +192,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
             "environment": report.environment,
             "result": "delivered",
             "assignments": report.assignments,
+            "rendered": report.rendered,
             "revisions": revisions,
             "isolated": report.isolated,
             "isolatedFailures": report.isolated_failures.iter().map(|f| json!({
