@@ -14,8 +14,9 @@
 //! objects are written.
 //!
 //! The rendered content is hashed once per run ([`Hashed`]) and put on each GitOps branch
-//! ([`build`]). Assignments a run did not render ([`RepoContent::delivered`]) enter by the
-//! ids of their files, remembered from the delivery that wrote them ([`crate::delivered`]):
+//! (`build`, through [`crate::repo::Staging::write_content`]). Assignments a run did not
+//! render ([`RepoContent::delivered`]) enter by the ids of their files, remembered from the
+//! delivery that wrote them ([`crate::delivered`]):
 //! their content is never read, and is only looked for in the repository when the branch
 //! no longer has it where it belongs.
 
@@ -53,6 +54,10 @@ pub(crate) struct Built {
 
 /// The git ids of an assignment's files, by file name.
 pub type FileIds = Box<[(&'static str, Oid)]>;
+
+/// Where [`Hashed::new`] finds the file ids of an assignment delivered before, by cluster
+/// type and deployment target.
+pub type DeliveredLookup<'c> = dyn Fn(&str, &str) -> Option<&'c [(&'static str, Oid)]> + Sync + 'c;
 
 /// A file or folder of the rendered content, with its git id.
 #[derive(Clone, Debug)]
@@ -130,7 +135,7 @@ pub struct UnknownFiles {
 }
 
 /// A run's rendered content as git objects, hashed once and put on any number of branches
-/// (see [`build`]): a folder per cluster type with a folder per deployment target and a
+/// (see [`crate::repo::Staging::write_content`]): a folder per cluster type with a folder per deployment target and a
 /// `README.md`.
 #[derive(Debug)]
 pub struct Hashed<'c> {
@@ -145,7 +150,7 @@ impl<'c> Hashed<'c> {
     /// `content.delivered` take the file ids `delivered` gives for them.
     pub fn new(
         content: &'c RepoContent,
-        delivered: &(dyn Fn(&str, &str) -> Option<&'c [(&'static str, Oid)]> + Sync),
+        delivered: &DeliveredLookup<'c>,
     ) -> Result<Hashed<'c>, UnknownFiles> {
         let mut cluster_types: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
         cluster_types.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));

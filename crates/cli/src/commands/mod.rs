@@ -78,7 +78,7 @@ pub(crate) fn run(
         isolation,
         ..RunContext::new(&engine)
     };
-    let mut run = kalypso_core::run::run(env, inputs, &context, &mut Default::default());
+    let mut run = kalypso_core::run::run(env, inputs, &context, &Default::default());
     if let Some(error) = engine_error {
         run.block(error);
     }
