@@ -130,7 +130,7 @@ pub fn schedule_namespace(
 /// fingerprints differ from `memo`'s: the others are listed in the content's
 /// [`RepoContent::delivered`], for the front end to take their files from its last delivery.
 /// With an empty memo, everything is rendered.
-pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &RenderMemo) -> Run {
+pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &dyn RenderMemo) -> Run {
     let mut diagnostics = Diagnostics::new();
     // As `schedule`, with the fields placed once, at the end, for every stage's diagnostics.
     let namespace = load_namespace(name, inputs, &mut diagnostics);
@@ -449,43 +449,18 @@ pub fn conflict_warnings(
 /// What a front end remembers of an environment's last delivery: the fingerprint of each
 /// assignment whose files it still has, by cluster type and deployment target. A run given
 /// a memo skips the assignments whose fingerprints it finds there.
-#[derive(Clone, Debug, Default)]
-pub struct RenderMemo {
-    fingerprints: HashMap<String, HashMap<String, Fingerprint>>,
-    len: usize,
+pub trait RenderMemo: Sync {
+    /// The fingerprint the assignment had when its files were delivered.
+    fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<Fingerprint>;
 }
 
-impl RenderMemo {
-    /// A memo of these assignments: ((cluster type, deployment target), fingerprint).
-    pub fn new(entries: impl IntoIterator<Item = ((String, String), Fingerprint)>) -> RenderMemo {
-        let mut memo = RenderMemo::default();
-        for ((cluster_type, target), fingerprint) in entries {
-            if memo
-                .fingerprints
-                .entry(cluster_type)
-                .or_default()
-                .insert(target, fingerprint)
-                .is_none()
-            {
-                memo.len += 1;
-            }
-        }
-        memo
-    }
+/// No memo: a run renders every assignment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoMemo;
 
-    /// Number of assignments remembered.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Whether nothing is remembered.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The fingerprint the assignment had when its files were delivered.
-    pub fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<Fingerprint> {
-        self.fingerprints.get(cluster_type)?.get(target).copied()
+impl RenderMemo for NoMemo {
+    fn fingerprint(&self, _: &str, _: &str) -> Option<Fingerprint> {
+        None
     }
 }
 
@@ -673,6 +648,13 @@ mod tests {
         packages: BTreeMap<(String, String), (Fingerprint, Package)>,
     }
 
+    impl RenderMemo for Delivered {
+        fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<Fingerprint> {
+            let key = (cluster_type.to_owned(), target.to_owned());
+            self.packages.get(&key).map(|(f, _)| *f)
+        }
+    }
+
     /// A run of `inputs` as environment `dev` by a front end that delivered `delivered`
     /// before: it gives the run their memo, takes the files of the assignments the run did
     /// not render from what it delivered, and then remembers this run's.
@@ -689,8 +671,7 @@ mod tests {
             current: &current,
             ..RunContext::new(&engine)
         };
-        let memo = RenderMemo::new(delivered.packages.iter().map(|(key, (f, _))| (key.clone(), *f)));
-        let mut run = run("dev", inputs, &context, &memo);
+        let mut run = run("dev", inputs, &context, &*delivered);
         let content = &mut run.rendered.content;
         for key in std::mem::take(&mut content.delivered) {
             let package = delivered.packages[&key].1.clone();
@@ -964,7 +945,7 @@ mod tests {
             isolation,
             ..RunContext::new(&engine)
         };
-        run("dev", inputs, &context, &RenderMemo::default())
+        run("dev", inputs, &context, &NoMemo)
     }
 
     #[test]

@@ -139,44 +139,38 @@ type ClusterType = Object<kalypso_api::ClusterTypeSpec>;
 
 impl<'e> Pairs<'e> {
     fn of(env: &'e ScheduledEnvironment) -> Pairs<'e> {
+        // Each cluster type and target with the number of its set of labels.
         let mut label_sets: HashMap<&'e Labels, usize> = HashMap::new();
-        let mut cluster_types: HashMap<&'e str, (&'e ClusterType, usize)> = HashMap::new();
-        let mut targets: HashMap<&'e str, (&'e DeploymentTarget, usize)> = HashMap::new();
+        let mut intern = |labels: &'e Labels| {
+            let next = label_sets.len();
+            *label_sets.entry(labels).or_insert(next)
+        };
+        let cluster_types: HashMap<&str, (&ClusterType, usize)> = env
+            .namespace
+            .cluster_types
+            .iter()
+            .map(|(name, ct)| (name.as_str(), (ct, intern(ct.labels()))))
+            .collect();
+        let targets: HashMap<&str, (&DeploymentTarget, usize)> = env
+            .targets
+            .iter()
+            .map(|(name, t)| (name.as_str(), (t, intern(&t.labels))))
+            .collect();
         let mut seen: HashSet<(usize, usize)> = HashSet::new();
         let mut pairs = Pairs {
             all: Vec::new(),
             by_labels: Vec::new(),
         };
         for a in env.schedule.iter() {
-            let mut intern = |labels: &'e Labels| {
-                let next = label_sets.len();
-                *label_sets.entry(labels).or_insert(next)
+            let (Some(&(ct, ct_labels)), Some(&(target, target_labels))) = (
+                cluster_types.get(a.cluster_type.as_str()),
+                targets.get(a.deployment_target.as_str()),
+            ) else {
+                continue;
             };
-            let ct = match cluster_types.get(a.cluster_type.as_str()) {
-                Some(&known) => known,
-                None => match env.namespace.cluster_types.get(&a.cluster_type) {
-                    Some(ct) => {
-                        let known = (ct, intern(ct.labels()));
-                        cluster_types.insert(&a.cluster_type, known);
-                        known
-                    }
-                    None => continue,
-                },
-            };
-            let target = match targets.get(a.deployment_target.as_str()) {
-                Some(&known) => known,
-                None => match env.targets.get(&a.deployment_target) {
-                    Some(t) => {
-                        let known = (t, intern(&t.labels));
-                        targets.insert(&a.deployment_target, known);
-                        known
-                    }
-                    None => continue,
-                },
-            };
-            pairs.all.push((ct.0, target.0));
-            if seen.insert((ct.1, target.1)) {
-                pairs.by_labels.push((ct.0, target.0));
+            pairs.all.push((ct, target));
+            if seen.insert((ct_labels, target_labels)) {
+                pairs.by_labels.push((ct, target));
             }
         }
         pairs

@@ -386,12 +386,8 @@ fn message(ctx: &Context<'_>, about: Option<&Provenance>, changes: &Changes) -> 
 
 /// Delivers `content` (every package rendered: nothing [`RepoContent::delivered`]) to `dest`.
 pub fn deliver(ctx: &Context<'_>, dest: &Destination<'_>, content: &RepoContent) -> Result<Delivery, Error> {
-    let hashed = Hashed::new(content, &|_, _| None).map_err(|unknown| {
-        Error::Repo(repo::Error::NotDelivered {
-            path: format!("{}/{}", unknown.assignment.0, unknown.assignment.1),
-            repo: dest.url.redacted(),
-        })
-    })?;
+    let hashed = Hashed::new(content, &|_, _| None)
+        .map_err(|unknown| Error::Repo(repo::Error::not_delivered(unknown, dest.url.redacted())))?;
     deliver_with(ctx, dest, &hashed, None)
 }
 

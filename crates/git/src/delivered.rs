@@ -3,7 +3,7 @@
 //!
 //! For every assignment delivered: the fingerprint of its inputs
 //! ([`kalypso_core::fingerprint`]) and the git ids of its files. A run given those
-//! fingerprints ([`RenderMemo`]) does not render the assignments that kept theirs, and the
+//! fingerprints (as its [`RenderMemo`]) does not render the assignments that kept theirs, and the
 //! tree builder puts their folders on the branch by id ([`crate::treewrite::Hashed`]),
 //! reading nothing. The ids are content addresses, true whatever a branch holds now; what
 //! can go wrong is only that an object is missing from a mirror (a GitOps repository new
@@ -21,7 +21,7 @@ use std::io;
 use std::path::Path;
 
 use git2::Oid;
-use kalypso_core::fingerprint::digest;
+use kalypso_core::fingerprint::{Fingerprint as InputFingerprint, digest};
 use kalypso_core::pipeline::AssignmentRecord;
 use kalypso_core::placement::{CurrentAssignment, current_from_folders};
 use kalypso_core::run::RenderMemo;
@@ -46,29 +46,26 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct DeliveredFiles {
     assignments: HashMap<String, HashMap<String, Entry>>,
-    len: usize,
     /// Whether a delivery of this process made them (else they were read from the cache).
     this_process: bool,
+}
+
+/// The fingerprints, for a run to skip the assignments that kept theirs.
+impl RenderMemo for DeliveredFiles {
+    fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<InputFingerprint> {
+        Some(self.assignments.get(cluster_type)?.get(target)?.fingerprint)
+    }
 }
 
 impl DeliveredFiles {
     /// Number of assignments remembered.
     pub fn len(&self) -> usize {
-        self.len
+        self.assignments.values().map(HashMap::len).sum()
     }
 
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The fingerprints, for a run to skip the assignments that kept theirs.
-    pub fn memo(&self) -> RenderMemo {
-        RenderMemo::new(self.assignments.iter().flat_map(|(ct, targets)| {
-            targets
-                .iter()
-                .map(move |(dt, entry)| ((ct.clone(), dt.clone()), entry.fingerprint))
-        }))
+        self.assignments.values().all(HashMap::is_empty)
     }
 
     /// The ids of the files of an assignment's last delivery.
@@ -121,14 +118,10 @@ impl DeliveredFiles {
     }
 
     fn insert(&mut self, cluster_type: &str, target: &str, fingerprint: u128, files: FileIds) {
-        let previous = self
-            .assignments
+        self.assignments
             .entry(cluster_type.to_owned())
             .or_default()
             .insert(target.to_owned(), Entry { fingerprint, files });
-        if previous.is_none() {
-            self.len += 1;
-        }
     }
 
     /// The files recorded at `path` by the same binary with the same settings, or none
@@ -165,7 +158,7 @@ impl DeliveredFiles {
     /// type and target (u16 length + bytes), the fingerprint (16 bytes), the number of
     /// files and per file the index of its name and its id; last, a digest of all before it.
     fn encode(&self, fingerprint: &Fingerprint) -> Vec<u8> {
-        let mut out = Vec::with_capacity(MAGIC.len() + self.len * 128);
+        let mut out = Vec::with_capacity(MAGIC.len() + self.len() * 128);
         out.extend_from_slice(MAGIC);
         out.extend_from_slice(fingerprint.0.as_bytes());
         out.push(b'\n');
@@ -289,8 +282,8 @@ mod tests {
             loaded.files("small", "api-dev"),
             files().files("small", "api-dev")
         );
-        assert_eq!(loaded.memo().fingerprint("large", "web-dev"), Some(7));
-        assert_eq!(loaded.memo().fingerprint("small", "api-dev"), Some(u128::MAX));
+        assert_eq!(loaded.fingerprint("large", "web-dev"), Some(7));
+        assert_eq!(loaded.fingerprint("small", "api-dev"), Some(u128::MAX));
         assert_eq!(
             loaded.placed_by_this_process(),
             None,

@@ -26,7 +26,7 @@ use kalypso_core::tree::{Blob, Tree};
 use crate::auth::Credentials;
 use crate::redact::redact;
 use crate::retry::RetryPolicy;
-use crate::treewrite::Hashed;
+use crate::treewrite::{Hashed, UnknownFiles};
 use crate::url::RepoUrl;
 
 /// The file mode of regular files (the original writes every file with it).
@@ -191,6 +191,16 @@ impl Error {
                     || (cause.class == ErrorClass::Invalid && cause.message.contains("cannot be peeled"))
             }
             _ => false,
+        }
+    }
+
+    /// The error of a delivery to `repo` (redacted) that cannot put the folder of `unknown`
+    /// on its branch: the environment is rendered in full instead.
+    pub fn not_delivered(unknown: UnknownFiles, repo: String) -> Error {
+        let (cluster_type, target) = unknown.assignment;
+        Error::NotDelivered {
+            path: format!("{cluster_type}/{target}"),
+            repo,
         }
     }
 

@@ -109,14 +109,15 @@ pub struct Store {
     dir: PathBuf,
 }
 
-/// Whether `name` can name a state file (an environment is a namespace name).
-fn file_name(name: &str) -> Option<String> {
+/// The name of environment `name`'s file with `extension`, if `name` can name a file (an
+/// environment is a namespace name).
+fn file_name(name: &str, extension: &str) -> Option<String> {
     let ok = !name.is_empty()
         && !name.starts_with('.')
         && name
             .chars()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '.');
-    ok.then(|| format!("{name}.json"))
+    ok.then(|| format!("{name}.{extension}"))
 }
 
 /// The file listing the environments (not a namespace name, so never an environment's).
@@ -137,13 +138,13 @@ impl Store {
 
     /// The state of `environment`, if there is a usable one.
     pub fn environment(&self, environment: &str, fingerprint: &Fingerprint) -> Option<EnvState> {
-        let state: EnvState = self.read(&file_name(environment)?)?;
+        let state: EnvState = self.read(&file_name(environment, "json")?)?;
         (state.format == FORMAT && state.fingerprint == fingerprint.0).then_some(state)
     }
 
     /// Records `state` for `environment`.
     pub fn save_environment(&self, environment: &str, state: &EnvState) {
-        if let Some(file) = file_name(environment) {
+        if let Some(file) = file_name(environment, "json") {
             self.write(&file, state);
         }
     }
@@ -151,8 +152,7 @@ impl Store {
     /// Where the files of `environment`'s last delivery are recorded (see
     /// [`crate::delivered`]); `None` for a name that cannot name a file.
     pub fn files_path(&self, environment: &str) -> Option<PathBuf> {
-        let file = file_name(environment)?;
-        Some(self.dir.join(file.replace(".json", ".files")))
+        Some(self.dir.join(file_name(environment, "files")?))
     }
 
     /// The environments listed at the main branch's head, if usable.

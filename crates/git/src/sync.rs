@@ -611,7 +611,7 @@ impl Pass<'_> {
                 isolation: Isolation::Registration,
                 ..RunContext::new(&engine)
             };
-            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, &last.memo());
+            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, last);
             if let Some(e) = engine_error {
                 run.block(kalypso_core::Diagnostic::error(Code::SprigVersion, e));
             }
@@ -668,19 +668,16 @@ impl Pass<'_> {
             };
             return Ok((report, None));
         }
-        let content =
-            Hashed::new(&run.rendered.content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
-                Error::Delivery {
-                    environment: name.clone(),
-                    error: deliver::Error::Repo(crate::repo::Error::NotDelivered {
-                        path: format!("{}/{}", unknown.assignment.0, unknown.assignment.1),
-                        repo: targets
-                            .first()
-                            .map(|(_, url, _, _)| url.redacted())
-                            .unwrap_or_default(),
-                    }),
-                }
-            })?;
+        let hashed = Hashed::new(&run.rendered.content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
+            let repo = targets.first().map(|(_, url, _, _)| url.redacted());
+            Error::Delivery {
+                environment: name.clone(),
+                error: deliver::Error::Repo(crate::repo::Error::not_delivered(
+                    unknown,
+                    repo.unwrap_or_default(),
+                )),
+            }
+        })?;
         let mut reports = Vec::new();
         for (target_name, url, branch, mode) in &targets {
             let dest = Destination {
@@ -694,7 +691,7 @@ impl Pass<'_> {
                 environment_commit: resolved.revisions.environment.clone(),
                 workloads: resolved.revisions.workloads.len(),
             };
-            let delivery = deliver::deliver_with(&ctx, &dest, &content, Some(&about)).map_err(|error| {
+            let delivery = deliver::deliver_with(&ctx, &dest, &hashed, Some(&about)).map_err(|error| {
                 Error::Delivery {
                     environment: name.clone(),
                     error,
@@ -709,8 +706,7 @@ impl Pass<'_> {
         }
         // Open or update the issues of the isolated failures, close those of earlier ones.
         report_issues(&run.failures)?;
-        let delivered = last.after(&run.rendered.records, &content);
-        drop(content);
+        let delivered = last.after(&run.rendered.records, &hashed);
         let report = EnvReport {
             environment: name.clone(),
             revisions: resolved.revisions.clone(),

@@ -16,9 +16,8 @@
 //! The rendered content is hashed once per run ([`Hashed`]) and put on each GitOps branch
 //! (`build`, through [`crate::repo::Staging::write_content`]). Assignments a run did not
 //! render ([`RepoContent::delivered`]) enter by the ids of their files, remembered from the
-//! delivery that wrote them ([`crate::delivered`]):
-//! their content is never read, and is only looked for in the repository when the branch
-//! no longer has it where it belongs.
+//! delivery that wrote them ([`crate::delivered`]): their content is never read, and is
+//! only looked for in the repository when the branch no longer has it where it belongs.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -135,8 +134,8 @@ pub struct UnknownFiles {
 }
 
 /// A run's rendered content as git objects, hashed once and put on any number of branches
-/// (see [`crate::repo::Staging::write_content`]): a folder per cluster type with a folder per deployment target and a
-/// `README.md`.
+/// (see [`crate::repo::Staging::write_content`]): a folder per cluster type with a folder
+/// per deployment target and a `README.md`.
 #[derive(Debug)]
 pub struct Hashed<'c> {
     content: &'c RepoContent,

@@ -164,7 +164,7 @@ fn without_any_base_repo_the_main_tip_is_read_with_a_warning() {
     assert!(!resolved.inputs.main.files().is_empty());
     let engine = kalypso_template::Engine::new();
     let context = kalypso_core::run::RunContext::new(&engine);
-    let outcome = kalypso_core::run::run("dev", &resolved.inputs, &context, &Default::default());
+    let outcome = kalypso_core::run::run("dev", &resolved.inputs, &context, &kalypso_core::run::NoMemo);
     let warnings: Vec<String> = outcome.diagnostics.warnings().map(ToString::to_string).collect();
     assert!(
         warnings

@@ -78,7 +78,7 @@ pub(crate) fn run(
         isolation,
         ..RunContext::new(&engine)
     };
-    let mut run = kalypso_core::run::run(env, inputs, &context, &Default::default());
+    let mut run = kalypso_core::run::run(env, inputs, &context, &kalypso_core::run::NoMemo);
     if let Some(error) = engine_error {
         run.block(error);
     }
