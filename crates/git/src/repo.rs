@@ -446,7 +446,7 @@ impl Repo {
 
     /// Fetches every branch (pruning deleted ones). Nothing to do in place.
     pub fn fetch_all(&self, transport: &Transport<'_>) -> Result<(), Error> {
-        self.fetch(transport, &[format!("+refs/heads/*:{TRACKING}*")], &[])
+        self.fetch(transport, &[format!("+refs/heads/*:{TRACKING}*")])
     }
 
     /// Fetches `branches`, and every branch under each of `prefixes` (e.g. `kalypso/dev/`),
@@ -467,23 +467,22 @@ impl Repo {
                 .iter()
                 .map(|p| format!("+refs/heads/{p}*:{TRACKING}{p}*")),
         );
-        self.fetch(transport, &refspecs, branches)
+        self.fetch(transport, &refspecs)
     }
 
-    fn fetch(&self, transport: &Transport<'_>, refspecs: &[String], exact: &[&str]) -> Result<(), Error> {
+    fn fetch(&self, transport: &Transport<'_>, refspecs: &[String]) -> Result<(), Error> {
         if self.in_place {
             return Ok(());
         }
         let span = tracing::debug_span!("fetch", repo = %self.url);
         let _enter = span.enter();
-        // A branch fetched by name disappears from the mirror when the remote deleted it:
-        // drop the old copy first, so a missing branch reads as missing, not stale.
-        for branch in exact {
-            if let Ok(mut r) = self.git.find_reference(&format!("{TRACKING}{branch}")) {
-                r.delete()
-                    .map_err(git_error("cannot update the cache of", &self.url))?;
-            }
-        }
+        // The mirror's copies of the branches stay in place while fetching: they are what
+        // the negotiation offers as already here (without them the remote sends the whole
+        // history again). A branch fetched by name that the remote deleted is pruned: libgit2
+        // prunes the destination of an exact refspec whose source the remote does not list.
+        // A copy whose commit or tree cannot be read (garbled packs) would be offered as had
+        // and never sent again: it goes first, and its branch is fetched whole.
+        self.drop_unreadable_branches()?;
         transport.run(&|| format!("fetch {}", self.url), || {
             let mut remote = self
                 .git
@@ -500,6 +499,27 @@ impl Repo {
                 .fetch(refspecs, Some(&mut options), None)
                 .map_err(git_error("cannot fetch", &self.url))
         })
+    }
+
+    /// Deletes the mirror's branches whose commit or root tree cannot be read.
+    fn drop_unreadable_branches(&self) -> Result<(), Error> {
+        let fail = || git_error("cannot update the cache of", &self.url);
+        let glob = format!("{TRACKING}*");
+        let mut unreadable = Vec::new();
+        for r in self.git.references_glob(&glob).map_err(fail())? {
+            let r = r.map_err(fail())?;
+            let readable = r.peel_to_commit().and_then(|c| c.tree().map(|_| ())).is_ok();
+            if !readable && let Ok(name) = r.name() {
+                unreadable.push(name.to_owned());
+            }
+        }
+        for name in unreadable {
+            tracing::warn!(repo = %self.url, reference = name, "the cache's copy of a branch cannot be read; fetching it whole");
+            if let Ok(mut r) = self.git.find_reference(&name) {
+                r.delete().map_err(fail())?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the mirror's copy of every branch in `heads` is at the head the remote
@@ -1520,6 +1540,71 @@ mod tests {
         assert!(
             lines.iter().all(|l| l.ends_with(&Oid::ZERO_SHA1.to_string())),
             "no object is stored as a delta: {objects}"
+        );
+    }
+
+    /// Objects in the packs of the repository at `git_dir` (a mirror keeps no loose ones).
+    fn packed_objects(git_dir: &Path) -> usize {
+        let count = kalypso_testkit::git(git_dir, &["count-objects", "-v"]);
+        count
+            .lines()
+            .find_map(|l| l.strip_prefix("in-pack: "))
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no in-pack count in {count}"))
+    }
+
+    #[test]
+    fn a_moved_branch_fetches_only_what_is_new_and_a_deleted_one_is_pruned() {
+        let dir = tempfile::tempdir().unwrap();
+        let (work, remote) = (dir.path().join("work"), dir.path().join("remote.git"));
+        std::fs::create_dir_all(work.join("files")).unwrap();
+        kalypso_testkit::git(dir.path(), &["init", "-q", "--bare", "remote.git"]);
+        kalypso_testkit::git(dir.path(), &["init", "-q", "work"]);
+        for i in 0..40 {
+            std::fs::write(work.join(format!("files/{i}.yaml")), format!("n: {i}\n")).unwrap();
+        }
+        let remote_path = remote.display().to_string();
+        for args in [
+            &["add", "-A"][..],
+            &["commit", "-qm", "first"],
+            &[
+                "push",
+                "-q",
+                &remote_path,
+                "HEAD:refs/heads/dev",
+                "HEAD:refs/heads/gone",
+            ],
+        ] {
+            kalypso_testkit::git(&work, args);
+        }
+        let url = RepoUrl::from_path(&remote);
+        let cache = Cache::new(dir.path().join("cache"));
+        let repo = Repo::open_mirror(&url, &cache).unwrap();
+        let credentials = Credentials::default();
+        let transport = Transport::new(&credentials, RetryPolicy::default());
+        repo.fetch_branches(&transport, &["dev", "gone"], &[]).unwrap();
+        let mirror = dir.path().join("cache").join(url.cache_name());
+        let first = packed_objects(&mirror);
+        assert!(first >= 42, "the first fetch brings every file: {first}");
+
+        // One file changes: the next fetch brings its blob, two trees and the commit, not
+        // the branch's whole history again (the mirror's copy is offered as what it has).
+        std::fs::write(work.join("files/7.yaml"), "n: changed\n").unwrap();
+        kalypso_testkit::git(&work, &["commit", "-qam", "second"]);
+        kalypso_testkit::git(&work, &["push", "-q", &remote_path, "HEAD:refs/heads/dev"]);
+        kalypso_testkit::git(&remote, &["branch", "-D", "gone"]);
+        repo.fetch_branches(&transport, &["dev", "gone"], &[]).unwrap();
+        let new = packed_objects(&mirror) - first;
+        assert_eq!(new, 4, "a commit, two trees and a blob");
+        let head = kalypso_testkit::git(&remote, &["rev-parse", "dev"]);
+        assert_eq!(
+            repo.branch("dev").unwrap().map(|o| o.to_string()),
+            Some(head.trim().to_owned())
+        );
+        assert_eq!(
+            repo.branch("gone").unwrap(),
+            None,
+            "a branch the remote deleted is gone"
         );
     }
 

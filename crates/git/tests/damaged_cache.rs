@@ -74,24 +74,42 @@ fn a_garbled_reference_in_a_mirror_is_damage_and_repaired() {
     });
 }
 
+/// Truncates every file under the objects folder of `repo`'s mirror.
+fn truncate_objects(fx: &Fixture, repo: &Path) {
+    let mut files = Vec::new();
+    files_under(&mirror(fx, repo).join("objects"), &mut files);
+    assert!(!files.is_empty());
+    for file in files {
+        let len = std::fs::metadata(&file).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&file)
+            .unwrap()
+            .set_len(len / 3)
+            .unwrap();
+    }
+}
+
 #[test]
 fn truncated_packs_in_a_mirror_are_damage_and_repaired() {
-    damaged_then_repaired(|fx| {
-        let mut files = Vec::new();
-        files_under(&mirror(fx, &fx.control_plane).join("objects"), &mut files);
-        let mut truncated = 0;
-        for file in files {
-            let len = std::fs::metadata(&file).unwrap().len();
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open(&file)
-                .unwrap()
-                .set_len(len / 3)
-                .unwrap();
-            truncated += 1;
-        }
-        assert!(truncated > 0);
-    });
+    // The workload's branch did not move: its mirror is read, not fetched.
+    damaged_then_repaired(|fx| truncate_objects(fx, &fx.workload));
+}
+
+#[test]
+fn truncated_packs_of_a_moved_branch_are_fetched_again() {
+    // The control plane's dev moved: its mirror's copy, unreadable, is not offered as had,
+    // and the fetch brings the branch whole.
+    let (_rt, fx, syncer) = dev_delivered();
+    truncate_objects(&fx, &fx.control_plane);
+    common::add_a_cluster_type(&fx);
+    let report = sync(&syncer, &file_url(&fx.control_plane), &["dev"])
+        .remove(0)
+        .unwrap();
+    assert!(report.is_success(), "{report:?}");
+    assert!(
+        kalypso_testkit::branch_files(&fx.gitops, "dev").contains_key("large/app-dev-target/reconciler.yaml")
+    );
 }
 
 #[test]
