@@ -391,6 +391,19 @@ pub fn conflict_warnings(
             .chain(std::iter::once(b'/'))
             .chain(a.deployment_target.bytes())
     };
+    // The order of `name`, by slices: the byte-wise walk only when one cluster type's name
+    // is a prefix of the other's (where the `/` decides).
+    let name_order = |i: usize, j: usize| {
+        let (a, b) = (&records[i].assignment, &records[j].assignment);
+        if a.cluster_type == b.cluster_type {
+            return a.deployment_target.cmp(&b.deployment_target);
+        }
+        let common = a.cluster_type.len().min(b.cluster_type.len());
+        match a.cluster_type.as_bytes()[..common].cmp(&b.cluster_type.as_bytes()[..common]) {
+            std::cmp::Ordering::Equal => name(i).cmp(name(j)),
+            other => other,
+        }
+    };
     found
         .into_iter()
         .map(|(conflict, with)| {
@@ -398,7 +411,10 @@ pub fn conflict_warnings(
             let total = with.iter().map(|config| by_config[config].len()).sum::<usize>();
             let mut first: Vec<usize> = Vec::with_capacity(4);
             for i in indices {
-                let at = first.partition_point(|&j| name(j).cmp(name(i)).is_lt());
+                if first.len() == 3 && name_order(i, first[2]).is_ge() {
+                    continue;
+                }
+                let at = first.partition_point(|&j| name_order(j, i).is_lt());
                 if at < 3 {
                     first.insert(at, i);
                     first.truncate(3);

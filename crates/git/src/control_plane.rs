@@ -550,6 +550,8 @@ impl ControlPlane {
             bases: base_commits,
         };
         let mut read = Vec::<SourceRef>::new();
+        // (cache name, branch) of each source in `read`, to list each once.
+        let mut listed = std::collections::HashSet::<(String, String)>::new();
         for (name, registration) in &namespace.registrations {
             let w = &registration.spec.workload;
             let what = format!("WorkloadRegistration {name:?} in environment {}", env.name);
@@ -573,10 +575,7 @@ impl ControlPlane {
                 })?;
             inputs.workloads.insert(name.clone(), tree);
             revisions.workloads.insert(name.clone(), head.to_string());
-            if !read
-                .iter()
-                .any(|s| s.branch == w.branch && s.url.cache_name() == url.cache_name())
-            {
+            if listed.insert((url.cache_name(), w.branch.clone())) {
                 read.push(SourceRef {
                     url,
                     branch: w.branch.clone(),

@@ -28,6 +28,8 @@ pub mod delivered;
 pub mod extenders;
 pub mod github;
 pub mod issues;
+mod local_push;
+mod pack;
 pub mod promote;
 pub mod redact;
 pub mod repo;

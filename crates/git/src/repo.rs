@@ -24,6 +24,7 @@ use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
 use kalypso_core::tree::{Blob, Tree};
 
 use crate::auth::Credentials;
+use crate::local_push::Failure;
 use crate::redact::redact;
 use crate::retry::RetryPolicy;
 use crate::treewrite::{Hashed, UnknownFiles};
@@ -792,6 +793,7 @@ impl Repo {
             odb: &odb,
             mempack,
             url: &self.url,
+            in_place: self.in_place,
             written: RefCell::new(Vec::new()),
         };
         f(&staging)
@@ -804,6 +806,8 @@ pub struct Staging<'r> {
     odb: &'r git2::Odb<'r>,
     mempack: git2::Mempack<'r>,
     url: &'r RepoUrl,
+    /// Whether the repository is read in place (no mirror: pushes go through libgit2).
+    in_place: bool,
     /// The objects written so far (to be stored by [`Staging::persist`]).
     written: RefCell<Vec<Oid>>,
 }
@@ -875,7 +879,7 @@ impl Staging<'_> {
         // Straight into a pack on disk, not through memory: the fleet's new objects are
         // not held a second time (they are stored before any reference names them, as
         // `push` needs anyway).
-        store_pack(self.odb, &built.objects).map_err(fail())?;
+        crate::pack::store_pack(self.odb, &built.objects).map_err(fail())?;
         debug_assert!(
             built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
             "kalypso hashes objects as git does"
@@ -959,6 +963,75 @@ impl Staging<'_> {
         // process killed from here on leaves a usable mirror (objects no reference names at
         // worst), never a reference to an object it does not have.
         self.persist()?;
+        if !self.pushed_locally(updates)? {
+            self.push_with_libgit2(transport, updates)?;
+        }
+        for update in updates {
+            let tracking = format!("{TRACKING}{}", update.branch);
+            match update.target {
+                Some(target) => {
+                    self.git
+                        .reference(&tracking, target, true, "kalypso push")
+                        .map_err(git_error("cannot update the cache of", self.url))?;
+                }
+                None => {
+                    if let Ok(mut r) = self.git.find_reference(&tracking) {
+                        r.delete()
+                            .map_err(git_error("cannot update the cache of", self.url))?;
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Pushes to a bare repository on this machine by writing the new objects into it and
+    /// moving its branches with a compare-and-swap ([`crate::local_push`]). `Ok(false)`:
+    /// not such a push (a network remote, a deletion, a merge...), nothing done.
+    fn pushed_locally(&self, updates: &[RefUpdate]) -> Result<bool, Error> {
+        let Some(path) = self.url.local_path().filter(|_| !self.in_place) else {
+            return Ok(false);
+        };
+        let targets: Option<Vec<(&str, Oid)>> = updates
+            .iter()
+            .map(|u| u.target.map(|t| (u.branch.as_str(), t)))
+            .collect();
+        let Some(targets) = targets else {
+            return Ok(false);
+        };
+        match crate::local_push::push(self.git, path, &targets) {
+            Ok(pushed) => Ok(pushed),
+            Err(Failure::Refused { reference, message }) => Err(Error::Rejected {
+                repo: self.url.redacted(),
+                reference,
+                message: redact(&message),
+            }),
+            Err(Failure::Locked { reference, message }) => Err(self.locked(&reference, &redact(&message))),
+            Err(Failure::Git(e)) => Err(git_error("cannot push to", self.url)(e)),
+        }
+    }
+
+    /// The error of a push that found `reference` locked.
+    fn locked(&self, reference: &str, message: &str) -> Error {
+        Error::Locked {
+            repo: self.url.redacted(),
+            detail: format!(
+                "{reference}: it is locked ({message}); another process is writing it, or one was \
+                 interrupted while writing it{}",
+                match self.url.local_path() {
+                    Some(path) => format!(
+                        " (if no process is, remove {}.lock)",
+                        path.join(reference).display()
+                    ),
+                    None => String::new(),
+                }
+            ),
+            local: self.url.is_local(),
+        }
+    }
+
+    /// Pushes through libgit2 (any transport), with retries of transient failures.
+    fn push_with_libgit2(&self, transport: &Transport<'_>, updates: &[RefUpdate]) -> Result<(), Error> {
         let mut refspecs = Vec::new();
         let mut temp_refs = Vec::new();
         for (i, update) in updates.iter().enumerate() {
@@ -995,21 +1068,9 @@ impl Staging<'_> {
             drop(options);
             match pushed {
                 Ok(()) => match rejected.into_inner().into_iter().next() {
-                    Some((reference, message)) if message.contains("lock") => Err(Error::Locked {
-                        repo: self.url.redacted(),
-                        detail: format!(
-                            "{reference}: it is locked ({message}); another process is writing it, or one was \
-                             interrupted while writing it{}",
-                            match self.url.local_path() {
-                                Some(path) => format!(
-                                    " (if no process is, remove {}.lock)",
-                                    path.join(&reference).display()
-                                ),
-                                None => String::new(),
-                            }
-                        ),
-                        local: self.url.is_local(),
-                    }),
+                    Some((reference, message)) if message.contains("lock") => {
+                        Err(self.locked(&reference, &message))
+                    }
                     Some((reference, message)) => Err(Error::Rejected {
                         repo: self.url.redacted(),
                         reference,
@@ -1044,24 +1105,7 @@ impl Staging<'_> {
                 let _ = r.delete();
             }
         }
-        result?;
-        for update in updates {
-            let tracking = format!("{TRACKING}{}", update.branch);
-            match update.target {
-                Some(target) => {
-                    self.git
-                        .reference(&tracking, target, true, "kalypso push")
-                        .map_err(git_error("cannot update the cache of", self.url))?;
-                }
-                None => {
-                    if let Ok(mut r) = self.git.find_reference(&tracking) {
-                        r.delete()
-                            .map_err(git_error("cannot update the cache of", self.url))?;
-                    }
-                }
-            }
-        }
-        Ok(())
+        result
     }
 
     /// Moves local branch `branch` from `expected` to `target` (a repository read in place),
@@ -1132,97 +1176,6 @@ impl Staging<'_> {
         self.written.borrow_mut().clear();
         Ok(())
     }
-}
-
-/// Packs written from a mirror (pushes, objects stored in the cache) are made without a
-/// delta search: the new objects of a GitOps commit are mostly small files unlike each
-/// other, and libgit2's search over a fleet's worth of them costs more than the bytes it
-/// saves. libgit2 1.9 reads the size limit for delta candidates from `pack.deltaCacheSize`
-/// (a slip for `pack.bigFileThreshold`), so both are set: no object is a candidate.
-/// Stores `objects` (already hashed) in `odb` as one pack streamed to disk: each object
-/// once, as a zlib stream of stored (uncompressed) blocks, which costs no compression time
-/// and no memory beyond the objects themselves; git reads such packs as any other.
-fn store_pack(odb: &git2::Odb<'_>, objects: &[(ObjectType, Oid, Blob)]) -> Result<(), git2::Error> {
-    use sha1::Digest as _;
-    let mut seen = std::collections::HashSet::with_capacity(objects.len());
-    let unique: Vec<&(ObjectType, Oid, Blob)> =
-        objects.iter().filter(|(_, oid, _)| seen.insert(*oid)).collect();
-    if unique.is_empty() {
-        return Ok(());
-    }
-    let count =
-        u32::try_from(unique.len()).map_err(|_| git2::Error::from_str("too many objects for one pack"))?;
-    let mut writer = odb.packwriter()?;
-    let io = |e: std::io::Error| git2::Error::from_str(&format!("cannot write a pack: {e}"));
-    {
-        let mut out = HashingWriter {
-            inner: std::io::BufWriter::with_capacity(1 << 20, &mut writer),
-            sha: sha1::Sha1::new(),
-        };
-        out.put(b"PACK").map_err(io)?;
-        out.put(&2u32.to_be_bytes()).map_err(io)?;
-        out.put(&count.to_be_bytes()).map_err(io)?;
-        for (kind, _, content) in unique {
-            let code: u8 = match kind {
-                ObjectType::Commit => 1,
-                ObjectType::Tree => 2,
-                ObjectType::Blob => 3,
-                ObjectType::Tag => 4,
-                _ => return Err(git2::Error::from_str("an object of no storable type")),
-            };
-            let mut size = content.len();
-            let mut header = vec![(code << 4) | (size & 0x0f) as u8];
-            size >>= 4;
-            while size > 0 {
-                if let Some(last) = header.last_mut() {
-                    *last |= 0x80;
-                }
-                header.push((size & 0x7f) as u8);
-                size >>= 7;
-            }
-            out.put(&header).map_err(io)?;
-            // zlib: header (deflate, 32K window, no preset dictionary, check bits), stored blocks
-            // of at most 65,535 bytes, the Adler-32 of the data.
-            out.put(&[0x78, 0x01]).map_err(io)?;
-            let mut chunks = content.chunks(0xffff).peekable();
-            if chunks.peek().is_none() {
-                out.put(&[0x01, 0x00, 0x00, 0xff, 0xff]).map_err(io)?;
-            }
-            while let Some(chunk) = chunks.next() {
-                let last = chunks.peek().is_none();
-                let len = chunk.len() as u16;
-                out.put(&[u8::from(last)]).map_err(io)?;
-                out.put(&len.to_le_bytes()).map_err(io)?;
-                out.put(&(!len).to_le_bytes()).map_err(io)?;
-                out.put(chunk).map_err(io)?;
-            }
-            out.put(&adler32(content).to_be_bytes()).map_err(io)?;
-        }
-        let HashingWriter { mut inner, sha } = out;
-        inner.write_all(&sha.finalize()).map_err(io)?;
-        inner.flush().map_err(io)?;
-    }
-    writer.commit()?;
-    Ok(())
-}
-
-/// Writes through, hashing what it writes (the pack's trailing checksum).
-struct HashingWriter<W: std::io::Write> {
-    inner: W,
-    sha: sha1::Sha1,
-}
-
-impl<W: std::io::Write> HashingWriter<W> {
-    fn put(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        use sha1::Digest as _;
-        self.sha.update(bytes);
-        self.inner.write_all(bytes)
-    }
-}
-
-/// zlib's Adler-32 checksum.
-fn adler32(data: &[u8]) -> u32 {
-    adler2::adler32_slice(data)
 }
 
 /// Branch names (without `refs/heads/`) and their heads.
@@ -1300,6 +1253,12 @@ fn list_one(url: &RepoUrl, credentials: &Credentials) -> Result<Heads, Error> {
     Ok(heads)
 }
 
+/// Packs written from a mirror by libgit2 (pushes to remote repositories, objects stored
+/// in the cache) are made without a delta search: the new objects of a GitOps commit are
+/// mostly small files unlike each other, and libgit2's search over a fleet's worth of them
+/// costs more than the bytes it saves. libgit2 1.9 reads the size limit for delta
+/// candidates from `pack.deltaCacheSize` (a slip for `pack.bigFileThreshold`), so both are
+/// set: no object is a candidate.
 fn no_delta_search(git: &Repository) -> Result<(), git2::Error> {
     let mut config = git.config()?;
     for key in ["pack.bigFileThreshold", "pack.deltaCacheSize"] {
@@ -1381,43 +1340,6 @@ pub struct Author {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn objects_stored_as_a_streamed_pack_read_back_as_written() {
-        assert_eq!(adler32(b"Wikipedia"), 0x11e6_0398);
-        assert_eq!(adler32(b""), 1);
-        let dir = tempfile::tempdir().unwrap();
-        let git = Repository::init_bare(dir.path()).unwrap();
-        let odb = git.odb().unwrap();
-        // Empty, small, several stored blocks (> 65,535 bytes), and a duplicate.
-        let big: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        let contents: Vec<Vec<u8>> = vec![
-            Vec::new(),
-            b"kind: ConfigMap\n".to_vec(),
-            big,
-            b"kind: ConfigMap\n".to_vec(),
-        ];
-        let objects: Vec<(ObjectType, Oid, Blob)> = contents
-            .iter()
-            .map(|c| {
-                (
-                    ObjectType::Blob,
-                    Oid::hash_object(ObjectType::Blob, c).unwrap(),
-                    Blob::from(&c[..]),
-                )
-            })
-            .collect();
-        store_pack(&odb, &objects).unwrap();
-        for (_, oid, content) in &objects {
-            let read = odb.read(*oid).unwrap();
-            assert_eq!(read.kind(), ObjectType::Blob);
-            assert_eq!(read.data(), &content[..]);
-        }
-        let packs = std::fs::read_dir(dir.path().join("objects/pack"))
-            .unwrap()
-            .count();
-        assert_eq!(packs, 2, "one pack and its index");
-    }
 
     #[test]
     fn normalizes_paths() {

@@ -89,23 +89,35 @@ fn object_id(kind: &str, content: &[u8]) -> Oid {
 /// A tree object's content: entries in git's order (a folder sorts as if its name ended
 /// with `/`).
 fn tree_content(entries: &mut [(&str, i32, Oid)]) -> Vec<u8> {
-    entries.sort_by(|a, b| {
-        let key = |(name, mode, _): &(&str, i32, Oid)| {
-            let mut k = name.as_bytes().to_vec();
-            if *mode == DIR_MODE {
-                k.push(b'/');
-            }
-            k
-        };
-        key(a).cmp(&key(b))
-    });
+    entries.sort_unstable_by(|(a, a_mode, _), (b, b_mode, _)| git_order(a, *a_mode, b, *b_mode));
     let mut out = Vec::with_capacity(entries.len() * 48);
     for (name, mode, oid) in entries.iter() {
-        out.extend_from_slice(format!("{mode:o} {name}").as_bytes());
+        match *mode {
+            FILE_MODE => out.extend_from_slice(b"100644"),
+            DIR_MODE => out.extend_from_slice(b"40000"),
+            other => out.extend_from_slice(format!("{other:o}").as_bytes()),
+        }
+        out.push(b' ');
+        out.extend_from_slice(name.as_bytes());
         out.push(0);
         out.extend_from_slice(oid.as_bytes());
     }
     out
+}
+
+/// Git's order of tree entries: by name, a folder's name compared as if it ended with `/`.
+fn git_order(a: &str, a_mode: i32, b: &str, b_mode: i32) -> std::cmp::Ordering {
+    let common = a.len().min(b.len());
+    match a.as_bytes()[..common].cmp(&b.as_bytes()[..common]) {
+        std::cmp::Ordering::Equal => {}
+        other => return other,
+    }
+    let next = |name: &str, mode: i32| match name.as_bytes().get(common) {
+        Some(byte) => Some(*byte),
+        None if mode == DIR_MODE => Some(b'/'),
+        None => None,
+    };
+    next(a, a_mode).cmp(&next(b, b_mode))
 }
 
 impl Dir {
@@ -746,5 +758,19 @@ mod tests {
         tree_content(&mut entries);
         let names: Vec<&str> = entries.iter().map(|e| e.0).collect();
         assert_eq!(names, ["a-", "a.b", "a"]);
+        // Against the definition (a folder's name with `/` appended), over names that are
+        // prefixes of each other around `/`'s neighbours in ASCII.
+        let names = ["a", "a-", "a.", "a0", "ab", "a-b", "a.b", "b", "a--", "a.-"];
+        for (x, x_mode) in names.iter().flat_map(|n| [(*n, FILE_MODE), (*n, DIR_MODE)]) {
+            for (y, y_mode) in names.iter().flat_map(|n| [(*n, FILE_MODE), (*n, DIR_MODE)]) {
+                let key =
+                    |name: &str, mode: i32| format!("{name}{}", if mode == DIR_MODE { "/" } else { "" });
+                assert_eq!(
+                    git_order(x, x_mode, y, y_mode),
+                    key(x, x_mode).cmp(&key(y, y_mode)),
+                    "{x:?} {x_mode:o} / {y:?} {y_mode:o}"
+                );
+            }
+        }
     }
 }
