@@ -14,7 +14,8 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use git2::{ErrorCode, Odb, Oid, Repository};
+use git2::{ErrorCode, ObjectType, Odb, Oid, Repository};
+use kalypso_core::tree::Blob;
 
 use crate::pack::PackStream;
 
@@ -41,14 +42,23 @@ impl From<git2::Error> for Failure {
 }
 
 /// Pushes `updates` (branch without `refs/heads/`, new head) from `mirror` to the bare
-/// repository at `remote`. `Ok(false)`: not a push this module makes (see the module
+/// repository at `remote`. The objects in `held` (sorted by id) are sent from there, the
+/// others read from the mirror. `Ok(false)`: not a push this module makes (see the module
 /// docs); nothing was written, and libgit2's push is to be used.
-pub(crate) fn push(mirror: &Repository, remote: &Path, updates: &[(&str, Oid)]) -> Result<bool, Failure> {
+pub(crate) fn push(
+    mirror: &Repository,
+    remote: &Path,
+    updates: &[(&str, Oid)],
+    held: &[(ObjectType, Oid, Blob)],
+) -> Result<bool, Failure> {
     let Ok(target) = Repository::open_bare(remote) else {
         return Ok(false);
     };
     let heads: HashSet<Oid> = branch_heads(&target)?;
-    let odb = mirror.odb()?;
+    let objects = Objects {
+        odb: mirror.odb()?,
+        held,
+    };
     let mut plan = Vec::new();
     let mut send = Vec::new();
     let mut seen = HashSet::new();
@@ -74,7 +84,7 @@ pub(crate) fn push(mirror: &Repository, remote: &Path, updates: &[(&str, Oid)]) 
         if seen.insert(*new) {
             send.push(*new);
         }
-        new_objects(&odb, commit.tree_id(), parent_tree, &mut send, &mut seen)?;
+        new_objects(&objects, commit.tree_id(), parent_tree, &mut send, &mut seen)?;
         plan.push((reference, *new, old));
     }
     if !send.is_empty() {
@@ -83,8 +93,7 @@ pub(crate) fn push(mirror: &Repository, remote: &Path, updates: &[(&str, Oid)]) 
         let store = target.odb()?;
         let mut pack = PackStream::new(&store, count)?;
         for oid in &send {
-            let object = odb.read(*oid)?;
-            pack.put(object.kind(), object.data())?;
+            objects.with(*oid, |kind, data| pack.put(kind, data))??;
         }
         pack.finish()?;
     }
@@ -128,7 +137,7 @@ fn branch_heads(repo: &Repository) -> Result<HashSet<Oid>, git2::Error> {
 /// has) does not have at the same path: `new` itself and, recursively, every entry whose id
 /// differs. Objects already in `seen` are not added again.
 fn new_objects(
-    odb: &Odb<'_>,
+    objects: &Objects<'_>,
     new: Oid,
     old: Option<Oid>,
     out: &mut Vec<Oid>,
@@ -138,28 +147,51 @@ fn new_objects(
         return Ok(());
     }
     out.push(new);
-    let new_tree = odb.read(new)?;
-    let old_tree = old.map(|o| odb.read(o)).transpose()?;
-    let old_entries: HashMap<&[u8], (u32, Oid)> = match &old_tree {
-        Some(tree) => entries(tree.data())?
-            .into_iter()
-            .map(|(mode, name, oid)| (name, (mode, oid)))
-            .collect(),
+    let old_entries: HashMap<Vec<u8>, (u32, Oid)> = match old {
+        Some(old) => objects.with(old, |_, data| {
+            entries(data).map(|list| {
+                list.into_iter()
+                    .map(|(mode, name, oid)| (name.to_vec(), (mode, oid)))
+                    .collect()
+            })
+        })??,
         None => HashMap::new(),
     };
-    for (mode, name, oid) in entries(new_tree.data())? {
-        let before = old_entries.get(name).copied();
+    let new_entries: Vec<(u32, Vec<u8>, Oid)> = objects.with(new, |_, data| {
+        entries(data).map(|list| list.into_iter().map(|(m, n, o)| (m, n.to_vec(), o)).collect())
+    })??;
+    for (mode, name, oid) in new_entries {
+        let before = old_entries.get(&name).copied();
         if before.map(|(_, o)| o) == Some(oid) || mode == SUBMODULE_MODE {
             continue;
         }
         if mode == DIR_MODE {
             let old_dir = before.filter(|(m, _)| *m == DIR_MODE).map(|(_, o)| o);
-            new_objects(odb, oid, old_dir, out, seen)?;
+            new_objects(objects, oid, old_dir, out, seen)?;
         } else if seen.insert(oid) {
             out.push(oid);
         }
     }
     Ok(())
+}
+
+/// Objects by id: from those held in memory, else from the mirror.
+struct Objects<'h> {
+    odb: Odb<'h>,
+    held: &'h [(ObjectType, Oid, Blob)],
+}
+
+impl Objects<'_> {
+    /// Calls `f` with the kind and content of object `oid`.
+    fn with<R>(&self, oid: Oid, f: impl FnOnce(ObjectType, &[u8]) -> R) -> Result<R, git2::Error> {
+        match self.held.binary_search_by_key(&oid, |(_, id, _)| *id) {
+            Ok(i) => Ok(f(self.held[i].0, &self.held[i].2)),
+            Err(_) => {
+                let object = self.odb.read(oid)?;
+                Ok(f(object.kind(), object.data()))
+            }
+        }
+    }
 }
 
 /// The entries of a raw tree object: (mode, name, id).
@@ -263,6 +295,7 @@ mod tests {
                 &Repository::open_bare(&self.mirror).unwrap(),
                 &self.remote,
                 updates,
+                &[],
             )
         }
     }
@@ -337,7 +370,8 @@ mod tests {
             !push(
                 &Repository::open_bare(&repos.mirror).unwrap(),
                 work.workdir().unwrap(),
-                &[("dev", root)]
+                &[("dev", root)],
+                &[],
             )
             .unwrap()
         );

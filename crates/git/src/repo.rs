@@ -795,6 +795,7 @@ impl Repo {
             url: &self.url,
             in_place: self.in_place,
             written: RefCell::new(Vec::new()),
+            built: RefCell::new(Vec::new()),
         };
         f(&staging)
     }
@@ -810,6 +811,9 @@ pub struct Staging<'r> {
     in_place: bool,
     /// The objects written so far (to be stored by [`Staging::persist`]).
     written: RefCell<Vec<Oid>>,
+    /// The objects [`Staging::write_content`] stored, with their content, sorted by id:
+    /// what a local push sends is taken from here rather than read back from the pack.
+    built: RefCell<Vec<(ObjectType, Oid, Blob)>>,
 }
 
 impl std::fmt::Debug for Staging<'_> {
@@ -884,6 +888,12 @@ impl Staging<'_> {
             built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
             "kalypso hashes objects as git does"
         );
+        {
+            let mut held = self.built.borrow_mut();
+            held.extend(built.objects);
+            held.sort_unstable_by_key(|(_, oid, _)| *oid);
+            held.dedup_by_key(|(_, oid, _)| *oid);
+        }
         let tree = match built.root {
             Some(root) => root,
             None => {
@@ -999,7 +1009,7 @@ impl Staging<'_> {
         let Some(targets) = targets else {
             return Ok(false);
         };
-        match crate::local_push::push(self.git, path, &targets) {
+        match crate::local_push::push(self.git, path, &targets, &self.built.borrow()) {
             Ok(pushed) => Ok(pushed),
             Err(Failure::Refused { reference, message }) => Err(Error::Rejected {
                 repo: self.url.redacted(),

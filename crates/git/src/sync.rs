@@ -589,7 +589,7 @@ impl Pass<'_> {
             inner: &*self.syncer.settings.extenders.0,
             called: AtomicBool::new(false),
         };
-        let run = {
+        let mut run = {
             // Steady keeps targets where the last pass of this process placed them, or, on a
             // process's first pass, where the GitOps branch has them.
             let remembered = last.placed_by_this_process();
@@ -668,6 +668,9 @@ impl Pass<'_> {
             };
             return Ok((report, None));
         }
+        // What delivering does not need goes first: the scheduled environment (its
+        // assignments counted above).
+        drop(run.environment);
         let hashed = Hashed::new(&run.rendered.content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
             let repo = targets.first().map(|(_, url, _, _)| url.redacted());
             Error::Delivery {
@@ -678,6 +681,9 @@ impl Pass<'_> {
                 )),
             }
         })?;
+        // The record of this delivery, made now so that the assignments' records can go.
+        let delivered = last.after(&run.rendered.records, &hashed);
+        drop(std::mem::take(&mut run.rendered.records));
         let mut reports = Vec::new();
         for (target_name, url, branch, mode) in &targets {
             let dest = Destination {
@@ -706,7 +712,6 @@ impl Pass<'_> {
         }
         // Open or update the issues of the isolated failures, close those of earlier ones.
         report_issues(&run.failures)?;
-        let delivered = last.after(&run.rendered.records, &hashed);
         let report = EnvReport {
             environment: name.clone(),
             revisions: resolved.revisions.clone(),

@@ -71,7 +71,33 @@ enum Node {
 #[derive(Debug)]
 struct Dir {
     oid: Oid,
-    entries: BTreeMap<String, Node>,
+    entries: Entries,
+}
+
+/// The entries of a folder, sorted by name: a vector rather than a map, since a fleet has a
+/// folder of three files per assignment (a map's smallest node holds eleven).
+#[derive(Debug, Default)]
+struct Entries(Vec<(String, Node)>);
+
+impl Entries {
+    fn get(&self, name: &str) -> Option<&Node> {
+        self.0
+            .binary_search_by(|(n, _)| n.as_str().cmp(name))
+            .ok()
+            .map(|i| &self.0[i].1)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&String, &Node)> {
+        self.0.iter().map(|(name, node)| (name, node))
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// The id git gives an object.
@@ -121,7 +147,10 @@ fn git_order(a: &str, a_mode: i32, b: &str, b_mode: i32) -> std::cmp::Ordering {
 }
 
 impl Dir {
-    fn new(entries: BTreeMap<String, Node>) -> Dir {
+    /// The folder of `entries` (names unique).
+    fn new(mut entries: Vec<(String, Node)>) -> Dir {
+        entries.sort_unstable_by(|(a, _), (b, _)| a.cmp(b));
+        entries.shrink_to_fit();
         let mut list: Vec<(&str, i32, Oid)> = entries
             .iter()
             .map(|(name, node)| match node {
@@ -130,7 +159,10 @@ impl Dir {
             })
             .collect();
         let oid = object_id("tree", &tree_content(&mut list));
-        Dir { oid, entries }
+        Dir {
+            oid,
+            entries: Entries(entries),
+        }
     }
 }
 
@@ -172,7 +204,7 @@ impl<'c> Hashed<'c> {
         let folders: Vec<Result<Folder, UnknownFiles>> = cluster_types
             .into_par_iter()
             .map(|ct| {
-                let mut entries = BTreeMap::new();
+                let mut entries = Vec::new();
                 let mut rendered = Vec::new();
                 let in_ct = |key: &(String, String)| key.0 == ct;
                 let start = (ct.to_owned(), String::new());
@@ -185,7 +217,7 @@ impl<'c> Hashed<'c> {
                         .files()
                         .map(|(name, blob)| (name, object_id("blob", blob)))
                         .collect();
-                    let files: BTreeMap<String, Node> = package
+                    let files: Vec<(String, Node)> = package
                         .files()
                         .zip(ids.iter())
                         .map(|((name, blob), (_, oid))| {
@@ -193,7 +225,7 @@ impl<'c> Hashed<'c> {
                         })
                         .collect();
                     rendered.push(((ct.to_owned(), dt.clone()), ids));
-                    entries.insert(dt.clone(), Node::Dir(Arc::new(Dir::new(files))));
+                    entries.push((dt.clone(), Node::Dir(Arc::new(Dir::new(files)))));
                 }
                 for (_, dt) in content.delivered.range(start..).take_while(|k| in_ct(k)) {
                     let ids = delivered(ct, dt).ok_or_else(|| UnknownFiles {
@@ -203,10 +235,10 @@ impl<'c> Hashed<'c> {
                         .iter()
                         .map(|(name, oid)| ((*name).to_owned(), Node::File(*oid, None)))
                         .collect();
-                    entries.insert(dt.clone(), Node::Dir(Arc::new(Dir::new(files))));
+                    entries.push((dt.clone(), Node::Dir(Arc::new(Dir::new(files)))));
                 }
                 if content.cluster_types.contains(ct) {
-                    entries.insert(README.to_owned(), Node::File(readme_id, Some(readme.clone())));
+                    entries.push((README.to_owned(), Node::File(readme_id, Some(readme.clone()))));
                 }
                 Ok((ct.to_owned(), Node::Dir(Arc::new(Dir::new(entries))), rendered))
             })
@@ -241,20 +273,17 @@ impl<'c> Hashed<'c> {
         if let Some(blob) = promoted {
             let mut segments: Vec<&str> = PROMOTED_COMMIT_PATH.split('/').collect();
             let name = segments.pop().unwrap_or(PROMOTED_COMMIT_PATH);
-            let mut node = Node::Dir(Arc::new(Dir::new(BTreeMap::from([(
-                name.to_owned(),
-                file(blob),
-            )]))));
+            let mut node = Node::Dir(Arc::new(Dir::new(vec![(name.to_owned(), file(blob))])));
             while let Some(segment) = segments.pop() {
                 if segments.is_empty() {
                     // A cluster type cannot be named like a dot-folder: no clash at the root.
                     root.insert(segment.to_owned(), node);
                     break;
                 }
-                node = Node::Dir(Arc::new(Dir::new(BTreeMap::from([(segment.to_owned(), node)]))));
+                node = Node::Dir(Arc::new(Dir::new(vec![(segment.to_owned(), node)])));
             }
         }
-        Dir::new(root)
+        Dir::new(root.into_iter().collect())
     }
 }
 
@@ -326,7 +355,7 @@ impl Merge<'_> {
     /// Every object of `dir` is new.
     fn add_all(&mut self, path: &str, dir: &Dir) -> Result<(), BuildError> {
         let mut list = Vec::with_capacity(dir.entries.len());
-        for (name, node) in &dir.entries {
+        for (name, node) in dir.entries.iter() {
             match node {
                 Node::File(oid, blob) => {
                     self.built.added += 1;
@@ -395,7 +424,7 @@ impl Merge<'_> {
             return Ok(Some(base));
         }
         let tree = self.repo.find_tree(base)?;
-        let empty = BTreeMap::new();
+        let empty = Entries::default();
         let overlay_entries = overlay.map_or(&empty, |d| &d.entries);
         let mut out: Vec<(String, i32, Oid)> = Vec::new();
         let mut seen = BTreeSet::new();
