@@ -61,7 +61,9 @@ pub(crate) fn push(
     };
     let mut plan = Vec::new();
     let mut send = Vec::new();
-    let mut seen = HashSet::new();
+    // Trees already walked (a fleet's files are mostly unique, and a set of them would cost
+    // more than the duplicates it saves: those go when `send` is sorted).
+    let mut walked = HashSet::new();
     for (branch, new) in updates {
         let reference = format!("refs/heads/{branch}");
         let old = match target.refname_to_id(&reference) {
@@ -81,19 +83,18 @@ pub(crate) fn push(
             }
             _ => return Ok(false),
         };
-        if seen.insert(*new) {
-            send.push(*new);
-        }
-        new_objects(&objects, commit.tree_id(), parent_tree, &mut send, &mut seen)?;
+        send.push(*new);
+        new_objects(&objects, commit.tree_id(), parent_tree, &mut send, &mut walked)?;
         plan.push((reference, *new, old));
     }
+    send.sort_unstable();
+    send.dedup();
     if !send.is_empty() {
         let count =
             u32::try_from(send.len()).map_err(|_| git2::Error::from_str("too many objects for one pack"))?;
-        let store = target.odb()?;
-        let mut pack = PackStream::new(&store, count)?;
+        let mut pack = PackStream::new(&target, count)?;
         for oid in &send {
-            objects.with(*oid, |kind, data| pack.put(kind, data))??;
+            objects.with(*oid, |kind, data| pack.put(kind, *oid, data))??;
         }
         pack.finish()?;
     }
@@ -135,15 +136,15 @@ fn branch_heads(repo: &Repository) -> Result<HashSet<Oid>, git2::Error> {
 
 /// Adds to `out` the objects under tree `new` that tree `old` (whose objects the remote
 /// has) does not have at the same path: `new` itself and, recursively, every entry whose id
-/// differs. Objects already in `seen` are not added again.
+/// differs. Trees in `walked` are not walked again; a file can be added more than once.
 fn new_objects(
     objects: &Objects<'_>,
     new: Oid,
     old: Option<Oid>,
     out: &mut Vec<Oid>,
-    seen: &mut HashSet<Oid>,
+    walked: &mut HashSet<Oid>,
 ) -> Result<(), git2::Error> {
-    if old == Some(new) || !seen.insert(new) {
+    if old == Some(new) || !walked.insert(new) {
         return Ok(());
     }
     out.push(new);
@@ -167,8 +168,8 @@ fn new_objects(
         }
         if mode == DIR_MODE {
             let old_dir = before.filter(|(m, _)| *m == DIR_MODE).map(|(_, o)| o);
-            new_objects(objects, oid, old_dir, out, seen)?;
-        } else if seen.insert(oid) {
+            new_objects(objects, oid, old_dir, out, walked)?;
+        } else {
             out.push(oid);
         }
     }

@@ -883,7 +883,7 @@ impl Staging<'_> {
         // Straight into a pack on disk, not through memory: the fleet's new objects are
         // not held a second time (they are stored before any reference names them, as
         // `push` needs anyway).
-        crate::pack::store_pack(self.odb, &built.objects).map_err(fail())?;
+        crate::pack::store_pack(self.git, &built.objects).map_err(fail())?;
         debug_assert!(
             built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
             "kalypso hashes objects as git does"
