@@ -332,22 +332,24 @@ pub struct CacheHold {
 }
 
 /// Removes every `*.lock` file under `dir`, which git leaves when a write is interrupted,
-/// with a warning for each. Call it holding what keeps other writers of `dir` out. A lock
-/// that cannot be removed is returned with the error.
+/// and the temporary files of packs being written (kalypso's `tmp_pack_*` and `tmp_idx_*`,
+/// libgit2's `pack_git2_*`), with a warning for each. Call it holding what keeps other
+/// writers of `dir` out. A file that cannot be removed is returned with the error.
 pub fn remove_stale_locks(dir: &Path) -> Result<(), (PathBuf, std::io::Error)> {
     let mut stale = Vec::new();
     find_locks(dir, &mut stale);
     for lock in stale {
         match std::fs::remove_file(&lock) {
-            Ok(()) => tracing::warn!(file = %lock.display(), "removed a lock left by an interrupted write"),
+            Ok(()) => tracing::warn!(file = %lock.display(), "removed a file left by an interrupted write"),
             Err(e) => return Err((lock, e)),
         }
     }
     Ok(())
 }
 
-/// Every `*.lock` file under `dir`.
+/// Every `*.lock` file under `dir`, and every temporary file of a pack being written.
 fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
+    let in_packs = dir.file_name().is_some_and(|n| n == "pack");
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
@@ -356,9 +358,18 @@ fn find_locks(dir: &Path, out: &mut Vec<PathBuf>) {
         match entry.file_type() {
             Ok(t) if t.is_dir() => find_locks(&path, out),
             Ok(t) if t.is_file() && path.extension().is_some_and(|e| e == "lock") => out.push(path),
+            Ok(t) if t.is_file() && in_packs && is_temporary_pack(&entry.file_name()) => out.push(path),
             _ => {}
         }
     }
+}
+
+/// Whether a file of `objects/pack` is a pack or index still being written.
+fn is_temporary_pack(name: &std::ffi::OsStr) -> bool {
+    let name = name.to_string_lossy();
+    ["tmp_pack_", "tmp_idx_", "pack_git2_"]
+        .iter()
+        .any(|prefix| name.starts_with(prefix))
 }
 
 /// The files of a GitOps branch, with the git ids needed to rewrite it cheaply.
@@ -1538,6 +1549,30 @@ mod tests {
             None,
             "a branch the remote deleted is gone"
         );
+    }
+
+    #[test]
+    fn stale_locks_and_temporary_packs_are_removed_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = [
+            ("refs/heads/dev.lock", false),
+            ("objects/pack/tmp_pack_a1b2", false),
+            ("objects/pack/tmp_idx_a1b2", false),
+            ("objects/pack/pack_git2_x", false),
+            ("objects/pack/pack-0123.pack", true),
+            ("objects/pack/pack-0123.idx", true),
+            ("refs/heads/tmp_pack_named_branch", true),
+            ("HEAD", true),
+        ];
+        for (path, _) in files {
+            let path = dir.path().join(path);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, "x").unwrap();
+        }
+        remove_stale_locks(dir.path()).unwrap();
+        for (path, kept) in files {
+            assert_eq!(dir.path().join(path).exists(), kept, "{path}");
+        }
     }
 
     #[test]
