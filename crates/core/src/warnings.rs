@@ -130,12 +130,18 @@ fn platform_config_maps(
 /// target. A fleet has hundreds of thousands of assignments but far fewer distinct pairs of
 /// label sets, and a filter that names neither a cluster type nor a target sees only labels.
 struct Pairs<'e> {
-    all: Vec<(&'e ClusterType, &'e DeploymentTarget)>,
+    /// Every assignment, by cluster type name (a filter naming one sees only those).
+    by_cluster_type: HashMap<&'e str, Vec<Pair<'e>>>,
+    /// Every assignment, by deployment target name.
+    by_target: HashMap<&'e str, Vec<Pair<'e>>>,
     /// One assignment per distinct (cluster type labels, target labels).
-    by_labels: Vec<(&'e ClusterType, &'e DeploymentTarget)>,
+    by_labels: Vec<Pair<'e>>,
 }
 
 type ClusterType = Object<kalypso_api::ClusterTypeSpec>;
+
+/// An assignment as a ConfigMap's labels see it.
+type Pair<'e> = (&'e ClusterType, &'e DeploymentTarget);
 
 impl<'e> Pairs<'e> {
     fn of(env: &'e ScheduledEnvironment) -> Pairs<'e> {
@@ -158,7 +164,8 @@ impl<'e> Pairs<'e> {
             .collect();
         let mut seen: HashSet<(usize, usize)> = HashSet::new();
         let mut pairs = Pairs {
-            all: Vec::new(),
+            by_cluster_type: HashMap::new(),
+            by_target: HashMap::new(),
             by_labels: Vec::new(),
         };
         for a in env.schedule.iter() {
@@ -168,7 +175,16 @@ impl<'e> Pairs<'e> {
             ) else {
                 continue;
             };
-            pairs.all.push((ct, target));
+            pairs
+                .by_cluster_type
+                .entry(a.cluster_type.as_str())
+                .or_default()
+                .push((ct, target));
+            pairs
+                .by_target
+                .entry(a.deployment_target.as_str())
+                .or_default()
+                .push((ct, target));
             if seen.insert((ct_labels, target_labels)) {
                 pairs.by_labels.push((ct, target));
             }
@@ -178,12 +194,23 @@ impl<'e> Pairs<'e> {
 
     /// Whether labels `filter` select at least one assignment.
     fn any_matches(&self, filter: &Labels) -> bool {
-        let names = filter
-            .keys()
-            .any(|k| k == labels::CLUSTER_TYPE || k == labels::DEPLOYMENT_TARGET);
-        let candidates = if names { &self.all } else { &self.by_labels };
+        let candidates = named(filter, labels::CLUSTER_TYPE, &self.by_cluster_type)
+            .or_else(|| named(filter, labels::DEPLOYMENT_TARGET, &self.by_target))
+            .unwrap_or(&self.by_labels);
         candidates.iter().any(|(ct, t)| labels_match(filter, ct, t))
     }
+}
+
+/// The assignments of the cluster type (or target) a filter names under `key`, if it names
+/// one: the only ones it can match.
+fn named<'a, 'e>(
+    filter: &Labels,
+    key: &str,
+    index: &'a HashMap<&'e str, Vec<Pair<'e>>>,
+) -> Option<&'a [Pair<'e>]> {
+    filter
+        .get(key)
+        .map(|name| index.get(name.as_str()).map_or(&[][..], Vec::as_slice))
 }
 
 /// Labels a ConfigMap's filter does not match on (see [`crate::config`]).
