@@ -111,7 +111,18 @@ pub fn schedule_namespace(
     context: &RunContext<'_>,
     diagnostics: &mut Diagnostics,
 ) -> ScheduledEnvironment {
-    let environment = if namespace.policies.values().any(|p| p.spec.has_placement()) {
+    let environment = schedule_unwarned(namespace, context, diagnostics);
+    warnings::warn(&environment, diagnostics);
+    environment
+}
+
+/// [`schedule_namespace`] without the warnings.
+fn schedule_unwarned(
+    namespace: Namespace,
+    context: &RunContext<'_>,
+    diagnostics: &mut Diagnostics,
+) -> ScheduledEnvironment {
+    if namespace.policies.values().any(|p| p.spec.has_placement()) {
         let current = (context.current)();
         let input = PlacementInput {
             current: &current,
@@ -121,9 +132,7 @@ pub fn schedule_namespace(
         ScheduledEnvironment::with_placement(namespace, &input, diagnostics)
     } else {
         ScheduledEnvironment::new(namespace, diagnostics)
-    };
-    warnings::warn(&environment, diagnostics);
-    environment
+    }
 }
 
 /// Schedules and renders environment `name`, rendering only the assignments whose
@@ -134,8 +143,22 @@ pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &dyn Ren
     let mut diagnostics = Diagnostics::new();
     // As `schedule`, with the fields placed once, at the end, for every stage's diagnostics.
     let namespace = load_namespace(name, inputs, &mut diagnostics);
-    let environment = schedule_namespace(namespace, context, &mut diagnostics);
-    let prepared = prepare(&environment, context.engine, &mut diagnostics);
+    let environment = schedule_unwarned(namespace, context, &mut diagnostics);
+    // The warnings and the preparation only read the environment: side by side (the
+    // warnings' single pass over the assignments is a fifth of a run that renders little),
+    // their diagnostics in the order `schedule_namespace` and `prepare` give them.
+    let warn = !diagnostics.has_errors();
+    let (warnings, (prepared, prepare_diagnostics)) = rayon::join(
+        || warn.then(|| warnings::warnings(&environment)).unwrap_or_default(),
+        || {
+            let mut found = Diagnostics::new();
+            (prepare(&environment, context.engine, &mut found), found)
+        },
+    );
+    for warning in warnings {
+        diagnostics.push(warning);
+    }
+    diagnostics.extend(prepare_diagnostics);
     let mut rendered = prepared.render(context.engine, &mut diagnostics, |job| {
         let a = job.assignment;
         memo.fingerprint(&a.cluster_type, &a.deployment_target) != Some(job.fingerprint)

@@ -16,10 +16,10 @@
 //! by another binary or with other output settings ([`Fingerprint`]), or damaged, is
 //! ignored: that only costs a full render.
 
-use std::collections::HashMap;
 use std::io;
 use std::path::Path;
 
+use foldhash::HashMap;
 use git2::Oid;
 use kalypso_core::fingerprint::{Fingerprint as InputFingerprint, digest};
 use kalypso_core::pipeline::AssignmentRecord;
@@ -45,6 +45,8 @@ struct Entry {
 /// The files of an environment's last delivery, by cluster type and deployment target.
 #[derive(Debug, Default)]
 pub struct DeliveredFiles {
+    /// By cluster type, then target (hashed with foldhash, not SipHash: the record is looked
+    /// up for every assignment of the fleet, several times a pass).
     assignments: HashMap<String, HashMap<String, Entry>>,
     /// Whether a delivery of this process made them (else they were read from the cache).
     this_process: bool,
