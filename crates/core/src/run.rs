@@ -149,7 +149,13 @@ pub fn run(name: &str, inputs: &Inputs, context: &RunContext<'_>, memo: &dyn Ren
     // their diagnostics in the order `schedule_namespace` and `prepare` give them.
     let warn = !diagnostics.has_errors();
     let (warnings, (prepared, prepare_diagnostics)) = rayon::join(
-        || warn.then(|| warnings::warnings(&environment)).unwrap_or_default(),
+        || {
+            if warn {
+                warnings::warnings(&environment)
+            } else {
+                Vec::new()
+            }
+        },
         || {
             let mut found = Diagnostics::new();
             (prepare(&environment, context.engine, &mut found), found)

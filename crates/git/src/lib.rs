@@ -8,7 +8,9 @@
 //! - [`url`], [`auth`], [`mod@redact`]: where repositories are and how to reach them, without
 //!   ever showing a credential;
 //! - [`repo`]: fetching into a cache, reading trees straight from git objects, writing
-//!   trees and commits in memory, pushing (with [`retry`] for network failures);
+//!   trees and commits, pushing (with [`retry`] for network failures; `pack` writes packs
+//!   and their indexes, `local_push` pushes to `file://` repositories without libgit2's
+//!   walk of the remote's tree);
 //!   [`treewrite`]: the GitOps tree built incrementally from the previous commit's;
 //! - [`control_plane`]: environments, their branches, the promoted main commit, workload
 //!   folders → [`kalypso_core::Inputs`];

@@ -1,4 +1,4 @@
-//! Pushes to a bare repository on this machine (`file://` or a path) without libgit2's walk.
+//! Pushes to a bare repository on this machine (`file://`) without libgit2's walk.
 //!
 //! libgit2's push works out what the remote lacks by walking the whole tree of every branch
 //! head the remote has (93,000 folder trees read back for a fleet of 280,000 files, most of
@@ -195,8 +195,11 @@ impl Objects<'_> {
     }
 }
 
-/// The entries of a raw tree object: (mode, name, id).
-fn entries(data: &[u8]) -> Result<Vec<(u32, &[u8], Oid)>, git2::Error> {
+/// A tree entry: mode, name, id.
+type TreeEntry<'a> = (u32, &'a [u8], Oid);
+
+/// The entries of a raw tree object.
+fn entries(data: &[u8]) -> Result<Vec<TreeEntry<'_>>, git2::Error> {
     let bad = || git2::Error::from_str("a malformed tree object");
     let mut out = Vec::new();
     let mut rest = data;
