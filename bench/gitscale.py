@@ -12,7 +12,7 @@ for each repetition, the sync rows as ratios to the floor measured in the same r
   - serve (same repositories, its own cache): the first poll, then no-change polls (each
     asked for by a push webhook, timed until /status counts it), push-to-commit (one
     ConfigMap changed, a webhook, timed until the GitOps branch moves) and the daemon's RSS
-    a second after that poll (steady memory).
+    a second after that poll and once idle, 15 s after it (steady memory).
 
 This machine's speed swings from day to day, so only ratios within one run are compared.
 Usage: python3 bench/gitscale.py [--fleet m|b|s] [--repeat N] [--work DIR] [--bin PATH]
@@ -111,23 +111,38 @@ def serve_rows(binary, work, repeat=5):
         webhook(base)
         wait_for("the GitOps commit", lambda: head() != before)
         push_to_commit = time.monotonic() - t
-        # Steady memory: what the daemon holds between polls (it keeps the record of the
-        # files delivered and its mirrors' handles).
+        # Memory between polls: a second after the poll (the pass's thread still holds what
+        # it allocated), and once idle (tokio ends a blocking thread after 10 s without work,
+        # and its memory goes back): what the daemon keeps is the record of the files
+        # delivered and its mirrors' handles.
+        def rss_mib():
+            with open(f"/proc/{p.pid}/status") as status:
+                return next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")) / 1024
         time.sleep(1)
-        with open(f"/proc/{p.pid}/status") as status:
-            steady_mib = next(int(l.split()[1]) for l in status if l.startswith("VmRSS:")) / 1024
+        after_poll_mib = rss_mib()
+        time.sleep(14)
+        steady_mib = rss_mib()
     finally:
         p.terminate()
         p.wait(timeout=30)
         log.close()
     return {"first": first, "nochange": statistics.median(nochange), "push_to_commit": push_to_commit,
-            "steady_mib": steady_mib}
+            "after_poll_mib": after_poll_mib, "steady_mib": steady_mib}
 
 
 def once(binary, work, fleet):
     script = os.path.join(SHARED_BENCH, "gitscale.sh")
-    p = subprocess.run(["bash", script, binary, work] + FLEETS[fleet], capture_output=True, text=True)
-    if p.returncode != 0:
+    # gitscale.sh picks the ConfigMap to change with `grep -rl ... | sort | head -1` under
+    # `set -o pipefail`: when `head` exits before `sort` has written all its lines, `sort`
+    # dies of SIGPIPE and the script stops, silently, before the one-ConfigMap sync. That
+    # is a race of the harness, not of kalypso: such a run is started again (at most twice).
+    for attempt in range(3):
+        p = subprocess.run(["bash", script, binary, work] + FLEETS[fleet], capture_output=True, text=True)
+        if p.returncode == 0:
+            break
+        print(f"gitscale.sh stopped (exit {p.returncode}, attempt {attempt + 1}); starting it again",
+              file=sys.stderr, flush=True)
+    else:
         sys.exit(f"gitscale.sh failed:\n{p.stdout}\n{p.stderr}")
     line = p.stdout.strip().splitlines()[-1]
     values = dict(re.findall(r"(\w+)=([\d.]+)", line))
@@ -152,8 +167,9 @@ def main():
     if not os.path.exists(args.bin):
         sys.exit(f"no binary at {args.bin}: cargo build --release first")
     print("| run | files | floor (git add -A && commit) | full sync | no-change sync | one-ConfigMap sync | full sync RSS "
-          "| serve first poll | serve no-change poll (median of 5) | serve push-to-commit | serve steady RSS |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+          "| serve first poll | serve no-change poll (median of 5) | serve push-to-commit "
+          "| serve RSS 1 s after a poll | serve RSS idle (15 s after) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for i in range(args.repeat):
         r = once(args.bin, args.work, args.fleet)
         sv = serve_rows(args.bin, args.work)
@@ -161,7 +177,7 @@ def main():
         print(f"| {i + 1} | {r['files']} | {r['floor']:.2f} s | {cell('full')} | {cell('nochange')} | "
               f"{cell('one_configmap')} | {r['rss_mib']:.0f} MiB (goal ≤ 500) | {sv['first']:.2f} s "
               f"| {sv['nochange']:.3f} s (goal ≤ {SERVE_POLL_GOAL} s) | {sv['push_to_commit']:.2f} s (goal ≤ 1 s) "
-              f"| {sv['steady_mib']:.0f} MiB (goal ≤ 300) |",
+              f"| {sv['after_poll_mib']:.0f} MiB | {sv['steady_mib']:.0f} MiB (goal ≤ 300) |",
               flush=True)
     if not args.keep:
         subprocess.run(["rm", "-rf", args.work])
