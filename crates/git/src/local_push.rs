@@ -51,9 +51,13 @@ pub(crate) fn push(
     updates: &[(&str, Oid)],
     held: &[(ObjectType, Oid, Blob)],
 ) -> Result<bool, Failure> {
-    let Ok(target) = Repository::open_bare(remote) else {
+    // A repository with a work tree (its folder, or its `.git`) is libgit2's to refuse.
+    let Ok(target) = Repository::open(remote) else {
         return Ok(false);
     };
+    if !target.is_bare() {
+        return Ok(false);
+    }
     let heads: HashSet<Oid> = branch_heads(&target)?;
     let objects = Objects {
         odb: mirror.odb()?,
@@ -369,15 +373,16 @@ mod tests {
         let root = repos.commit("root.yaml", "r\n");
         assert!(!repos.push(&[("dev", root)]).unwrap());
         // A repository with a work tree.
-        let work = Repository::open(&repos.work).unwrap();
-        assert!(
-            !push(
-                &Repository::open_bare(&repos.mirror).unwrap(),
-                work.workdir().unwrap(),
-                &[("dev", root)],
-                &[],
-            )
-            .unwrap()
+        // A repository with a work tree, by its folder or its `.git`.
+        let mirror = Repository::open_bare(&repos.mirror).unwrap();
+        for path in [repos.work.clone(), repos.work.join(".git")] {
+            let pushed = push(&mirror, &path, &[("fresh", root)], &[]).unwrap();
+            assert!(!pushed, "{}", path.display());
+        }
+        assert_eq!(
+            git(&repos.work, &["branch", "--list", "fresh"]),
+            "",
+            "no branch was made"
         );
     }
 
