@@ -822,8 +822,9 @@ pub struct Staging<'r> {
     in_place: bool,
     /// The objects written so far (to be stored by [`Staging::persist`]).
     written: RefCell<Vec<Oid>>,
-    /// The objects [`Staging::write_content`] stored, with their content, sorted by id:
-    /// what a local push sends is taken from here rather than read back from the pack.
+    /// The objects [`Staging::write_content`] stored, with their content, sorted by id,
+    /// when the repository is a `file://` mirror: what a local push sends is taken from here
+    /// rather than read back from the pack.
     built: RefCell<Vec<(ObjectType, Oid, Blob)>>,
 }
 
@@ -899,7 +900,9 @@ impl Staging<'_> {
             built.objects.iter().all(|(_, oid, _)| self.odb.exists(*oid)),
             "kalypso hashes objects as git does"
         );
-        {
+        // Kept for a local push to send (see `pushed_locally`); libgit2's push reads them
+        // back from the mirror.
+        if self.url.local_path().is_some() && !self.in_place {
             let mut held = self.built.borrow_mut();
             held.extend(built.objects);
             held.sort_unstable_by_key(|(_, oid, _)| *oid);
