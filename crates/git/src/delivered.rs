@@ -145,15 +145,7 @@ impl DeliveredFiles {
 
     /// Records the files at `path` (atomically: a reader sees the old file or the new one).
     pub fn save(&self, path: &Path, fingerprint: &Fingerprint) -> io::Result<()> {
-        let dir = path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir)?;
-        let name = path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-        std::fs::write(&temporary, self.encode(fingerprint))?;
-        std::fs::rename(&temporary, path)
+        crate::state::write_atomically(path, &self.encode(fingerprint))
     }
 
     /// The layout: the magic line, the fingerprint line, then per assignment the cluster

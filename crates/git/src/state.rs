@@ -190,17 +190,27 @@ impl Store {
     /// fatal: without a state the next sync takes the full path.
     fn write<T: Serialize>(&self, file: &str, value: &T) {
         let path = self.dir.join(file);
-        let result = (|| -> std::io::Result<()> {
-            std::fs::create_dir_all(&self.dir)?;
-            let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
-            let temporary = self.dir.join(format!(".{file}.{}.tmp", std::process::id()));
-            std::fs::write(&temporary, bytes)?;
-            std::fs::rename(&temporary, &path)
-        })();
+        let result = serde_json::to_vec_pretty(value)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| write_atomically(&path, &bytes));
         if let Err(error) = result {
             tracing::warn!(file = %path.display(), %error, "cannot record the delivery state");
         }
     }
+}
+
+/// Writes `bytes` to `path` through a temporary file beside it, renamed over `path`: a
+/// reader sees the old file or the new one, never a part (its folder is made if missing).
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temporary = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, path)
 }
 
 #[cfg(test)]
