@@ -12,7 +12,6 @@
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -1166,38 +1165,26 @@ impl Staging<'_> {
     }
 
     /// Stores the objects written so far in the repository, as one pack of those objects
-    /// alone (not of every object their commits reach, as libgit2's mempack dump would).
+    /// alone (not of every object their commits reach, as libgit2's mempack dump would),
+    /// written by [`crate::pack`] as the rendered tree's objects are.
     pub fn persist(&self) -> Result<(), Error> {
-        if self.written.borrow().is_empty() {
+        let mut written = self.written.borrow_mut();
+        if written.is_empty() {
             return Ok(());
         }
         let fail = || git_error("cannot store objects in the cache of", self.url);
-        let mut buf = git2::Buf::new();
-        {
-            let mut pack = self.git.packbuilder().map_err(fail())?;
-            for oid in self.written.borrow().iter() {
-                pack.insert_object(*oid, None).map_err(fail())?;
-            }
-            pack.write_buf(&mut buf).map_err(fail())?;
+        written.sort_unstable();
+        written.dedup();
+        let count = u32::try_from(written.len())
+            .map_err(|_| fail()(git2::Error::from_str("too many objects for one pack")))?;
+        let mut pack = crate::pack::PackStream::new(self.git, count).map_err(fail())?;
+        for oid in written.iter() {
+            let object = self.odb.read(*oid).map_err(fail())?;
+            pack.put(object.kind(), *oid, object.data()).map_err(fail())?;
         }
-        // A pack of no objects is a 12-byte header and a 20-byte checksum: nothing to store.
-        if buf.len() <= 32 {
-            self.written.borrow_mut().clear();
-            return Ok(());
-        }
-        let mut writer = self.odb.packwriter().map_err(fail())?;
-        writer.write_all(&buf).map_err(|e| Error::Git {
-            action: "cannot store objects in the cache of".to_owned(),
-            repo: self.url.redacted(),
-            cause: GitCause {
-                message: e.to_string(),
-                code: ErrorCode::GenericError,
-                class: ErrorClass::Os,
-            },
-        })?;
-        writer.commit().map_err(fail())?;
+        pack.finish().map_err(fail())?;
         self.mempack.reset().map_err(fail())?;
-        self.written.borrow_mut().clear();
+        written.clear();
         Ok(())
     }
 }
