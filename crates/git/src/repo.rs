@@ -1264,8 +1264,8 @@ fn list_one(url: &RepoUrl, credentials: &Credentials) -> Result<Heads, Error> {
     Ok(heads)
 }
 
-/// Packs written from a mirror by libgit2 (pushes to remote repositories, objects stored
-/// in the cache) are made without a delta search: the new objects of a GitOps commit are
+/// Packs libgit2 writes from a mirror (its pushes; kalypso writes the packs it stores
+/// itself, see [`crate::pack`]) are made without a delta search: the new objects of a GitOps commit are
 /// mostly small files unlike each other, and libgit2's search over a fleet's worth of them
 /// costs more than the bytes it saves. libgit2 1.9 reads the size limit for delta
 /// candidates from `pack.deltaCacheSize` (a slip for `pack.bigFileThreshold`), so both are
