@@ -1166,7 +1166,7 @@ impl Staging<'_> {
 
     /// Stores the objects written so far in the repository, as one pack of those objects
     /// alone (not of every object their commits reach, as libgit2's mempack dump would),
-    /// written by [`crate::pack`] as the rendered tree's objects are.
+    /// written by kalypso's own pack writer as the rendered tree's objects are.
     pub fn persist(&self) -> Result<(), Error> {
         let mut written = self.written.borrow_mut();
         if written.is_empty() {
