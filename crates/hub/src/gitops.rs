@@ -20,6 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use git2::{ObjectType, Oid, Repository};
+use kalypso_core::tree as layout;
 use kalypso_git::auth::Credentials;
 use kalypso_git::control_plane::ControlPlane;
 use kalypso_git::repo::{Repo, Transport};
@@ -31,9 +32,6 @@ use tokio::sync::{Notify, watch};
 use crate::db::{Db, DbError};
 use crate::ingest::set_platform_state;
 use crate::model::{Report, State};
-
-/// Where the platform tree records the promoted control-plane commit.
-pub const PROMOTED_COMMIT_FILE: &str = ".github/tracking/Promoted_Commit_Id";
 
 /// Where a deployment target's workload comes from, as its reconciler says.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
@@ -157,10 +155,10 @@ impl<'r> TreeReader<'r> {
         let target = match self.git.find_tree(id) {
             Ok(tree) => Target {
                 workload: self
-                    .blob_text(&tree, "namespace.yaml")
+                    .blob_text(&tree, layout::NAMESPACE_FILE)
                     .and_then(|t| parse_namespace(&t)),
                 source: self
-                    .blob_text(&tree, "reconciler.yaml")
+                    .blob_text(&tree, layout::RECONCILER_FILE)
                     .and_then(|t| parse_reconciler(&t)),
             },
             Err(_) => Target::default(),
@@ -173,7 +171,7 @@ impl<'r> TreeReader<'r> {
         let commit = self.git.find_commit(id)?;
         let root = commit.tree()?;
         let promoted = root
-            .get_path(std::path::Path::new(PROMOTED_COMMIT_FILE))
+            .get_path(std::path::Path::new(layout::PROMOTED_COMMIT_PATH))
             .ok()
             .and_then(|e| self.git.find_blob(e.id()).ok())
             .map(|b| String::from_utf8_lossy(b.content()).trim().to_owned())

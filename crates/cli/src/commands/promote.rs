@@ -83,10 +83,11 @@ fn promoted_by(
     let gitops_commit = delivered.gitops_commit.to_string();
     let promoted = delivered.promoted.clone().ok_or_else(|| {
         anyhow!(
-            "GitOps commit {} of {} (branch {}) carries no .github/tracking/Promoted_Commit_Id: nothing tells which control-plane commit {from} runs",
+            "GitOps commit {} of {} (branch {}) carries no {}: nothing tells which control-plane commit {from} runs",
             short(&gitops_commit),
             delivered.gitops_repo,
-            delivered.branch
+            delivered.branch,
+            kalypso_core::tree::PROMOTED_COMMIT_PATH
         )
     })?;
     let mut compliance = String::new();
