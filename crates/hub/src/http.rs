@@ -19,7 +19,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kalypso_git::redact::Secret;
-use serde_json::{Value, json};
+use kalypso_hub_api::{ClusterState, ErrorBody, IngestAnswer};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::db::{Db, DbError};
@@ -179,7 +180,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (
             self.status,
-            axum::Json(json!({"error": self.message, "field": self.field})),
+            axum::Json(ErrorBody {
+                error: self.message,
+                field: self.field,
+            }),
         )
             .into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
@@ -198,8 +202,8 @@ impl IntoResponse for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-fn ok(value: Value) -> ApiResult {
-    Ok(axum::Json(value).into_response())
+fn ok(answer: impl Serialize) -> ApiResult {
+    Ok(axum::Json(answer).into_response())
 }
 
 async fn healthz() -> &'static str {
@@ -275,8 +279,8 @@ fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
-    let outcome = state.0.ingest.submit(report, received_at).await?;
-    ok(json!({"result": outcome.as_str()}))
+    let result = state.0.ingest.submit(report, received_at).await?;
+    ok(IngestAnswer { result })
 }
 
 async fn flux_event(State(state): State<HubState>, headers: HeaderMap, body: Bytes) -> ApiResult {
@@ -321,16 +325,22 @@ async fn list_clusters(
     Query(params): Params,
 ) -> ApiResult {
     check_token(&state, &headers)?;
-    let state_filter = params.get("state").filter(|s| !s.is_empty()).cloned();
-    if let Some(s) = &state_filter
-        && !["compliant", "reconciling", "failed", "stale", "unknown"].contains(&s.as_str())
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            Some("state"),
-            format!("{s:?} is not one of compliant, reconciling, failed, stale, unknown"),
-        ));
-    }
+    let state_filter = params
+        .get("state")
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            ClusterState::parse_among(s, &ClusterState::LISTED).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    Some("state"),
+                    format!(
+                        "{s:?} is not one of {}",
+                        ClusterState::names(&ClusterState::LISTED)
+                    ),
+                )
+            })
+        })
+        .transpose()?;
     let filter = query::ClusterFilter {
         environment: params.get("environment").filter(|s| !s.is_empty()).cloned(),
         cluster_type: params.get("clusterType").filter(|s| !s.is_empty()).cloned(),
@@ -436,7 +446,7 @@ async fn get_commit(
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
     let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
-    if answer["environments"].as_array().is_none_or(Vec::is_empty) && state.refresher().enabled() {
+    if answer.environments.is_empty() && state.refresher().enabled() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
         answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
     }
