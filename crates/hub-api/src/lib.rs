@@ -13,13 +13,17 @@
 //! requirements, a rollout its waves); a client ignores fields it does not know, and the enums
 //! are `#[non_exhaustive]` so that Rust clients already handle a value they do not know.
 
+// utoipa's `ToSchema` derive expands `Option<T>` fields into paths that this lint reports at
+// the field's type, in code that is not ours.
+#![allow(unused_qualifications)]
+
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
-use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
 
 /// The state of a cluster: what one report says, a cluster's own latest platform state, or
 /// its state relative to a GitOps commit. Every answer of the hub and every page of the
@@ -30,9 +34,7 @@ use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 /// - a cluster's own platform state adds `unknown` (no platform report yet);
 /// - relative to a commit (the gate, counts) a cluster is `compliant`, `reconciling`,
 ///   `failed`, `behind` or `stale`.
-#[derive(
-    Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, ToSchema,
-)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum ClusterState {
@@ -104,6 +106,14 @@ impl ClusterState {
             Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
             _ => names.concat(),
         }
+    }
+}
+
+/// A name this version does not know (a newer hub's) is read as [`ClusterState::Unknown`].
+impl<'de> Deserialize<'de> for ClusterState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ClusterState, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(name.parse().unwrap_or(ClusterState::Unknown))
     }
 }
 
@@ -216,6 +226,25 @@ fn revision_schema() -> ObjectBuilder {
 
 fn revision_field() -> Schema {
     revision_schema().into()
+}
+
+fn report_time_schema() -> Schema {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(r"^\s*$")),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "When (RFC 3339); the time of receipt when left out, null or blank.",
+        ))
+        .into()
 }
 
 fn flux_metadata_schema() -> Schema {
@@ -368,9 +397,10 @@ pub struct ComplianceReport {
     /// What happened (kept up to 8 KiB).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
-    /// When (RFC 3339); the time of receipt when left out.
+    /// When (RFC 3339); the time of receipt when left out, `null` or blank (as Argo CD's
+    /// templates send a time not known yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schema(format = DateTime)]
+    #[schema(schema_with = report_time_schema)]
     pub time: Option<String>,
 }
 
@@ -599,8 +629,9 @@ pub struct EnvironmentList {
 // ---------------------------------------------------------------------------------------
 // Commits and workloads
 
-/// Whether an environment runs a commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+/// Whether an environment runs a commit. A verdict this version does not know (a newer hub's)
+/// is read as [`Verdict::Pending`]: not compliant yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum Verdict {
@@ -612,6 +643,17 @@ pub enum Verdict {
     Pending,
     /// The hub does not know the commit (yet).
     UnknownCommit,
+}
+
+impl<'de> Deserialize<'de> for Verdict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Verdict, D::Error> {
+        Ok(match &*std::borrow::Cow::<'de, str>::deserialize(d)? {
+            "compliant" => Verdict::Compliant,
+            "failed" => Verdict::Failed,
+            "unknown-commit" => Verdict::UnknownCommit,
+            _ => Verdict::Pending,
+        })
+    }
 }
 
 /// A GitOps commit of an environment's branch.
@@ -808,6 +850,26 @@ mod tests {
         assert_eq!(gate.clusters[1].message(), None);
         assert_eq!(gate.clusters[2].message(), Some("m"));
         assert_eq!(gate.clusters[1].state, ClusterState::Behind);
+    }
+
+    #[test]
+    fn values_of_a_newer_hub_are_read_as_not_compliant() {
+        let gate: Gate = serde_json::from_str(
+            r#"{"environment":"dev","gitopsCommit":null,"controlPlaneCommit":null,"verdict":"waiting-for-approval",
+               "compliant":0,"total":1,"clusters":[{"name":"a","clusterType":"t","state":"quarantined","message":""}]}"#,
+        )
+        .unwrap();
+        assert_eq!(gate.verdict, Verdict::Pending);
+        assert_eq!(gate.clusters[0].state, ClusterState::Unknown);
+        for verdict in [
+            Verdict::Compliant,
+            Verdict::Failed,
+            Verdict::Pending,
+            Verdict::UnknownCommit,
+        ] {
+            let text = serde_json::to_string(&verdict).unwrap();
+            assert_eq!(serde_json::from_str::<Verdict>(&text).unwrap(), verdict);
+        }
     }
 
     #[test]

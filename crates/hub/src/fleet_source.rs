@@ -34,7 +34,7 @@ use kalypso_dashboard::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Db, DbError};
+use crate::db::{Db, DbError, searchable};
 use crate::query::{self, CommitRow};
 
 /// What the cluster-type page says instead of labels.
@@ -210,6 +210,9 @@ impl HubSource {
 
     /// The histogram of clusters, of one environment (and cluster type) or all.
     async fn groups(&self, environment: Option<&str>, cluster_type: Option<&str>) -> Result<Vec<Group>> {
+        if ![environment, cluster_type].into_iter().flatten().all(searchable) {
+            return Ok(Vec::new());
+        }
         let mut sql = "SELECT environment, cluster_type, position, state, \
                        CASE WHEN last_seen < $1 THEN 1 ELSE 0 END AS stale, COUNT(*) FROM clusters"
             .to_owned();
@@ -548,6 +551,9 @@ impl HubSource {
         name: &str,
         cluster_query: &ClusterQuery,
     ) -> Result<Option<ClusterTypePage>> {
+        if !searchable(environment) || !searchable(name) {
+            return Ok(None);
+        }
         let page = cluster_query
             .page
             .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
@@ -639,6 +645,9 @@ impl HubSource {
     }
 
     async fn workload_page(&self, name: &str, page: Page) -> Result<Option<WorkloadPage>> {
+        if !searchable(name) {
+            return Ok(None);
+        }
         let total: i64 = sqlx::query(
             "SELECT COUNT(*) FROM placements WHERE workload = $1 AND deployment_target <> '' AND to_position IS NULL",
         )
@@ -698,6 +707,9 @@ impl HubSource {
     }
 
     async fn cluster_page(&self, environment: &str, name: &str, page: Page) -> Result<Option<ClusterPage>> {
+        if !searchable(environment) || !searchable(name) {
+            return Ok(None);
+        }
         let Some(row) = sqlx::query(
             "SELECT id, name, environment, cluster_type, last_seen, state, position, commit_sha, message \
              FROM clusters WHERE environment = $1 AND name = $2",

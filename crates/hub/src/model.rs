@@ -116,6 +116,17 @@ fn check_name(field: &str, value: Option<&str>) -> Result<String, BadInput> {
     Ok(value.to_owned())
 }
 
+/// `text` with every NUL character replaced by U+FFFD: PostgreSQL's text cannot hold NUL, and
+/// a report must not be refused (and retried forever) for a byte in a message. (Names never
+/// hold one: [`check_name`] refuses control characters.)
+fn storable(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}")
+    } else {
+        text
+    }
+}
+
 fn truncate(mut text: String) -> String {
     if text.len() > MAX_MESSAGE {
         let mut end = MAX_MESSAGE;
@@ -228,13 +239,13 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
         environment,
         cluster,
         cluster_type,
-        object: format!("{kind}/{namespace}/{name}"),
+        object: storable(format!("{kind}/{namespace}/{name}")),
         drives: !source,
         state,
-        revision,
+        revision: storable(revision),
         commit,
-        message: truncate(event.message),
-        reason: truncate(event.reason),
+        message: storable(truncate(event.message)),
+        reason: storable(truncate(event.reason)),
         event_time,
     })
 }
@@ -286,12 +297,12 @@ pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
         environment,
         cluster,
         cluster_type,
-        object,
+        object: storable(object),
         drives: true,
         state,
-        revision: text.to_owned(),
+        revision: storable(text.to_owned()),
         commit,
-        message: truncate(g.message.unwrap_or_default()),
+        message: storable(truncate(g.message.unwrap_or_default())),
         reason: String::new(),
         event_time,
     })
@@ -412,6 +423,22 @@ mod tests {
         let bad = parse_generic(br#"{"cluster":"","clusterType":"t"}"#, 0).unwrap_err();
         assert_eq!(bad.field, "cluster");
         let bad = parse_generic(br#"{"cluster": 5}"#, 0).unwrap_err();
+        assert_eq!(bad.field, "cluster");
+    }
+
+    #[test]
+    fn nul_characters_are_stored_as_replacement_characters() {
+        let body = format!(
+            r#"{{"cluster":"c","clusterType":"t","environment":"dev","gitopsRepo":"r\u0000","commit":"{SHA}","state":"failed","message":"a\u0000b"}}"#
+        );
+        let r = parse_generic(body.as_bytes(), 7).unwrap();
+        assert_eq!(r.message, "a\u{fffd}b");
+        assert_eq!(r.object, "compliance/r\u{fffd}#");
+        let bad = parse_generic(
+            br#"{"cluster":"c\u0000","clusterType":"t","environment":"dev","commit":"x","state":"failed"}"#,
+            0,
+        )
+        .unwrap_err();
         assert_eq!(bad.field, "cluster");
     }
 

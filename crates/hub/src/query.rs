@@ -20,7 +20,7 @@ use kalypso_hub_api::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Db, DbError};
+use crate::db::{Db, DbError, searchable};
 use crate::model::format_time;
 
 /// A cluster's state relative to the commit at `target`: `last_seen` against `stale_before`,
@@ -169,6 +169,9 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
     let Some(pattern) = commit_pattern(sha) else {
         return Ok(None);
     };
+    if !searchable(environment) {
+        return Ok(None);
+    }
     let like = format!("{pattern}%");
     let row = sqlx::query(&format!(
         "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 AND sha LIKE $2 ORDER BY position LIMIT 2"
@@ -388,6 +391,13 @@ const CLUSTER_COLUMNS: &str =
 
 /// `GET /api/v1/clusters`.
 pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Result<ClusterList, DbError> {
+    let names = [&filter.environment, &filter.cluster_type];
+    if !names.into_iter().flatten().all(|n| searchable(n)) {
+        return Ok(ClusterList {
+            total: 0,
+            clusters: Vec::new(),
+        });
+    }
     let mut conditions = Vec::new();
     let mut binds: Vec<Bind> = Vec::new();
     if let Some(e) = &filter.environment {
@@ -465,6 +475,9 @@ pub async fn cluster(
     limit: i64,
     offset: i64,
 ) -> Result<Option<ClusterDetail>, DbError> {
+    if !searchable(environment) || !searchable(name) {
+        return Ok(None);
+    }
     let Some(row) = sqlx::query(&format!(
         "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE environment = $1 AND name = $2"
     ))
@@ -551,6 +564,9 @@ pub async fn environment(
     name: &str,
     stale_before: i64,
 ) -> Result<Option<EnvironmentStatus>, DbError> {
+    if !searchable(name) {
+        return Ok(None);
+    }
     let Some((name, repo, branch)) = environment_rows(db, Some(name)).await?.into_iter().next() else {
         return Ok(None);
     };
@@ -729,6 +745,13 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
 /// `GET /api/v1/workloads/{name}`: where the workload runs now (environment, cluster type,
 /// deployment target, since which GitOps commit) and where it ran before.
 pub async fn workload(db: &Db, name: &str) -> Result<WorkloadAnswer, DbError> {
+    if !searchable(name) {
+        return Ok(WorkloadAnswer {
+            workload: name.to_owned(),
+            placements: Vec::new(),
+            history: Vec::new(),
+        });
+    }
     let rows = sqlx::query(
         "SELECT p.environment, p.cluster_type, p.deployment_target, p.source, p.from_sha, p.to_sha, \
          f.committed_at, t.committed_at, f.promoted_commit \
