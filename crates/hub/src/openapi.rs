@@ -9,6 +9,7 @@
 //! with a webhook secret or an API token.
 
 use kalypso_hub_api::ErrorBody;
+use utoipa::openapi::path::{HttpMethod, OperationBuilder};
 use utoipa::openapi::security::{
     ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
 };
@@ -23,6 +24,8 @@ pub const REPORTS: &str = "reports";
 pub const QUERIES: &str = "queries";
 /// Health and the document itself.
 pub const SERVICE: &str = "service";
+/// The dashboard's machine-readable endpoint.
+pub const DASHBOARD: &str = "dashboard";
 
 /// The security scheme of reports.
 const HMAC: &str = "hmacSignature";
@@ -56,6 +59,7 @@ const BEARER: &str = "bearerToken";
         (name = "reports", description = "What clusters post: Flux events and generic compliance reports."),
         (name = "queries", description = "Clusters, environments, commits, workloads and the promotion gate."),
         (name = "service", description = "Health, readiness and this document."),
+        (name = "dashboard", description = "The fleet dashboard's live-update stream (its pages are HTML, at `/`)."),
     ),
     modifiers(&Shared),
 )]
@@ -84,6 +88,41 @@ fn error_response(description: &str) -> ResponseBuilder {
             .schema(Some(Ref::from_schema_name(ErrorBody::name())))
             .build(),
     )
+}
+
+/// `GET /events`, served by the dashboard (crates/dashboard) when the hub serves it.
+fn dashboard_events() -> OperationBuilder {
+    let text = |description: &str| {
+        ResponseBuilder::new().description(description).content(
+            "text/plain",
+            ContentBuilder::new().schema(Some(String::schema())).build(),
+        )
+    };
+    OperationBuilder::new()
+        .tag(DASHBOARD)
+        .operation_id(Some("dashboard_events"))
+        .summary(Some("The dashboard's live updates"))
+        .description(Some(
+            "A server-sent event stream that does not end: an event `version` at once and whenever the fleet \
+             data changes (its `data` is a number that only says \"changed\"); the pages re-fetch themselves \
+             when it does. Served with the dashboard (not with --no-dashboard); it needs the bearer token \
+             when the hub has one, unless the hub runs with --dashboard-public.",
+        ))
+        .response(
+            "200",
+            ResponseBuilder::new().description("The stream.").content(
+                "text/event-stream",
+                ContentBuilder::new().schema(Some(String::schema())).build(),
+            ),
+        )
+        .response(
+            "401",
+            text("The bearer token is missing or wrong.").header(
+                "WWW-Authenticate",
+                HeaderBuilder::new().schema(String::schema()).build(),
+            ),
+        )
+        .security(SecurityRequirement::new(BEARER, Vec::<String>::new()))
 }
 
 impl Modify for Shared {
@@ -116,6 +155,8 @@ impl Modify for Shared {
             .schema(String::schema())
             .description(Some("`Bearer`, on a query without the right token."))
             .build();
+        doc.paths
+            .add_path_operation("/events", vec![HttpMethod::Get], dashboard_events());
         for item in doc.paths.paths.values_mut() {
             for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
                 let tags = operation.tags.clone().unwrap_or_default();
@@ -188,6 +229,7 @@ mod tests {
                 "/api/v1/events/flux",
                 "/api/v1/openapi.json",
                 "/api/v1/workloads/{name}",
+                "/events",
                 "/healthz",
                 "/readyz",
             ]
