@@ -212,14 +212,14 @@ fn ok(answer: impl Serialize) -> ApiResult {
 }
 
 /// `GET /healthz`.
-#[utoipa::path(get, path = "/healthz", tag = "service",
+#[utoipa::path(get, path = "/healthz", tag = "service", summary = "Liveness: the process runs",
     responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")))]
 pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
 /// `GET /readyz`.
-#[utoipa::path(get, path = "/readyz", tag = "service",
+#[utoipa::path(get, path = "/readyz", tag = "service", summary = "Readiness: the database answers",
     responses(
         (status = 200, description = "The database answers.", body = String, content_type = "text/plain", example = "ready\n"),
         (status = 503, description = "The database does not answer.", body = String, content_type = "text/plain",

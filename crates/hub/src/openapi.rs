@@ -1,5 +1,5 @@
 //! The hub's OpenAPI 3 document, generated from the API's types (`kalypso-hub-api`) and the
-//! handlers' annotations in [`http`](crate::http), served at `GET /api/v1/openapi.json` and
+//! handlers' annotations in [`crate::http`], served at `GET /api/v1/openapi.json` and
 //! committed as `docs/hub-openapi.json` (a test fails when the two differ).
 //!
 //! What every operation shares is added here once rather than on each handler: the error

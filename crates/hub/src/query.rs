@@ -25,7 +25,7 @@ use crate::model::format_time;
 
 /// A cluster's state relative to the commit at `target`: `last_seen` against `stale_before`,
 /// its platform `state` at `position` against the commit's position. (The same rule as the
-/// SQL the counting queries use, [`relative_sql`].)
+/// SQL the counting queries use.)
 pub fn classify(
     last_seen: i64,
     stale_before: i64,
