@@ -1,6 +1,8 @@
 //! The HTTP API, as an axum [`Router`] built by [`app`] so that tests can serve it on a
 //! loopback port: report ingestion (`POST /api/v1/events/flux`, `POST /api/v1/compliance`),
-//! the queries under `/api/v1`, `/healthz` and `/readyz`.
+//! the queries under `/api/v1`, `/healthz` and `/readyz`. Each handler answers a type of
+//! `kalypso-hub-api` and carries the annotation its part of the OpenAPI document
+//! ([`crate::openapi`]) is generated from.
 //!
 //! Reports must carry `X-Signature: sha256=<HMAC-SHA256 of the body>` when a webhook secret
 //! is set (Flux's `generic-hmac` Provider sends exactly that); queries need
@@ -133,7 +135,6 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
-        .route("/api/v1/openapi.json", get(openapi_json))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -586,21 +587,6 @@ pub(crate) async fn get_workload(
 ) -> ApiResult {
     check_token(&state, &headers)?;
     ok(query::workload(state.db(), &name).await?)
-}
-
-/// `GET /api/v1/openapi.json`.
-#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "service",
-    summary = "This document",
-    description = "Readable without a token: it describes the API, not the fleet.",
-    responses((status = 200, description = "The OpenAPI 3 document of this API.", content_type = "application/json", body = Object)))]
-pub(crate) async fn openapi_json() -> Response {
-    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let text = DOCUMENT.get_or_init(crate::openapi::document_json).clone();
-    (
-        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-        text,
-    )
-        .into_response()
 }
 
 #[cfg(test)]

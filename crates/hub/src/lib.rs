@@ -34,8 +34,14 @@ use std::time::Duration;
 pub use dashboard::DashboardMode;
 pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
 pub use gitops::{GitSettings, Refresher};
-pub use http::{HubState, app};
+pub use http::HubState;
 use kalypso_git::redact::Secret;
+
+/// The API's router: reports, queries, health ([`http::app`]) and the OpenAPI document
+/// ([`openapi::router`]).
+pub fn app(state: HubState) -> axum::Router {
+    http::app(state).merge(openapi::router())
+}
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8090";

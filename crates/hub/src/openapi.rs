@@ -8,6 +8,10 @@
 //! (`X-Signature`) for reports, a bearer token for queries — which applies when the hub runs
 //! with a webhook secret or an API token.
 
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use kalypso_hub_api::ErrorBody;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder};
 use utoipa::openapi::security::{
@@ -53,7 +57,7 @@ const BEARER: &str = "bearerToken";
         http::get_workload,
         http::healthz,
         http::readyz,
-        http::openapi_json,
+        openapi_json,
     ),
     tags(
         (name = "reports", description = "What clusters post: Flux events and generic compliance reports."),
@@ -76,6 +80,26 @@ pub fn document_json() -> String {
     let mut text = document().to_pretty_json().unwrap_or_default();
     text.push('\n');
     text
+}
+
+/// `GET /api/v1/openapi.json`.
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "service",
+    summary = "This document",
+    description = "Readable without a token: it describes the API, not the fleet.",
+    responses((status = 200, description = "The OpenAPI 3 document of this API.", content_type = "application/json", body = Object)))]
+pub(crate) async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = DOCUMENT.get_or_init(document_json).clone();
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        text,
+    )
+        .into_response()
+}
+
+/// The route of the document, for the hub's router.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new().route("/api/v1/openapi.json", get(openapi_json))
 }
 
 /// Adds the security schemes, and each operation's shared error answers and security.

@@ -919,6 +919,11 @@ async fn gate_scenario(url: &str, dir: &Path) {
     .await;
     let g = get(&mut c, &gate(c2)).await;
     assert_eq!(g["verdict"], "failed");
+    // The answer reads into the API's type, as `kalypso check-promote` reads it, and that type
+    // writes it back unchanged: client and server agree on every field.
+    let typed: kalypso_hub_api::Gate = serde_json::from_value(g.clone()).unwrap();
+    assert_eq!(typed.verdict, kalypso_hub_api::Verdict::Failed);
+    assert_eq!(serde_json::to_value(&typed).unwrap(), g);
     assert_eq!(g["clusters"][0]["name"], "drone-2");
     assert_eq!(g["clusters"][0]["state"], "failed");
     assert!(
