@@ -11,14 +11,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
-SCHEMATHESIS_VERSION=4.32.5
 max_examples=${1:-${KALYPSO_SCHEMATHESIS_EXAMPLES:-100}}
 
-# --- schemathesis, in a venv of its own (Debian's Python refuses system-wide pip installs) --
-venv=${KALYPSO_SCHEMATHESIS_VENV:-${HOME}/.cache/kalypso/schemathesis-${SCHEMATHESIS_VERSION}}
+# --- schemathesis, in a venv of its own (Debian's Python refuses system-wide pip installs), --
+# with the versions pinned in .ci/schemathesis/requirements.txt; the venv is kept between runs,
+# named after the pins.
+requirements=.ci/schemathesis/requirements.txt
+pins=$(sha256sum "${requirements}" | cut -c1-12)
+venv=${KALYPSO_SCHEMATHESIS_VENV:-${HOME}/.cache/kalypso/schemathesis-${pins}}
 if [ ! -x "${venv}/bin/schemathesis" ]; then
   python3 -m venv "${venv}"
-  "${venv}/bin/pip" install --quiet --disable-pip-version-check "schemathesis==${SCHEMATHESIS_VERSION}"
+  "${venv}/bin/pip" install --quiet --disable-pip-version-check -r "${requirements}"
 fi
 "${venv}/bin/schemathesis" --version
 
