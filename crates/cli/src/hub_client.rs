@@ -2,7 +2,9 @@
 //! promotion on the clusters' compliance (`check-promote`, `promote --hub`).
 //!
 //! It asks one question, the gate (`GET /api/v1/environments/{env}/gate?commit=SHA`): are
-//! the clusters that look at the environment's GitOps branch running that commit? Failures
+//! the clusters that look at the environment's GitOps branch running that commit? The answer
+//! is read into the hub's own API types (`kalypso-hub-api`), so that client and server cannot
+//! disagree on its shape. Failures
 //! are split into those worth asking again (the hub is unreachable or busy) and those that
 //! are not (a wrong token, an unknown environment), so that a waiting command neither gives
 //! up on a restarting hub nor waits out its timeout on a typo.
@@ -12,78 +14,10 @@ use std::time::Duration;
 
 use kalypso_git::github::encode;
 use kalypso_git::redact::Secret;
-use serde::Deserialize;
+pub(crate) use kalypso_hub_api::{Gate, Verdict};
 
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The hub's answer to the gate question.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct Gate {
-    /// The environment.
-    pub environment: String,
-    /// The GitOps commit the question is about, once the hub knows it.
-    pub gitops_commit: Option<String>,
-    /// The control-plane commit that GitOps commit carries (`Promoted_Commit_Id`).
-    pub control_plane_commit: Option<String>,
-    /// The verdict.
-    pub verdict: Verdict,
-    /// Clusters compliant with the commit.
-    pub compliant: u64,
-    /// Clusters that must be.
-    pub total: u64,
-    /// Each required cluster.
-    #[serde(default)]
-    pub clusters: Vec<GateCluster>,
-    /// Cluster types of the commit that no registered cluster reports for.
-    #[serde(default)]
-    pub cluster_types_without_clusters: Vec<String>,
-}
-
-/// Whether an environment runs a commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub(crate) enum Verdict {
-    /// Every required cluster is compliant with it (or with a later commit containing it).
-    Compliant,
-    /// A required cluster failed to apply it.
-    Failed,
-    /// Some required clusters have not reported it yet.
-    Pending,
-    /// The hub does not know the commit (yet).
-    UnknownCommit,
-}
-
-/// One required cluster.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub(crate) struct GateCluster {
-    /// The cluster's name.
-    pub name: String,
-    /// Its cluster type.
-    pub cluster_type: String,
-    /// `compliant`, `reconciling`, `failed`, `behind` or `stale`.
-    pub state: String,
-    /// The GitOps commit it last reported.
-    #[serde(default)]
-    pub revision: Option<String>,
-    /// Its reconciler's last message.
-    #[serde(default)]
-    pub message: Option<String>,
-}
-
-impl GateCluster {
-    /// Whether the cluster failed to apply the commit.
-    pub fn is_failed(&self) -> bool {
-        self.state == "failed"
-    }
-
-    /// Whether the cluster runs the commit.
-    pub fn is_compliant(&self) -> bool {
-        self.state == "compliant"
-    }
-}
 
 /// Why the hub did not answer.
 #[derive(Debug, thiserror::Error)]
@@ -202,7 +136,8 @@ mod tests {
         )
         .unwrap();
         assert_eq!(gate.verdict, Verdict::UnknownCommit);
-        assert!(gate.clusters[0].is_failed());
+        assert_eq!(gate.clusters[0].state, kalypso_hub_api::ClusterState::Failed);
+        assert_eq!(gate.clusters[0].message(), Some("kustomize build failed"));
         assert_eq!(gate.cluster_types_without_clusters, ["large"]);
     }
 

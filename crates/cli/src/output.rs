@@ -31,20 +31,18 @@ use std::io::{self, Read, Seek, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use kalypso_core::tree;
 use rayon::prelude::*;
 
 /// The files a deployment-target folder of a GitOps tree holds (kalypso's and the original's,
 /// including the original's `config.yaml` before 2023-03-31).
 pub const TARGET_FILES: [&str; 5] = [
-    "reconciler.yaml",
-    "namespace.yaml",
-    "platform-config.yaml",
-    "platform-config.sh",
-    "config.yaml",
+    tree::RECONCILER_FILE,
+    tree::NAMESPACE_FILE,
+    tree::CONFIG_FILE,
+    tree::SHELL_CONFIG_FILE,
+    tree::LEGACY_CONFIG_FILE,
 ];
-
-/// The file the original scheduler writes the promoted commit to.
-const PROMOTED_COMMIT: &str = ".github/tracking/Promoted_Commit_Id";
 
 /// Problems with the output folder itself (as opposed to writing its files).
 #[derive(Debug, thiserror::Error)]
@@ -567,11 +565,12 @@ pub fn check_gitops_tree(out: &Path, shown: &str) -> Result<(), OutputError> {
             "{listed} {verb} of neither a cluster type nor a deployment target, which a render would delete"
         ));
     }
-    let promoted = fs::symlink_metadata(out.join(PROMOTED_COMMIT)).is_ok_and(|m| m.is_file());
+    let promoted = fs::symlink_metadata(out.join(tree::PROMOTED_COMMIT_PATH)).is_ok_and(|m| m.is_file());
     if folders.is_empty() && !promoted && !has_git {
-        return refuse(
-            "it holds no cluster-type folder, no .github/tracking/Promoted_Commit_Id and no .git".to_owned(),
-        );
+        return refuse(format!(
+            "it holds no cluster-type folder, no {} and no .git",
+            tree::PROMOTED_COMMIT_PATH
+        ));
     }
     Ok(())
 }
@@ -589,7 +588,7 @@ fn foreign_in_cluster_type(name: &str, path: &Path) -> Result<Vec<String>, Outpu
         empty = false;
         let inner = entry.file_name().to_string_lossy().into_owned();
         let kind = entry.file_type().map_err(io_err("cannot read", &entry.path()))?;
-        if inner == "README.md" && kind.is_file() {
+        if inner == tree::README && kind.is_file() {
             readme = true;
         } else if kind.is_dir() {
             if is_target_folder(&entry.path())? {

@@ -1,6 +1,10 @@
 //! The platform GitOps tree: a folder per cluster type, a folder per deployment target in it,
 //! and the original's rules for updating an existing tree.
 //!
+//! The names of that layout (the promoted-commit file, the files of a deployment target's
+//! folder, a cluster type's readme) are defined here once, for every crate that reads or
+//! writes such a tree (the CLI's output folder, git delivery, the hub).
+//!
 //! A tree is a sorted map from path to bytes. [`apply`] puts new repository content on top
 //! of the environment branch's current tree exactly as the original does: root files and
 //! dot-folders are kept, folders of cluster types and targets that are no longer scheduled
@@ -29,6 +33,8 @@ pub const CONFIG_FILE: &str = "platform-config.yaml";
 pub const SHELL_CONFIG_FILE: &str = "platform-config.sh";
 /// Every name a deployment target's folder can hold a file under.
 pub const PACKAGE_FILES: [&str; 4] = [RECONCILER_FILE, NAMESPACE_FILE, CONFIG_FILE, SHELL_CONFIG_FILE];
+/// The config file the original scheduler wrote before 2023-03-31 (found in older trees).
+pub const LEGACY_CONFIG_FILE: &str = "config.yaml";
 
 /// A tree of files: `/`-separated relative paths to contents, in path order.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet};
-use kalypso_dashboard::model::{Report, State};
+use kalypso_dashboard::model::{ClusterState, Report};
 use kalypso_dashboard::{MemorySource, router};
 
 #[tokio::main]
@@ -28,7 +28,11 @@ async fn main() -> std::io::Result<()> {
                 Report {
                     at: DEMO_NOW + tick * 10,
                     revision: None,
-                    state: Some(if failed { State::Failed } else { State::Compliant }),
+                    state: Some(if failed {
+                        ClusterState::Failed
+                    } else {
+                        ClusterState::Compliant
+                    }),
                     message: Some(if failed {
                         "Health check failed after 5m0s: timeout waiting for deployment/prometheus".to_owned()
                     } else {

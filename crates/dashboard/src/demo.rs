@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use crate::memory::{
     ClusterData, ClusterTypeData, CommitData, DeploymentTargetData, EnvironmentData, FleetData, PromotionData,
 };
-use crate::model::{ConfigValue, DeploymentTargetInfo, ReconcilerSource, Report, State, Timestamp};
+use crate::model::{ClusterState, ConfigValue, DeploymentTargetInfo, ReconcilerSource, Report, Timestamp};
 
 /// 2026-11-26 08:00 UTC: the demo fleet's "now".
 pub const DEMO_NOW: Timestamp = 1_795_680_000;
@@ -99,7 +99,7 @@ fn clusters(prefix: &str, n: usize, revision: &str, at: Timestamp) -> Vec<Cluste
             let report = Report {
                 at,
                 revision: Some(revision.to_owned()),
-                state: Some(State::Compliant),
+                state: Some(ClusterState::Compliant),
                 message: Some(format!(
                     "Applied revision: {}@sha1:{revision}",
                     prefix.split('-').nth(1).unwrap_or("main")
@@ -107,14 +107,14 @@ fn clusters(prefix: &str, n: usize, revision: &str, at: Timestamp) -> Vec<Cluste
             };
             ClusterData {
                 name: format!("{prefix}-{i}"),
-                state: State::Compliant,
+                state: ClusterState::Compliant,
                 revision: report.revision.clone(),
                 message: report.message.clone(),
                 last_report_at: Some(at),
                 reports: vec![
                     Report {
                         at: at - minutes(30),
-                        state: Some(State::Reconciling),
+                        state: Some(ClusterState::Reconciling),
                         message: Some("Reconciliation in progress".to_owned()),
                         ..report.clone()
                     },
@@ -126,7 +126,14 @@ fn clusters(prefix: &str, n: usize, revision: &str, at: Timestamp) -> Vec<Cluste
 }
 
 /// Sets the state of cluster `name` in `clusters` as its latest report.
-fn set(clusters: &mut [ClusterData], name: &str, state: State, revision: &str, message: &str, at: Timestamp) {
+fn set(
+    clusters: &mut [ClusterData],
+    name: &str,
+    state: ClusterState,
+    revision: &str,
+    message: &str,
+    at: Timestamp,
+) {
     if let Some(cluster) = clusters.iter_mut().find(|c| c.name == name) {
         let report = Report {
             at,
@@ -322,7 +329,7 @@ pub fn demo_fleet() -> FleetData {
                 set(
                     &mut cs,
                     "drone-dev-5",
-                    State::Reconciling,
+                    ClusterState::Reconciling,
                     &gitops("dev", 1),
                     "Detecting drift for revision dev@sha1:… : reconciliation in progress",
                     t - minutes(4),
@@ -330,7 +337,7 @@ pub fn demo_fleet() -> FleetData {
                 set(
                     &mut cs,
                     "drone-dev-6",
-                    State::Stale,
+                    ClusterState::Stale,
                     &gitops("dev", 1),
                     "Applied revision: dev@sha1:… (no report for 3h)",
                     t - minutes(190),
@@ -372,7 +379,7 @@ pub fn demo_fleet() -> FleetData {
             set(
                 &mut cs,
                 "drone-stage-1",
-                State::Failed,
+                ClusterState::Failed,
                 &stage_rev,
                 "kustomize build failed: accumulating resources: 'functional-test/service.yaml': no such file",
                 t - minutes(35),
@@ -380,7 +387,7 @@ pub fn demo_fleet() -> FleetData {
             set(
                 &mut cs,
                 "drone-stage-2",
-                State::Failed,
+                ClusterState::Failed,
                 &stage_rev,
                 HOSTILE_MESSAGE,
                 t - minutes(33),
@@ -402,7 +409,7 @@ pub fn demo_fleet() -> FleetData {
             set(
                 &mut cs,
                 "small-prod-4",
-                State::Reconciling,
+                ClusterState::Reconciling,
                 &prod_rev,
                 "Reconciliation in progress: waiting for 2 resources to become ready",
                 t - minutes(2),
@@ -491,16 +498,17 @@ pub fn synthetic_fleet(
                             // A tenth of the cluster types have failures, a fifth
                             // stale clusters, three tenths clusters reconciling.
                             let state = match c % 10 {
-                                0 if i % 25 == 3 => State::Failed,
-                                1 | 2 if i % 40 == 5 => State::Stale,
-                                3..=5 if i % 10 == 1 => State::Reconciling,
-                                _ => State::Compliant,
+                                0 if i % 25 == 3 => ClusterState::Failed,
+                                1 | 2 if i % 40 == 5 => ClusterState::Stale,
+                                3..=5 if i % 10 == 1 => ClusterState::Reconciling,
+                                _ => ClusterState::Compliant,
                             };
                             ClusterData {
                                 name: format!("{name}-{env}-{i:05}"),
                                 state,
                                 revision: Some(revision.clone()),
-                                message: (state == State::Failed).then(|| "health check failed".to_owned()),
+                                message: (state == ClusterState::Failed)
+                                    .then(|| "health check failed".to_owned()),
                                 last_report_at: Some(DEMO_NOW),
                                 reports: Vec::new(),
                             }

@@ -42,8 +42,8 @@ use maud::Markup;
 
 pub use memory::MemorySource;
 pub use model::{
-    ClusterPage, ClusterQuery, ClusterTypePage, FleetFilter, FleetMap, FleetSource, Page, PromotionFilter,
-    PromotionView, SourceError, State, WorkloadPage,
+    ClusterPage, ClusterQuery, ClusterState, ClusterTypePage, FleetColumn, FleetFilter, FleetMap,
+    FleetSource, Page, PromotionFilter, PromotionView, SourceError, State, WorkloadPage,
 };
 
 /// How the router behaves.

@@ -10,18 +10,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{PoisonError, RwLock};
 
+pub use crate::model::DEFAULT_PAGE_SIZE;
 use crate::model::{
-    Blocker, Cell, ClusterPage, ClusterQuery, ClusterSummary, ClusterTypePage, ClusterTypeRow, ConfigValue,
-    DeploymentTargetInfo, EnvironmentSummary, FleetFilter, FleetMap, FleetSource, Page, Placement,
+    BLOCKERS_SHOWN, Blocker, Cell, ClusterPage, ClusterQuery, ClusterState, ClusterSummary, ClusterTypePage,
+    ConfigValue, DeploymentTargetInfo, FleetColumn, FleetFilter, FleetMap, FleetSource, Page, Placement,
     PromotionFilter, PromotionRow, PromotionView, Report, SourceError, Stage, State, StateCounts, Timestamp,
     WorkloadPage,
 };
-
-/// Rows per page when a query does not say.
-pub const DEFAULT_PAGE_SIZE: u64 = 50;
-
-/// How many blocking clusters a promotion stage names.
-const BLOCKERS_SHOWN: usize = 3;
 
 /// The whole fleet, as the hub knows it.
 #[derive(Clone, Debug, Default)]
@@ -114,8 +109,8 @@ pub struct DeploymentTargetData {
 pub struct ClusterData {
     /// Its name.
     pub name: String,
-    /// Its state.
-    pub state: State,
+    /// Its state relative to the environment's latest GitOps commit.
+    pub state: ClusterState,
     /// The GitOps commit it last reported.
     pub revision: Option<String>,
     /// Its reconciler's last message.
@@ -192,26 +187,30 @@ fn summary(environment: &str, cluster_type: &str, cluster: &ClusterData) -> Clus
     }
 }
 
-/// The blockers of an environment's current GitOps commit: failed clusters first, then stale,
-/// then reconciling ones.
+/// The blockers of an environment's current GitOps commit ([`State::blocks`]): the first
+/// [`BLOCKERS_SHOWN`], failed clusters first, each group by name; and how many there are.
 fn blockers(environment: &EnvironmentData) -> (Vec<Blocker>, u64) {
-    let mut shown = Vec::new();
-    let mut total = 0;
-    for state in [State::Failed, State::Stale, State::Reconciling] {
-        for cluster_type in &environment.cluster_types {
-            for cluster in cluster_type.clusters.iter().filter(|c| c.state == state) {
-                total += 1;
-                if shown.len() < BLOCKERS_SHOWN {
-                    shown.push(Blocker {
-                        cluster: cluster.name.clone(),
-                        cluster_type: cluster_type.name.clone(),
-                        state: Some(cluster.state),
-                        message: cluster.message.clone(),
-                    });
-                }
-            }
-        }
-    }
+    let mut blocking: Vec<(&ClusterTypeData, &ClusterData)> = environment
+        .cluster_types
+        .iter()
+        .flat_map(|ct| ct.clusters.iter().map(move |c| (ct, c)))
+        .filter(|(_, c)| State::from(c.state).blocks())
+        .collect();
+    let total = blocking.len() as u64;
+    blocking.sort_by(|(_, a), (_, b)| {
+        (State::from(a.state) != State::Failed, &a.name)
+            .cmp(&(State::from(b.state) != State::Failed, &b.name))
+    });
+    let shown = blocking
+        .into_iter()
+        .take(BLOCKERS_SHOWN)
+        .map(|(cluster_type, cluster)| Blocker {
+            cluster: cluster.name.clone(),
+            cluster_type: cluster_type.name.clone(),
+            state: Some(cluster.state),
+            message: cluster.message.clone(),
+        })
+        .collect();
     (shown, total)
 }
 
@@ -294,66 +293,30 @@ impl MemorySource {
 
     fn fleet_now(&self, filter: &FleetFilter) -> FleetMap {
         let data = self.data.read().unwrap_or_else(PoisonError::into_inner);
-        let page = filter.page.unwrap_or(Page::new(1, DEFAULT_PAGE_SIZE));
-        let shown: Vec<&EnvironmentData> = data
+        let columns = data
             .environments
             .iter()
             .filter(|env| filter.environment.as_ref().is_none_or(|name| &env.name == name))
-            .collect();
-        let needle = filter
-            .cluster_type
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty());
-        let mut rows: BTreeMap<&str, Vec<Option<Cell>>> = BTreeMap::new();
-        let mut environments = Vec::with_capacity(shown.len());
-        for (column, env) in shown.iter().enumerate() {
-            let mut counts = StateCounts::default();
-            for cluster_type in &env.cluster_types {
-                let cell = Cell {
-                    deployment_targets: cluster_type.deployment_targets.len() as u64,
-                    counts: cluster_type.counts(),
-                };
-                counts.merge(&cell.counts);
-                if needle.is_some_and(|n| !cluster_type.name.contains(n)) {
-                    continue;
-                }
-                rows.entry(&cluster_type.name)
-                    .or_insert_with(|| vec![None; shown.len()])[column] = Some(cell);
-            }
-            environments.push(EnvironmentSummary {
+            .map(|env| FleetColumn {
                 name: env.name.clone(),
                 control_plane_commit: env.control_plane_commit.clone(),
                 gitops_commit: env.gitops_commit.clone(),
                 gitops_commit_at: env.gitops_commit_at,
-                counts,
-                cluster_types: env.cluster_types.len() as u64,
-            });
-        }
-        let matching: Vec<(&str, Vec<Option<Cell>>)> = rows
-            .into_iter()
-            .filter(|(_, cells)| {
-                filter
-                    .state
-                    .is_none_or(|state| cells.iter().flatten().any(|cell| cell.state() == state))
+                cells: env
+                    .cluster_types
+                    .iter()
+                    .map(|ct| {
+                        let cell = Cell {
+                            deployment_targets: ct.deployment_targets.len() as u64,
+                            counts: ct.counts(),
+                        };
+                        (ct.name.clone(), cell)
+                    })
+                    .collect(),
             })
             .collect();
-        let total_rows = matching.len() as u64;
-        let rows = page
-            .slice(&matching)
-            .iter()
-            .map(|(name, cells)| ClusterTypeRow {
-                name: (*name).to_owned(),
-                cells: cells.clone(),
-            })
-            .collect();
-        FleetMap {
-            all_environments: data.environments.iter().map(|e| e.name.clone()).collect(),
-            environments,
-            rows,
-            total_rows,
-            page,
-        }
+        let all_environments = data.environments.iter().map(|e| e.name.clone()).collect();
+        FleetMap::assemble(all_environments, columns, filter)
     }
 
     fn promotions_now(&self, filter: &PromotionFilter) -> PromotionView {
@@ -423,10 +386,14 @@ impl MemorySource {
         let mut matching: Vec<&ClusterData> = cluster_type
             .clusters
             .iter()
-            .filter(|c| query.state.is_none_or(|s| c.state == s))
+            .filter(|c| query.state.is_none_or(|s| State::from(c.state) == s))
             .collect();
         // The clusters that need attention first.
-        matching.sort_by(|a, b| b.state.cmp(&a.state).then_with(|| a.name.cmp(&b.name)));
+        matching.sort_by(|a, b| {
+            State::from(b.state)
+                .cmp(&State::from(a.state))
+                .then_with(|| a.name.cmp(&b.name))
+        });
         Some(ClusterTypePage {
             environment: env.name.clone(),
             name: cluster_type.name.clone(),
@@ -553,5 +520,46 @@ pub fn with_cluster_type(
             true
         }
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cluster(name: &str, state: ClusterState) -> ClusterData {
+        ClusterData {
+            name: name.to_owned(),
+            state,
+            ..ClusterData::default()
+        }
+    }
+
+    #[test]
+    fn blockers_are_failed_first_then_waited_for_never_stale() {
+        let mut env = EnvironmentData::default();
+        env.put_cluster_type(ClusterTypeData {
+            name: "a".to_owned(),
+            clusters: vec![
+                cluster("z-failed", ClusterState::Failed),
+                cluster("b-stale", ClusterState::Stale),
+                cluster("c-ok", ClusterState::Compliant),
+            ],
+            ..ClusterTypeData::default()
+        });
+        env.put_cluster_type(ClusterTypeData {
+            name: "b".to_owned(),
+            clusters: vec![
+                cluster("a-behind", ClusterState::Behind),
+                cluster("d-reconciling", ClusterState::Reconciling),
+                cluster("e-reconciling", ClusterState::Reconciling),
+            ],
+            ..ClusterTypeData::default()
+        });
+        let (shown, total) = blockers(&env);
+        let names: Vec<&str> = shown.iter().map(|b| b.cluster.as_str()).collect();
+        assert_eq!(names, ["z-failed", "a-behind", "d-reconciling"]);
+        assert_eq!(total, 4);
+        assert_eq!(total, env.counts().blocking());
     }
 }

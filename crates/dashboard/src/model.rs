@@ -13,13 +13,16 @@ use std::fmt;
 use std::future::Future;
 use std::str::FromStr;
 
+pub use kalypso_hub_api::ClusterState;
 use serde::{Deserialize, Serialize};
 
 /// Seconds since the Unix epoch (UTC).
 pub type Timestamp = u64;
 
-/// The compliance of a cluster with its environment's latest GitOps commit, and the
-/// aggregated state of a group of clusters (a cell of the fleet map, a cluster type).
+/// How the dashboard shows the state of a cluster ([`ClusterState`], relative to its
+/// environment's latest GitOps commit) and of a group of clusters (a cell of the fleet map, a
+/// cluster type): a cluster that is behind that commit, or has not reported one yet, is shown
+/// as reconciling towards it; a group without clusters is [`State::NoClusters`].
 ///
 /// The order is the order of severity: the state of a group is the most severe state of its
 /// clusters ([`StateCounts::state`]).
@@ -83,6 +86,26 @@ impl State {
     }
 }
 
+impl From<ClusterState> for State {
+    fn from(state: ClusterState) -> State {
+        match state {
+            ClusterState::Compliant => State::Compliant,
+            ClusterState::Failed => State::Failed,
+            ClusterState::Stale => State::Stale,
+            // Reconciling, behind, unknown, and whatever a newer hub may say.
+            _ => State::Reconciling,
+        }
+    }
+}
+
+impl State {
+    /// Whether a cluster in this state keeps a promotion from being complete: failed ones
+    /// and the ones still waited for. Stale clusters do not (the gate does not require them).
+    pub fn blocks(self) -> bool {
+        matches!(self, State::Failed | State::Reconciling)
+    }
+}
+
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
@@ -136,8 +159,8 @@ impl StateCounts {
     }
 
     /// Counts one cluster in `state` (a [`State::NoClusters`] counts nothing).
-    pub fn add(&mut self, state: State) {
-        match state {
+    pub fn add(&mut self, state: impl Into<State>) {
+        match state.into() {
             State::Compliant => self.compliant += 1,
             State::Reconciling => self.reconciling += 1,
             State::Failed => self.failed += 1,
@@ -163,6 +186,11 @@ impl StateCounts {
             State::Stale => self.stale,
             State::NoClusters => u64::from(self.total() == 0),
         }
+    }
+
+    /// The clusters that keep a promotion from being complete ([`State::blocks`]).
+    pub fn blocking(&self) -> u64 {
+        self.failed + self.reconciling
     }
 
     /// The state of the group: its most severe cluster state, [`State::NoClusters`] when empty.
@@ -257,6 +285,106 @@ pub struct FleetMap {
     pub total_rows: u64,
     /// The page shown.
     pub page: Page,
+}
+
+/// Rows per page when a query does not say.
+pub const DEFAULT_PAGE_SIZE: u64 = 50;
+
+/// How many blocking clusters a promotion stage names (failed ones first, then the ones still
+/// waited for; [`State::blocks`]).
+pub const BLOCKERS_SHOWN: usize = 3;
+
+/// What a source knows of one environment for the fleet map: its heads and one [`Cell`] per
+/// cluster type.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FleetColumn {
+    /// The environment's name.
+    pub name: String,
+    /// The control-plane `main` commit it runs.
+    pub control_plane_commit: Option<String>,
+    /// The latest commit of its GitOps branch.
+    pub gitops_commit: Option<String>,
+    /// When that GitOps commit was made.
+    pub gitops_commit_at: Option<Timestamp>,
+    /// Its cluster types' cells, by cluster type.
+    pub cells: BTreeMap<String, Cell>,
+}
+
+impl FleetMap {
+    /// The fleet map `filter` asks for, from every environment's name in promotion order and
+    /// the columns a source knows (at least the ones the filter shows; an environment without
+    /// a column is shown empty). Every source builds its map here, so that the filters, the
+    /// totals and the paging are the same whatever the data comes from: an environment's
+    /// totals count all its cluster types (the cluster-type filter only hides rows), a row
+    /// matches the state filter when one of its cells is in that state.
+    pub fn assemble(
+        all_environments: Vec<String>,
+        columns: Vec<FleetColumn>,
+        filter: &FleetFilter,
+    ) -> FleetMap {
+        let page = filter.page.unwrap_or(Page::new(1, DEFAULT_PAGE_SIZE));
+        let mut known: BTreeMap<String, FleetColumn> =
+            columns.into_iter().map(|c| (c.name.clone(), c)).collect();
+        let shown: Vec<FleetColumn> = all_environments
+            .iter()
+            .filter(|env| filter.environment.as_ref().is_none_or(|name| *env == name))
+            .map(|env| {
+                known.remove(env).unwrap_or_else(|| FleetColumn {
+                    name: env.clone(),
+                    ..FleetColumn::default()
+                })
+            })
+            .collect();
+        let needle = filter
+            .cluster_type
+            .as_deref()
+            .map(str::trim)
+            .filter(|s| !s.is_empty());
+        let mut rows: BTreeMap<&str, Vec<Option<Cell>>> = BTreeMap::new();
+        let mut environments = Vec::with_capacity(shown.len());
+        for (column, env) in shown.iter().enumerate() {
+            let mut counts = StateCounts::default();
+            for (cluster_type, cell) in &env.cells {
+                counts.merge(&cell.counts);
+                if needle.is_some_and(|n| !cluster_type.contains(n)) {
+                    continue;
+                }
+                rows.entry(cluster_type)
+                    .or_insert_with(|| vec![None; shown.len()])[column] = Some(cell.clone());
+            }
+            environments.push(EnvironmentSummary {
+                name: env.name.clone(),
+                control_plane_commit: env.control_plane_commit.clone(),
+                gitops_commit: env.gitops_commit.clone(),
+                gitops_commit_at: env.gitops_commit_at,
+                counts,
+                cluster_types: env.cells.len() as u64,
+            });
+        }
+        let matching: Vec<(&str, Vec<Option<Cell>>)> = rows
+            .into_iter()
+            .filter(|(_, cells)| {
+                filter
+                    .state
+                    .is_none_or(|state| cells.iter().flatten().any(|cell| cell.state() == state))
+            })
+            .collect();
+        let rows = page
+            .slice(&matching)
+            .iter()
+            .map(|(name, cells)| ClusterTypeRow {
+                name: (*name).to_owned(),
+                cells: cells.clone(),
+            })
+            .collect();
+        FleetMap {
+            all_environments,
+            environments,
+            rows,
+            total_rows: matching.len() as u64,
+            page,
+        }
+    }
 }
 
 /// An environment: a column of the fleet map.
@@ -429,7 +557,7 @@ pub struct Blocker {
     /// Its cluster type.
     pub cluster_type: String,
     /// Its state.
-    pub state: Option<State>,
+    pub state: Option<ClusterState>,
     /// Its reconciler's last message.
     pub message: Option<String>,
 }
@@ -522,8 +650,8 @@ pub struct ClusterSummary {
     pub environment: String,
     /// Its cluster type.
     pub cluster_type: String,
-    /// Its compliance with the environment's latest GitOps commit.
-    pub state: Option<State>,
+    /// Its state relative to the environment's latest GitOps commit.
+    pub state: Option<ClusterState>,
     /// The GitOps commit it last reported.
     pub revision: Option<String>,
     /// Its reconciler's last message (Flux's `Ready` condition message).
@@ -587,7 +715,7 @@ pub struct Report {
     /// The GitOps commit reported.
     pub revision: Option<String>,
     /// The state it put the cluster in.
-    pub state: Option<State>,
+    pub state: Option<ClusterState>,
     /// The reconciler's message.
     pub message: Option<String>,
 }
@@ -696,6 +824,93 @@ mod tests {
         assert_eq!(stage.state(), StageState::Compliant);
         stage.counts.add(State::Failed);
         assert_eq!(stage.state(), StageState::Blocked);
+    }
+
+    fn cell(compliant: u64, failed: u64) -> Cell {
+        Cell {
+            deployment_targets: 1,
+            counts: StateCounts {
+                compliant,
+                failed,
+                ..StateCounts::default()
+            },
+        }
+    }
+
+    fn column(name: &str, cells: &[(&str, Cell)]) -> FleetColumn {
+        FleetColumn {
+            name: name.to_owned(),
+            gitops_commit: Some(format!("{name}-head")),
+            cells: cells.iter().map(|(n, c)| ((*n).to_owned(), c.clone())).collect(),
+            ..FleetColumn::default()
+        }
+    }
+
+    #[test]
+    fn the_fleet_map_is_assembled_once_for_every_source() {
+        let all = vec!["dev".to_owned(), "stage".to_owned(), "prod".to_owned()];
+        let columns = vec![
+            column("stage", &[("drone", cell(2, 0)), ("large", cell(0, 1))]),
+            column("dev", &[("drone", cell(1, 0)), ("edge", cell(0, 0))]),
+        ];
+        let map = FleetMap::assemble(all.clone(), columns.clone(), &FleetFilter::default());
+        // Columns in promotion order; an environment without a column is shown empty.
+        let names: Vec<&str> = map.environments.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, ["dev", "stage", "prod"]);
+        assert_eq!(map.environments[2].cluster_types, 0);
+        assert_eq!(map.environments[2].gitops_commit, None);
+        let rows: Vec<&str> = map.rows.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(rows, ["drone", "edge", "large"]);
+        assert_eq!(map.rows[2].cells, [None, Some(cell(0, 1)), None]);
+        assert_eq!(
+            map.rows[1].cells[0].as_ref().map(Cell::state),
+            Some(State::NoClusters)
+        );
+
+        // The cluster-type filter hides rows, not the environments' totals.
+        let filter = FleetFilter {
+            cluster_type: Some(" dro ".to_owned()),
+            ..FleetFilter::default()
+        };
+        let map = FleetMap::assemble(all.clone(), columns.clone(), &filter);
+        assert_eq!(map.total_rows, 1);
+        assert_eq!(map.environments[1].counts.total(), 3);
+        assert_eq!(map.environments[1].cluster_types, 2);
+
+        // A row matches a state when one of its cells is in it; pages slice the rows.
+        let filter = FleetFilter {
+            state: Some(State::Failed),
+            ..FleetFilter::default()
+        };
+        let map = FleetMap::assemble(all.clone(), columns.clone(), &filter);
+        assert_eq!(map.rows.len(), 1);
+        assert_eq!(map.rows[0].name, "large");
+        let filter = FleetFilter {
+            environment: Some("stage".to_owned()),
+            page: Some(Page::new(2, 1)),
+            ..FleetFilter::default()
+        };
+        let map = FleetMap::assemble(all, columns, &filter);
+        assert_eq!(map.all_environments, ["dev", "stage", "prod"]);
+        assert_eq!(map.environments.len(), 1);
+        assert_eq!((map.total_rows, map.rows.len()), (2, 1));
+        assert_eq!(map.rows[0].name, "large");
+        assert_eq!(map.rows[0].cells.len(), 1);
+    }
+
+    #[test]
+    fn behind_and_unknown_clusters_show_as_reconciling_and_block() {
+        assert_eq!(State::from(ClusterState::Behind), State::Reconciling);
+        assert_eq!(State::from(ClusterState::Unknown), State::Reconciling);
+        assert!(State::from(ClusterState::Behind).blocks());
+        assert!(State::Failed.blocks());
+        assert!(!State::Stale.blocks());
+        assert!(!State::Compliant.blocks());
+        let mut counts = StateCounts::default();
+        counts.add(ClusterState::Behind);
+        counts.add(ClusterState::Stale);
+        counts.add(ClusterState::Failed);
+        assert_eq!((counts.reconciling, counts.blocking()), (1, 2));
     }
 
     #[test]

@@ -144,7 +144,8 @@ fn commit(id: Option<&str>) -> Markup {
 }
 
 /// A state badge: colour, icon and word.
-pub fn badge(state: State) -> Markup {
+pub fn badge(state: impl Into<State>) -> Markup {
+    let state: State = state.into();
     html! {
         span class={"badge state-" (state.as_str())} {
             span.icon aria-hidden="true" { (state.icon()) }
@@ -431,7 +432,7 @@ fn stage_cell(stage: &Stage, environment: &str, committed_at: Option<Timestamp>)
                             li {
                                 a href=(cluster_url(environment, &blocker.cluster)) { (blocker.cluster) }
                                 " (" (blocker.cluster_type) ") "
-                                @if let Some(s) = blocker.state { (s.label().to_lowercase()) }
+                                @if let Some(s) = blocker.state { (State::from(s).label().to_lowercase()) }
                                 @if let Some(message) = &blocker.message { ": " span.message { (message) } }
                             }
                         }

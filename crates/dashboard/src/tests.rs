@@ -373,7 +373,7 @@ async fn events_announce_the_version_and_its_changes() {
         Report {
             at: 1,
             revision: None,
-            state: Some(State::Failed),
+            state: Some(ClusterState::Failed),
             message: None,
         },
     );
@@ -396,7 +396,7 @@ async fn a_report_changes_the_cell_and_compliance_completes_a_promotion() {
         Report {
             at: 10,
             revision: None,
-            state: Some(State::Failed),
+            state: Some(ClusterState::Failed),
             message: Some("Health check failed".to_owned()),
         },
     ));
@@ -412,7 +412,7 @@ async fn a_report_changes_the_cell_and_compliance_completes_a_promotion() {
             cluster,
             Report {
                 at: 20,
-                state: Some(State::Compliant),
+                state: Some(ClusterState::Compliant),
                 ..Report::default()
             },
         );

@@ -14,7 +14,7 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use kalypso_dashboard::demo::{DEMO_NOW, demo_fleet, synthetic_fleet};
 use kalypso_dashboard::memory::FleetData;
-use kalypso_dashboard::model::{Report, State};
+use kalypso_dashboard::model::{ClusterState, Report};
 use kalypso_dashboard::{MemorySource, Options, router_with};
 use kalypso_testkit::browser::Browser;
 
@@ -111,7 +111,7 @@ async fn fleet_map_shows_states_and_updates_live_and_promotions_say_what_blocks(
         Report {
             at: DEMO_NOW + 60,
             revision: None,
-            state: Some(State::Failed),
+            state: Some(ClusterState::Failed),
             message: Some(
                 "Health check failed after 5m0s: timeout waiting for deployment/prometheus".to_owned()
             ),

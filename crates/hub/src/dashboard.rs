@@ -16,7 +16,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 
 use crate::fleet_source::HubSource;
-use crate::http::{self, HubState};
+use crate::http::HubState;
 
 /// How the dashboard is served.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -51,7 +51,7 @@ pub fn router(state: &HubState, mode: DashboardMode, options: kalypso_dashboard:
 /// The API's router with the dashboard merged in (the API's routes win; the dashboard's
 /// fallback answers every other path with its 404 page).
 pub fn app(state: HubState, mode: DashboardMode, options: kalypso_dashboard::Options) -> Router {
-    let api = http::app(state.clone());
+    let api = crate::app(state.clone());
     match router(&state, mode, options) {
         Some(dashboard) => api.merge(dashboard),
         None => api,

@@ -48,6 +48,12 @@ pub enum DbError {
     Other(String),
 }
 
+/// Whether `text` can be looked up: PostgreSQL's text cannot hold a NUL character (it answers
+/// an error, not "no rows"), and nothing stored holds one, so a name with NUL names nothing.
+pub fn searchable(text: &str) -> bool {
+    !text.contains('\0')
+}
+
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> DbError {
         use sqlx::Error as E;

@@ -24,19 +24,18 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use kalypso_dashboard::model::{
-    Blocker, Cell, ClusterSummary, ClusterTypeRow, DeploymentTargetInfo, EnvironmentSummary, Placement,
-    PromotionRow, ReconcilerSource, Report, Stage, StateCounts, Timestamp,
+    BLOCKERS_SHOWN, Blocker, Cell, ClusterSummary, DeploymentTargetInfo, Placement, PromotionRow,
+    ReconcilerSource, Report, Stage, StateCounts, Timestamp,
 };
 use kalypso_dashboard::{
-    ClusterPage, ClusterQuery, ClusterTypePage, FleetFilter, FleetMap, FleetSource, Page, PromotionFilter,
-    PromotionView, SourceError, State, WorkloadPage,
+    ClusterPage, ClusterQuery, ClusterState, ClusterTypePage, FleetColumn, FleetFilter, FleetMap,
+    FleetSource, Page, PromotionFilter, PromotionView, SourceError, State, WorkloadPage,
 };
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Db, DbError};
-use crate::gitops::Source;
-use crate::query::{self, CommitRow, Relative};
+use crate::db::{Db, DbError, searchable};
+use crate::query::{self, CommitRow};
 
 /// What the cluster-type page says instead of labels.
 pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it reads does not carry \
@@ -46,9 +45,6 @@ pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it r
 pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store the platform config \
      values of the GitOps tree, and the tree does not say which ConfigMap set each value \
      (kalypso explain --config KEY on the control plane does).";
-
-/// How many blocking clusters a promotion stage lists.
-pub const BLOCKERS_SHOWN: i64 = 5;
 
 /// The dashboard's [`FleetSource`] over the hub's database.
 #[derive(Clone, Debug)]
@@ -97,28 +93,21 @@ struct Group {
     count: i64,
 }
 
-/// The dashboard's state for a [`Relative`] state: a cluster behind the commit is still
-/// reconciling towards it.
-fn dashboard_state(relative: Relative) -> State {
-    match relative {
-        Relative::Compliant => State::Compliant,
-        Relative::Failed => State::Failed,
-        Relative::Stale => State::Stale,
-        Relative::Reconciling | Relative::Behind => State::Reconciling,
-    }
-}
-
-/// A cluster's dashboard state: relative to the commit at `target`, or, when the hub knows no
-/// GitOps history for the environment (no control plane), its own reported state.
-fn cluster_state(stale: bool, state: Option<&str>, position: Option<i64>, target: Option<i64>) -> State {
+/// A cluster's state relative to the commit at `target`, or, when the hub knows no GitOps
+/// history for the environment (no control plane), its own reported state (unknown before
+/// its first platform report).
+fn cluster_state(
+    stale: bool,
+    state: Option<&str>,
+    position: Option<i64>,
+    target: Option<i64>,
+) -> ClusterState {
     match target {
-        Some(target) => dashboard_state(query::classify(i64::from(!stale), 1, state, position, target)),
-        None if stale => State::Stale,
-        None => match state {
-            Some("compliant") => State::Compliant,
-            Some("failed") => State::Failed,
-            _ => State::Reconciling,
-        },
+        Some(target) => query::classify(i64::from(!stale), 1, state, position, target),
+        None if stale => ClusterState::Stale,
+        None => state.map_or(ClusterState::Unknown, |s| {
+            ClusterState::parse_among(s, &ClusterState::REPORTED).unwrap_or(ClusterState::Reconciling)
+        }),
     }
 }
 
@@ -126,7 +115,7 @@ fn cluster_state(stale: bool, state: Option<&str>, position: Option<i64>, target
 fn counts<'a>(groups: impl Iterator<Item = &'a Group>, target: Option<i64>) -> StateCounts {
     let mut counts = StateCounts::default();
     for g in groups {
-        let state = cluster_state(g.stale, g.state.as_deref(), g.position, target);
+        let state = State::from(cluster_state(g.stale, g.state.as_deref(), g.position, target));
         let n = u64::try_from(g.count).unwrap_or_default();
         match state {
             State::Compliant => counts.compliant += n,
@@ -178,10 +167,6 @@ fn limit_offset(page: Page) -> (i64, i64) {
     )
 }
 
-fn reconciler_source(text: Option<&str>) -> Option<Source> {
-    text.and_then(|t| serde_json::from_str(t).ok())
-}
-
 /// The SQL condition on `clusters` for a dashboard state, with the `$stale` and `$target`
 /// placeholders of [`query::relative_sql`].
 fn state_condition(state: State, stale: &str, target: &str, has_head: bool) -> String {
@@ -225,6 +210,9 @@ impl HubSource {
 
     /// The histogram of clusters, of one environment (and cluster type) or all.
     async fn groups(&self, environment: Option<&str>, cluster_type: Option<&str>) -> Result<Vec<Group>> {
+        if ![environment, cluster_type].into_iter().flatten().all(searchable) {
+            return Ok(Vec::new());
+        }
         let mut sql = "SELECT environment, cluster_type, position, state, \
                        CASE WHEN last_seen < $1 THEN 1 ELSE 0 END AS stale, COUNT(*) FROM clusters"
             .to_owned();
@@ -310,9 +298,6 @@ impl HubSource {
     }
 
     async fn fleet_map(&self, filter: &FleetFilter) -> Result<FleetMap> {
-        let page = filter
-            .page
-            .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
         // With an environment filter only its clusters are counted (the other columns are not
         // shown); the environments' names then come from an index-only DISTINCT.
         let groups = self.groups(filter.environment.as_deref(), None).await?;
@@ -347,65 +332,24 @@ impl HubSource {
             let target = heads.get(*env).map(|h| h.position);
             cells.entry((env, ct)).or_default().counts = counts(gs.iter().copied(), target);
         }
-
-        let shown: Vec<&String> = all_environments
-            .iter()
-            .filter(|env| filter.environment.as_ref().is_none_or(|name| *env == name))
-            .collect();
-        let needle = filter
-            .cluster_type
-            .as_deref()
-            .map(str::trim)
-            .filter(|s| !s.is_empty());
-        let mut rows: BTreeMap<&str, Vec<Option<Cell>>> = BTreeMap::new();
-        let mut environments = Vec::with_capacity(shown.len());
-        for (column, env) in shown.iter().enumerate() {
-            let mut total = StateCounts::default();
-            let mut cluster_types = 0;
-            for ((_, ct), cell) in cells
-                .range((env.as_str(), "")..)
-                .take_while(|((e, _), _)| e == env)
-            {
-                cluster_types += 1;
-                total.merge(&cell.counts);
-                if needle.is_some_and(|n| !ct.contains(n)) {
-                    continue;
-                }
-                rows.entry(ct).or_insert_with(|| vec![None; shown.len()])[column] = Some(cell.clone());
-            }
-            let head = heads.get(env.as_str());
-            environments.push(EnvironmentSummary {
-                name: (*env).clone(),
-                control_plane_commit: head.and_then(|h| h.promoted.clone()),
-                gitops_commit: head.map(|h| h.sha.clone()),
-                gitops_commit_at: head.map(|h| seconds(h.committed_at)),
-                counts: total,
-                cluster_types,
-            });
+        let mut columns: BTreeMap<&str, FleetColumn> = BTreeMap::new();
+        for ((env, ct), cell) in cells {
+            columns.entry(env).or_default().cells.insert(ct.to_owned(), cell);
         }
-        let matching: Vec<(&str, Vec<Option<Cell>>)> = rows
-            .into_iter()
-            .filter(|(_, cells)| {
-                filter
-                    .state
-                    .is_none_or(|state| cells.iter().flatten().any(|cell| cell.state() == state))
-            })
-            .collect();
-        let rows = page
-            .slice(&matching)
+        let columns = all_environments
             .iter()
-            .map(|(name, cells)| ClusterTypeRow {
-                name: (*name).to_owned(),
-                cells: cells.clone(),
+            .map(|env| {
+                let head = heads.get(env.as_str());
+                FleetColumn {
+                    name: env.clone(),
+                    control_plane_commit: head.and_then(|h| h.promoted.clone()),
+                    gitops_commit: head.map(|h| h.sha.clone()),
+                    gitops_commit_at: head.map(|h| seconds(h.committed_at)),
+                    cells: columns.remove(env.as_str()).map(|c| c.cells).unwrap_or_default(),
+                }
             })
             .collect();
-        Ok(FleetMap {
-            all_environments,
-            environments,
-            rows,
-            total_rows: matching.len() as u64,
-            page,
-        })
+        Ok(FleetMap::assemble(all_environments.clone(), columns, filter))
     }
 
     /// When the last of the required clusters of `environment` first reported compliant at the
@@ -462,11 +406,7 @@ impl HubSource {
                 Ok(Blocker {
                     cluster: r.try_get(0)?,
                     cluster_type: r.try_get(1)?,
-                    state: Some(if relative == "failed" {
-                        State::Failed
-                    } else {
-                        State::Reconciling
-                    }),
+                    state: Some(query::parse_relative(&relative)),
                     message: r.try_get::<Option<String>, _>(3)?.filter(|m| !m.is_empty()),
                 })
             })
@@ -547,7 +487,7 @@ impl HubSource {
                 } else {
                     None
                 };
-                let waiting = counts.failed + counts.reconciling;
+                let waiting = counts.blocking();
                 // Only the environment's current commit is worth a query for its blockers: an
                 // older one is compliant or superseded.
                 let blockers = if waiting > 0 && (!superseded || counts.failed > 0) && compliant_at.is_none()
@@ -611,6 +551,9 @@ impl HubSource {
         name: &str,
         cluster_query: &ClusterQuery,
     ) -> Result<Option<ClusterTypePage>> {
+        if !searchable(environment) || !searchable(name) {
+            return Ok(None);
+        }
         let page = cluster_query
             .page
             .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
@@ -637,7 +580,7 @@ impl HubSource {
             if dt.is_empty() {
                 continue;
             }
-            let source = reconciler_source(r.try_get::<Option<String>, _>(2)?.as_deref());
+            let source = query::reconciler_source(r.try_get::<Option<String>, _>(2)?.as_deref());
             if let Some(s) = &source {
                 reconcilers.insert(s.kind.clone());
             }
@@ -702,6 +645,9 @@ impl HubSource {
     }
 
     async fn workload_page(&self, name: &str, page: Page) -> Result<Option<WorkloadPage>> {
+        if !searchable(name) {
+            return Ok(None);
+        }
         let total: i64 = sqlx::query(
             "SELECT COUNT(*) FROM placements WHERE workload = $1 AND deployment_target <> '' AND to_position IS NULL",
         )
@@ -735,7 +681,7 @@ impl HubSource {
         for r in &rows {
             let environment: String = r.try_get(0)?;
             let cluster_type: String = r.try_get(1)?;
-            let source = reconciler_source(r.try_get::<Option<String>, _>(3)?.as_deref());
+            let source = query::reconciler_source(r.try_get::<Option<String>, _>(3)?.as_deref());
             if repo.is_none() {
                 repo = source.as_ref().and_then(|s| s.url.clone());
             }
@@ -761,6 +707,9 @@ impl HubSource {
     }
 
     async fn cluster_page(&self, environment: &str, name: &str, page: Page) -> Result<Option<ClusterPage>> {
+        if !searchable(environment) || !searchable(name) {
+            return Ok(None);
+        }
         let Some(row) = sqlx::query(
             "SELECT id, name, environment, cluster_type, last_seen, state, position, commit_sha, message \
              FROM clusters WHERE environment = $1 AND name = $2",
@@ -797,11 +746,10 @@ impl HubSource {
                 Ok(Report {
                     at: seconds(r.try_get(0)?),
                     revision: Some(r.try_get::<String, _>(1)?).filter(|s| !s.is_empty()),
-                    state: Some(match state.as_str() {
-                        "compliant" => State::Compliant,
-                        "failed" => State::Failed,
-                        _ => State::Reconciling,
-                    }),
+                    state: Some(
+                        ClusterState::parse_among(&state, &ClusterState::REPORTED)
+                            .unwrap_or(ClusterState::Reconciling),
+                    ),
                     message: Some(if message.is_empty() {
                         object
                     } else {
@@ -893,21 +841,33 @@ mod tests {
     fn states_relative_to_the_head_or_reported() {
         assert_eq!(
             cluster_state(false, Some("compliant"), Some(3), Some(3)),
-            State::Compliant
+            ClusterState::Compliant
         );
         assert_eq!(
             cluster_state(false, Some("compliant"), Some(2), Some(3)),
-            State::Reconciling
+            ClusterState::Behind
         );
         assert_eq!(
             cluster_state(false, Some("failed"), Some(3), Some(3)),
-            State::Failed
+            ClusterState::Failed
         );
         assert_eq!(
             cluster_state(true, Some("failed"), Some(3), Some(3)),
-            State::Stale
+            ClusterState::Stale
         );
-        assert_eq!(cluster_state(false, Some("failed"), None, None), State::Failed);
-        assert_eq!(cluster_state(false, None, None, None), State::Reconciling);
+        assert_eq!(
+            cluster_state(false, Some("failed"), None, None),
+            ClusterState::Failed
+        );
+        assert_eq!(cluster_state(false, None, None, None), ClusterState::Unknown);
+        // The dashboard shows a cluster behind the head, or without a report, as reconciling.
+        assert_eq!(
+            State::from(cluster_state(false, Some("compliant"), Some(2), Some(3))),
+            State::Reconciling
+        );
+        assert_eq!(
+            State::from(cluster_state(false, None, None, None)),
+            State::Reconciling
+        );
     }
 }

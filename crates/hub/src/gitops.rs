@@ -20,36 +20,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use git2::{ObjectType, Oid, Repository};
+use kalypso_core::tree as layout;
 use kalypso_git::auth::Credentials;
 use kalypso_git::control_plane::ControlPlane;
 use kalypso_git::repo::{Repo, Transport};
 use kalypso_git::{AuthSettings, Cache, RepoUrl, RetryPolicy};
+use kalypso_hub_api::{ClusterState, ReconcilerSource};
 use serde::Serialize;
 use sqlx::Row;
 use tokio::sync::{Notify, watch};
 
 use crate::db::{Db, DbError};
 use crate::ingest::set_platform_state;
-use crate::model::{Report, State};
-
-/// Where the platform tree records the promoted control-plane commit.
-pub const PROMOTED_COMMIT_FILE: &str = ".github/tracking/Promoted_Commit_Id";
-
-/// Where a deployment target's workload comes from, as its reconciler says.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Source {
-    /// `flux` (GitRepository + Kustomization) or `argocd` (Application).
-    pub kind: String,
-    /// The repository.
-    pub url: Option<String>,
-    /// The branch (Flux `spec.ref.branch`).
-    pub branch: Option<String>,
-    /// A tag, commit, semver range or Argo CD `targetRevision`.
-    pub revision: Option<String>,
-    /// The path in the repository.
-    pub path: Option<String>,
-}
+use crate::model::Report;
 
 /// A deployment target folder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,7 +40,7 @@ pub struct Target {
     /// The `workload` label of its Namespace.
     pub workload: Option<String>,
     /// Its reconciler's source.
-    pub source: Option<Source>,
+    pub source: Option<ReconcilerSource>,
 }
 
 /// One commit of a GitOps branch and its tree's meaning.
@@ -102,7 +85,7 @@ pub fn parse_namespace(text: &str) -> Option<String> {
 
 /// The source of a `reconciler.yaml`: Flux GitRepository (+ Kustomization path) or Argo CD
 /// Application. `None` when it holds neither.
-pub fn parse_reconciler(text: &str) -> Option<Source> {
+pub fn parse_reconciler(text: &str) -> Option<ReconcilerSource> {
     let docs = yaml_docs(text);
     let kind_of = |d: &serde_yaml_ng::Value| get_str(d, &["kind"]).unwrap_or_default();
     if let Some(app) = docs.iter().find(|d| kind_of(d) == "Application") {
@@ -110,7 +93,7 @@ pub fn parse_reconciler(text: &str) -> Option<Source> {
             .or_else(|| get(app, &["spec", "sources"]).and_then(|s| s.get(0)))
             .cloned()
             .unwrap_or_default();
-        return Some(Source {
+        return Some(ReconcilerSource {
             kind: "argocd".to_owned(),
             url: get_str(&source, &["repoURL"]),
             branch: None,
@@ -124,7 +107,7 @@ pub fn parse_reconciler(text: &str) -> Option<Source> {
         return None;
     }
     let reference = |key: &str| repo.and_then(|r| get_str(r, &["spec", "ref", key]));
-    Some(Source {
+    Some(ReconcilerSource {
         kind: "flux".to_owned(),
         url: repo.and_then(|r| get_str(r, &["spec", "url"])),
         branch: reference("branch"),
@@ -157,10 +140,10 @@ impl<'r> TreeReader<'r> {
         let target = match self.git.find_tree(id) {
             Ok(tree) => Target {
                 workload: self
-                    .blob_text(&tree, "namespace.yaml")
+                    .blob_text(&tree, layout::NAMESPACE_FILE)
                     .and_then(|t| parse_namespace(&t)),
                 source: self
-                    .blob_text(&tree, "reconciler.yaml")
+                    .blob_text(&tree, layout::RECONCILER_FILE)
                     .and_then(|t| parse_reconciler(&t)),
             },
             Err(_) => Target::default(),
@@ -173,7 +156,7 @@ impl<'r> TreeReader<'r> {
         let commit = self.git.find_commit(id)?;
         let root = commit.tree()?;
         let promoted = root
-            .get_path(std::path::Path::new(PROMOTED_COMMIT_FILE))
+            .get_path(std::path::Path::new(layout::PROMOTED_COMMIT_PATH))
             .ok()
             .and_then(|e| self.git.find_blob(e.id()).ok())
             .map(|b| String::from_utf8_lossy(b.content()).trim().to_owned())
@@ -688,7 +671,8 @@ async fn apply_pending_reports(
             cluster_type: String::new(),
             object: String::new(),
             drives: true,
-            state: State::parse(&state).unwrap_or(State::Reconciling),
+            state: ClusterState::parse_among(&state, &ClusterState::REPORTED)
+                .unwrap_or(ClusterState::Reconciling),
             revision: row.try_get(2)?,
             commit: row.try_get(3)?,
             message: row.try_get(4)?,
@@ -709,7 +693,7 @@ mod tests {
         let flux = "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nspec:\n  url: https://g/app\n  ref:\n    branch: dev\n---\nkind: Kustomization\nspec:\n  path: ./functional-test\n";
         assert_eq!(
             parse_reconciler(flux),
-            Some(Source {
+            Some(ReconcilerSource {
                 kind: "flux".into(),
                 url: Some("https://g/app".into()),
                 branch: Some("dev".into()),

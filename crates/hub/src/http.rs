@@ -1,6 +1,8 @@
 //! The HTTP API, as an axum [`Router`] built by [`app`] so that tests can serve it on a
 //! loopback port: report ingestion (`POST /api/v1/events/flux`, `POST /api/v1/compliance`),
-//! the queries under `/api/v1`, `/healthz` and `/readyz`.
+//! the queries under `/api/v1`, `/healthz` and `/readyz`. Each handler answers a type of
+//! `kalypso-hub-api` and carries the annotation its part of the OpenAPI document
+//! ([`crate::openapi`]) is generated from.
 //!
 //! Reports must carry `X-Signature: sha256=<HMAC-SHA256 of the body>` when a webhook secret
 //! is set (Flux's `generic-hmac` Provider sends exactly that); queries need
@@ -14,12 +16,17 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use kalypso_git::redact::Secret;
-use serde_json::{Value, json};
+use kalypso_hub_api::{
+    ClusterDetail, ClusterList, ClusterState, CommitAnswer, ComplianceReport, EnvironmentList,
+    EnvironmentStatus, ErrorBody, FluxEvent, Gate, IngestAnswer, WorkloadAnswer,
+};
+use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::db::{Db, DbError};
@@ -179,7 +186,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut response = (
             self.status,
-            axum::Json(json!({"error": self.message, "field": self.field})),
+            axum::Json(ErrorBody {
+                error: self.message,
+                field: self.field,
+            }),
         )
             .into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
@@ -198,15 +208,25 @@ impl IntoResponse for ApiError {
 
 type ApiResult = Result<Response, ApiError>;
 
-fn ok(value: Value) -> ApiResult {
-    Ok(axum::Json(value).into_response())
+fn ok(answer: impl Serialize) -> ApiResult {
+    Ok(axum::Json(answer).into_response())
 }
 
-async fn healthz() -> &'static str {
+/// `GET /healthz`.
+#[utoipa::path(get, path = "/healthz", tag = "service", summary = "Liveness: the process runs",
+    responses((status = 200, description = "The process runs.", body = String, content_type = "text/plain", example = "ok\n")))]
+pub(crate) async fn healthz() -> &'static str {
     "ok\n"
 }
 
-async fn readyz(State(state): State<HubState>) -> Response {
+/// `GET /readyz`.
+#[utoipa::path(get, path = "/readyz", tag = "service", summary = "Readiness: the database answers",
+    responses(
+        (status = 200, description = "The database answers.", body = String, content_type = "text/plain", example = "ready\n"),
+        (status = 503, description = "The database does not answer.", body = String, content_type = "text/plain",
+            headers(("Retry-After" = u32, description = "Seconds to wait before trying again."))),
+    ))]
+pub(crate) async fn readyz(State(state): State<HubState>) -> Response {
     match state.db().ping().await {
         Ok(()) => (StatusCode::OK, "ready\n").into_response(),
         Err(e) => {
@@ -275,17 +295,55 @@ fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
 }
 
 async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
-    let outcome = state.0.ingest.submit(report, received_at).await?;
-    ok(json!({"result": outcome.as_str()}))
+    let result = state.0.ingest.submit(report, received_at).await?;
+    ok(IngestAnswer { result })
 }
 
-async fn flux_event(State(state): State<HubState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+/// A body over [`MAX_BODY`] (or one that could not be read): 413 (or 400), as JSON.
+fn body_error(rejection: &BytesRejection) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Some("body"),
+            format!("the body is over {} KiB", MAX_BODY / 1024),
+        )
+    } else {
+        ApiError::new(rejection.status(), Some("body"), rejection.body_text())
+    }
+}
+
+/// `POST /api/v1/events/flux`.
+#[utoipa::path(post, path = "/api/v1/events/flux", tag = "reports",
+    summary = "Report a Flux event",
+    description = "The event Flux's notification-controller posts with a `generic` or `generic-hmac` Provider. \
+        The cluster's identity comes from `metadata` (the Alert's `eventMetadata`). Answered once the report is \
+        durable.",
+    request_body(content = FluxEvent, content_type = "application/json"),
+    responses((status = 200, description = "Stored (or a duplicate, or older than the latest state).", body = IngestAnswer)))]
+pub(crate) async fn flux_event(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body = body.map_err(|e| body_error(&e))?;
     check_signature(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
     ingest(&state, report, now_ms()).await
 }
 
-async fn compliance(State(state): State<HubState>, headers: HeaderMap, body: Bytes) -> ApiResult {
+/// `POST /api/v1/compliance`.
+#[utoipa::path(post, path = "/api/v1/compliance", tag = "reports",
+    summary = "Report compliance (any agent)",
+    description = "A small report for agents other than Flux (Argo CD notifications, scripts). Answered once \
+        the report is durable.",
+    request_body(content = ComplianceReport, content_type = "application/json"),
+    responses((status = 200, description = "Stored (or a duplicate, or older than the latest state).", body = IngestAnswer)))]
+pub(crate) async fn compliance(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> ApiResult {
+    let body = body.map_err(|e| body_error(&e))?;
     check_signature(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
@@ -315,22 +373,43 @@ fn not_found(what: String) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, None, what)
 }
 
-async fn list_clusters(
+/// `GET /api/v1/clusters`.
+#[utoipa::path(get, path = "/api/v1/clusters", tag = "queries",
+    summary = "List clusters",
+    params(
+        ("environment" = Option<String>, Query, description = "Only this environment."),
+        ("clusterType" = Option<String>, Query, description = "Only this cluster type."),
+        ("state" = Option<String>, Query, pattern = "^(compliant|reconciling|failed|stale|unknown)?$",
+            description = "Only clusters whose own platform state is this (`unknown`: no platform report yet), or `stale` ones."),
+        ("limit" = Option<i64>, Query, minimum = 0, maximum = 10000, description = "Page size (default 100)."),
+        ("offset" = Option<i64>, Query, minimum = 0, maximum = 4611686018427387903_i64, description = "Page start."),
+    ),
+    responses(
+        (status = 200, description = "One page of clusters, by environment and name.", body = ClusterList),
+        (status = 400, description = "A bad filter or page (`field` names it).", body = ErrorBody),
+    ))]
+pub(crate) async fn list_clusters(
     State(state): State<HubState>,
     headers: HeaderMap,
     Query(params): Params,
 ) -> ApiResult {
     check_token(&state, &headers)?;
-    let state_filter = params.get("state").filter(|s| !s.is_empty()).cloned();
-    if let Some(s) = &state_filter
-        && !["compliant", "reconciling", "failed", "stale", "unknown"].contains(&s.as_str())
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            Some("state"),
-            format!("{s:?} is not one of compliant, reconciling, failed, stale, unknown"),
-        ));
-    }
+    let state_filter = params
+        .get("state")
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            ClusterState::parse_among(s, &ClusterState::LISTED).ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    Some("state"),
+                    format!(
+                        "{s:?} is not one of {}",
+                        ClusterState::names(&ClusterState::LISTED)
+                    ),
+                )
+            })
+        })
+        .transpose()?;
     let filter = query::ClusterFilter {
         environment: params.get("environment").filter(|s| !s.is_empty()).cloned(),
         cluster_type: params.get("clusterType").filter(|s| !s.is_empty()).cloned(),
@@ -341,7 +420,21 @@ async fn list_clusters(
     ok(query::clusters(state.db(), &filter, state.stale_before()).await?)
 }
 
-async fn get_cluster(
+/// `GET /api/v1/clusters/{environment}/{name}`.
+#[utoipa::path(get, path = "/api/v1/clusters/{environment}/{name}", tag = "queries",
+    summary = "A cluster, its objects and its history",
+    params(
+        ("environment" = String, Path, example = "dev", description = "The cluster's environment."),
+        ("name" = String, Path, example = "drone-1", description = "The cluster's name."),
+        ("limit" = Option<i64>, Query, minimum = 0, maximum = 10000, description = "History page size (default 100)."),
+        ("offset" = Option<i64>, Query, minimum = 0, maximum = 4611686018427387903_i64, description = "History page start."),
+    ),
+    responses(
+        (status = 200, description = "The cluster.", body = ClusterDetail),
+        (status = 400, description = "A bad page (`field` names it).", body = ErrorBody),
+        (status = 404, description = "No such cluster in the environment.", body = ErrorBody),
+    ))]
+pub(crate) async fn get_cluster(
     State(state): State<HubState>,
     headers: HeaderMap,
     Path((environment, name)): Path<(String, String)>,
@@ -367,12 +460,24 @@ async fn get_cluster(
     }
 }
 
-async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
+/// `GET /api/v1/environments`.
+#[utoipa::path(get, path = "/api/v1/environments", tag = "queries",
+    summary = "Every environment's status",
+    responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
+pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
     check_token(&state, &headers)?;
     ok(query::environments(state.db(), state.stale_before()).await?)
 }
 
-async fn get_environment(
+/// `GET /api/v1/environments/{environment}`.
+#[utoipa::path(get, path = "/api/v1/environments/{environment}", tag = "queries",
+    summary = "An environment's status",
+    params(("environment" = String, Path, example = "dev", description = "The environment.")),
+    responses(
+        (status = 200, description = "Its cluster types, deployment targets and clusters relative to its latest commit.", body = EnvironmentStatus),
+        (status = 404, description = "No such environment.", body = ErrorBody),
+    ))]
+pub(crate) async fn get_environment(
     State(state): State<HubState>,
     headers: HeaderMap,
     Path(environment): Path<String>,
@@ -387,7 +492,22 @@ async fn get_environment(
 /// How long a query waits for an on-demand refresh when it names an unknown commit.
 const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
 
-async fn get_gate(
+/// `GET /api/v1/environments/{environment}/gate`.
+#[utoipa::path(get, path = "/api/v1/environments/{environment}/gate", tag = "queries",
+    summary = "The promotion gate: does the environment run the commit?",
+    description = "Always 200 for a well-formed question: `verdict` is `compliant`, `failed`, `pending` or \
+        `unknown-commit` (the hub does not know the commit even after an on-demand refresh).",
+    params(
+        ("environment" = String, Path, example = "dev", description = "The environment."),
+        ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
+            description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
+        ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
+    ),
+    responses(
+        (status = 200, description = "The verdict and the clusters.", body = Gate),
+        (status = 400, description = "The commit is missing or not a commit id, or a bad limit (`field` names it).", body = ErrorBody),
+    ))]
+pub(crate) async fn get_gate(
     State(state): State<HubState>,
     headers: HeaderMap,
     Path(environment): Path<String>,
@@ -420,7 +540,19 @@ async fn get_gate(
     ok(query::gate(db, &environment, &commit, state.stale_before(), limit).await?)
 }
 
-async fn get_commit(
+/// `GET /api/v1/commits/{sha}`.
+#[utoipa::path(get, path = "/api/v1/commits/{sha}", tag = "queries",
+    summary = "Where a commit is, and who runs it",
+    params(
+        ("sha" = String, Path, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
+            description = "A GitOps commit, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
+        ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Compliant clusters listed at most (default 1000)."),
+    ),
+    responses(
+        (status = 200, description = "Each environment that has the commit.", body = CommitAnswer),
+        (status = 400, description = "Not a commit id, or a bad limit (`field` names it).", body = ErrorBody),
+    ))]
+pub(crate) async fn get_commit(
     State(state): State<HubState>,
     headers: HeaderMap,
     Path(sha): Path<String>,
@@ -436,14 +568,19 @@ async fn get_commit(
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
     let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
-    if answer["environments"].as_array().is_none_or(Vec::is_empty) && state.refresher().enabled() {
+    if answer.environments.is_empty() && state.refresher().enabled() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
         answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
     }
     ok(answer)
 }
 
-async fn get_workload(
+/// `GET /api/v1/workloads/{name}`.
+#[utoipa::path(get, path = "/api/v1/workloads/{name}", tag = "queries",
+    summary = "Where a workload runs, and ran",
+    params(("name" = String, Path, example = "hello", description = "The workload.")),
+    responses((status = 200, description = "Its placements now and before (empty lists for an unknown workload).", body = WorkloadAnswer)))]
+pub(crate) async fn get_workload(
     State(state): State<HubState>,
     headers: HeaderMap,
     Path(name): Path<String>,

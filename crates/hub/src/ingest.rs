@@ -14,6 +14,7 @@
 
 use std::collections::HashMap;
 
+use kalypso_hub_api::IngestResult;
 use sqlx::{Any, Row, Transaction};
 
 use tokio::sync::{mpsc, oneshot};
@@ -24,32 +25,10 @@ use crate::model::Report;
 /// Reports taken into one transaction at most.
 pub const MAX_BATCH: usize = 1024;
 
-/// What happened to a report.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// It is the object's latest state now.
-    Stored,
-    /// The same as the stored latest state (a retry or a repeated event): nothing new.
-    Duplicate,
-    /// Older than the stored latest state: kept in the history only.
-    Older,
-}
-
-impl Outcome {
-    /// The name used in responses.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Outcome::Stored => "stored",
-            Outcome::Duplicate => "duplicate",
-            Outcome::Older => "older",
-        }
-    }
-}
-
 struct Job {
     report: Report,
     received_at: i64,
-    reply: oneshot::Sender<Result<Outcome, DbError>>,
+    reply: oneshot::Sender<Result<IngestResult, DbError>>,
 }
 
 /// Binds the ten columns of a report row (`cluster_id, object, drives, state, revision,
@@ -101,7 +80,7 @@ impl Ingest {
     }
 
     /// Stores `report` (received at `received_at`, Unix ms); answers after the commit.
-    pub async fn submit(&self, report: Report, received_at: i64) -> Result<Outcome, DbError> {
+    pub async fn submit(&self, report: Report, received_at: i64) -> Result<IngestResult, DbError> {
         let index = shard(&report.environment, &report.cluster, self.queues.len());
         let (reply, answer) = oneshot::channel();
         let job = Job {
@@ -191,7 +170,7 @@ struct Latest {
 /// clusters, read the latest states, decide each report in order (so that several reports
 /// of one object in a batch behave as if sent one by one), write the latest states, the
 /// history rows and the platform states.
-async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<Outcome>, DbError> {
+async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<IngestResult>, DbError> {
     // Bound parameters stay under SQLite's 32,766 (10 a row at most).
     const _: () = assert!(MAX_BATCH * 10 < 32_766);
     let mut tx = db.pool().begin().await?;
@@ -274,22 +253,22 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         let id = id_of(r)?;
         let key = (id, r.object.clone());
         let (outcome, changed) = match current.get(&key) {
-            None => (Outcome::Stored, true),
+            None => (IngestResult::Stored, true),
             Some(l) => {
                 let same = l.state == r.state.as_str() && l.commit == r.commit && l.message == r.message;
                 // Flux stamps events to the second: a different report of the same second
                 // came later (Progressing, then Succeeded), so it wins; the same one again is
                 // a retry.
                 if r.event_time > l.time || (r.event_time == l.time && !same) {
-                    (Outcome::Stored, !same)
+                    (IngestResult::Stored, !same)
                 } else if same {
-                    (Outcome::Duplicate, false)
+                    (IngestResult::Duplicate, false)
                 } else {
-                    (Outcome::Older, false)
+                    (IngestResult::Older, false)
                 }
             }
         };
-        if outcome == Outcome::Stored {
+        if outcome == IngestResult::Stored {
             current.insert(
                 key.clone(),
                 Latest {
@@ -303,7 +282,7 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
                 dirty.push(key);
             }
         }
-        if changed || outcome == Outcome::Older {
+        if changed || outcome == IngestResult::Older {
             history.push((id, index));
         }
         if changed && r.drives && !r.commit.is_empty() {

@@ -13,7 +13,8 @@
 //! - [`model`]: the report payloads, parsed and validated;
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
 //! - [`gitops`]: reading the GitOps branches' history; [`query`]: the correlation queries;
-//! - [`http`]: the API ([`app`]); [`client`]: a minimal HTTP client for tests and the bench;
+//! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
+//!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
 
 pub mod client;
@@ -24,6 +25,7 @@ pub mod gitops;
 pub mod http;
 pub mod ingest;
 pub mod model;
+pub mod openapi;
 pub mod query;
 
 use std::net::SocketAddr;
@@ -32,8 +34,14 @@ use std::time::Duration;
 pub use dashboard::DashboardMode;
 pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
 pub use gitops::{GitSettings, Refresher};
-pub use http::{HubState, app};
+pub use http::HubState;
 use kalypso_git::redact::Secret;
+
+/// The API's router: reports, queries, health ([`http::app`]) and the OpenAPI document
+/// ([`openapi::router`]).
+pub fn app(state: HubState) -> axum::Router {
+    http::app(state).merge(openapi::router())
+}
 
 /// The default listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8090";

@@ -7,46 +7,11 @@
 //! (Argo CD notifications, scripts). Both become one [`Report`]; every rejection names the
 //! field at fault, so that a misconfigured Alert is easy to fix.
 
-use std::collections::BTreeMap;
-
+use kalypso_hub_api::{ClusterState, ComplianceReport, FluxEvent, MAX_NAME, Severity};
 use serde::Deserialize;
 
 /// The most of a report's message that is stored (Flux allows 39,000 characters).
 pub const MAX_MESSAGE: usize = 8 * 1024;
-/// The longest name (cluster, environment, cluster type) accepted: a Kubernetes name's.
-pub const MAX_NAME: usize = 253;
-
-/// A cluster's (or an object's) reconciliation state.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum State {
-    /// Working on a revision, or not done yet.
-    Reconciling,
-    /// The revision is applied and healthy.
-    Compliant,
-    /// The revision failed to apply or is unhealthy.
-    Failed,
-}
-
-impl State {
-    /// The name used in JSON and in the database.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Reconciling => "reconciling",
-            State::Compliant => "compliant",
-            State::Failed => "failed",
-        }
-    }
-
-    /// The state named `text`.
-    pub fn parse(text: &str) -> Option<State> {
-        match text {
-            "reconciling" => Some(State::Reconciling),
-            "compliant" => Some(State::Compliant),
-            "failed" => Some(State::Failed),
-            _ => None,
-        }
-    }
-}
 
 /// One report, ready to be stored.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -63,8 +28,8 @@ pub struct Report {
     /// Whether the object applies a revision (a Kustomization, a HelmRelease, a generic
     /// report) and may so decide the cluster's platform state; sources only fetch.
     pub drives: bool,
-    /// The state.
-    pub state: State,
+    /// The state: compliant, reconciling or failed.
+    pub state: ClusterState,
     /// The revision as reported (`dev@sha1:<hex>`), or empty.
     pub revision: String,
     /// The commit of the revision (40 lower-case hex digits), or empty.
@@ -134,11 +99,12 @@ pub fn format_time(millis: i64) -> String {
 }
 
 fn check_name(field: &str, value: Option<&str>) -> Result<String, BadInput> {
-    let value = value.map(str::trim).unwrap_or_default();
+    let raw = value.unwrap_or_default();
+    let value = raw.trim();
     if value.is_empty() {
         return Err(BadInput::new(field, "is missing or empty"));
     }
-    if value.len() > MAX_NAME {
+    if raw.chars().count() > MAX_NAME {
         return Err(BadInput::new(
             field,
             format!("is longer than {MAX_NAME} characters"),
@@ -148,6 +114,17 @@ fn check_name(field: &str, value: Option<&str>) -> Result<String, BadInput> {
         return Err(BadInput::new(field, "holds a control character or a '/'"));
     }
     Ok(value.to_owned())
+}
+
+/// `text` with every NUL character replaced by U+FFFD: PostgreSQL's text cannot hold NUL, and
+/// a report must not be refused (and retried forever) for a byte in a message. (Names never
+/// hold one: [`check_name`] refuses control characters.)
+fn storable(text: String) -> String {
+    if text.contains('\0') {
+        text.replace('\0', "\u{fffd}")
+    } else {
+        text
+    }
 }
 
 fn truncate(mut text: String) -> String {
@@ -190,36 +167,6 @@ fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadInput> {
     })
 }
 
-/// The involved object of a Flux event (a `corev1.ObjectReference`).
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ObjectReference {
-    #[serde(default)]
-    kind: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    api_version: Option<String>,
-}
-
-/// Flux's `event.toolkit.fluxcd.io/v1beta1` Event, as the notification-controller posts it.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct FluxEvent {
-    involved_object: ObjectReference,
-    severity: String,
-    #[serde(default)]
-    timestamp: Option<String>,
-    #[serde(default)]
-    message: String,
-    #[serde(default)]
-    reason: String,
-    #[serde(default)]
-    metadata: BTreeMap<String, String>,
-}
-
 /// Kinds that only fetch an artifact: their events never decide a cluster's state.
 const SOURCE_KINDS: [&str; 6] = [
     "GitRepository",
@@ -246,7 +193,6 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
     let kind = check_name("involvedObject.kind", event.involved_object.kind.as_deref())?;
     let name = check_name("involvedObject.name", event.involved_object.name.as_deref())?;
     let namespace = event.involved_object.namespace.clone().unwrap_or_default();
-    let _ = &event.involved_object.api_version;
     let timestamp = event
         .timestamp
         .as_deref()
@@ -277,68 +223,38 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
         None => (String::new(), String::new()),
     };
     let source = SOURCE_KINDS.contains(&kind.as_str());
-    let state = match event.severity.as_str() {
-        "error" => State::Failed,
-        "info" | "trace" => {
+    let state = match event.severity {
+        Severity::Error => ClusterState::Failed,
+        Severity::Info | Severity::Trace => {
             if source || event.reason.starts_with("Progressing") {
-                State::Reconciling
+                ClusterState::Reconciling
             } else if event.reason == "ReconciliationSucceeded" || !commit.is_empty() {
-                State::Compliant
+                ClusterState::Compliant
             } else {
-                State::Reconciling
+                ClusterState::Reconciling
             }
-        }
-        other => {
-            return Err(BadInput::new(
-                "severity",
-                format!("{other:?} is not one of info, error, trace"),
-            ));
         }
     };
     Ok(Report {
         environment,
         cluster,
         cluster_type,
-        object: format!("{kind}/{namespace}/{name}"),
+        object: storable(format!("{kind}/{namespace}/{name}")),
         drives: !source,
         state,
-        revision,
+        revision: storable(revision),
         commit,
-        message: truncate(event.message),
-        reason: truncate(event.reason),
+        message: storable(truncate(event.message)),
+        reason: storable(truncate(event.reason)),
         event_time,
     })
-}
-
-/// The generic report (`POST /api/v1/compliance`).
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-struct Generic {
-    #[serde(default)]
-    cluster: Option<String>,
-    #[serde(default)]
-    cluster_type: Option<String>,
-    #[serde(default)]
-    environment: Option<String>,
-    #[serde(default)]
-    gitops_repo: Option<String>,
-    #[serde(default)]
-    branch: Option<String>,
-    #[serde(default)]
-    commit: Option<String>,
-    #[serde(default)]
-    state: Option<String>,
-    #[serde(default)]
-    message: Option<String>,
-    #[serde(default)]
-    time: Option<String>,
 }
 
 /// Parses a generic report: `{cluster, clusterType, environment, gitopsRepo, branch, commit,
 /// state, message, time}`. `time` defaults to `now` (Unix milliseconds); `commit` takes the
 /// same forms as a Flux revision.
 pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
-    let g: Generic = from_json(body)?;
+    let g: ComplianceReport = from_json(body)?;
     let cluster = check_name("cluster", g.cluster.as_deref())?;
     let cluster_type = check_name("clusterType", g.cluster_type.as_deref())?;
     let environment = check_name("environment", g.environment.as_deref())?;
@@ -355,10 +271,13 @@ pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
         )
     })?;
     let state_text = g.state.as_deref().unwrap_or_default();
-    let state = State::parse(state_text).ok_or_else(|| {
+    let state = ClusterState::parse_among(state_text, &ClusterState::REPORTED).ok_or_else(|| {
         BadInput::new(
             "state",
-            format!("{state_text:?} is not one of reconciling, compliant, failed"),
+            format!(
+                "{state_text:?} is not one of {}",
+                ClusterState::names(&ClusterState::REPORTED)
+            ),
         )
     })?;
     let event_time = match g.time.as_deref().filter(|t| !t.trim().is_empty()) {
@@ -378,12 +297,12 @@ pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
         environment,
         cluster,
         cluster_type,
-        object,
+        object: storable(object),
         drives: true,
         state,
-        revision: text.to_owned(),
+        revision: storable(text.to_owned()),
         commit,
-        message: truncate(g.message.unwrap_or_default()),
+        message: storable(truncate(g.message.unwrap_or_default())),
         reason: String::new(),
         event_time,
     })
@@ -435,18 +354,18 @@ mod tests {
         .unwrap();
         assert_eq!(
             (r.state, r.commit.as_str(), r.drives),
-            (State::Compliant, SHA, true)
+            (ClusterState::Compliant, SHA, true)
         );
         assert_eq!(r.object, "Kustomization/flux-system/platform");
         assert_eq!(r.event_time, 1_767_323_045_000);
         let r = parse_flux(&event("error", "Kustomization", "HealthCheckFailed", Some(&rev))).unwrap();
-        assert_eq!(r.state, State::Failed);
+        assert_eq!(r.state, ClusterState::Failed);
         let r = parse_flux(&event("info", "Kustomization", "Progressing", Some(&rev))).unwrap();
-        assert_eq!(r.state, State::Reconciling);
+        assert_eq!(r.state, ClusterState::Reconciling);
         let r = parse_flux(&event("info", "Kustomization", "Other", None)).unwrap();
-        assert_eq!(r.state, State::Reconciling);
+        assert_eq!(r.state, ClusterState::Reconciling);
         let r = parse_flux(&event("info", "GitRepository", "NewArtifact", Some(&rev))).unwrap();
-        assert_eq!((r.state, r.drives), (State::Reconciling, false));
+        assert_eq!((r.state, r.drives), (ClusterState::Reconciling, false));
     }
 
     #[test]
@@ -473,7 +392,10 @@ mod tests {
         );
         let r = parse_generic(body.as_bytes(), 7).unwrap();
         assert_eq!(r.object, "compliance/https://g/r#dev");
-        assert_eq!((r.state, r.event_time), (State::Compliant, 1_767_323_045_500));
+        assert_eq!(
+            (r.state, r.event_time),
+            (ClusterState::Compliant, 1_767_323_045_500)
+        );
         let r = parse_generic(
             format!(
                 r#"{{"cluster":"c","clusterType":"t","environment":"dev","commit":"{SHA}","state":"failed"}}"#
@@ -501,6 +423,22 @@ mod tests {
         let bad = parse_generic(br#"{"cluster":"","clusterType":"t"}"#, 0).unwrap_err();
         assert_eq!(bad.field, "cluster");
         let bad = parse_generic(br#"{"cluster": 5}"#, 0).unwrap_err();
+        assert_eq!(bad.field, "cluster");
+    }
+
+    #[test]
+    fn nul_characters_are_stored_as_replacement_characters() {
+        let body = format!(
+            r#"{{"cluster":"c","clusterType":"t","environment":"dev","gitopsRepo":"r\u0000","commit":"{SHA}","state":"failed","message":"a\u0000b"}}"#
+        );
+        let r = parse_generic(body.as_bytes(), 7).unwrap();
+        assert_eq!(r.message, "a\u{fffd}b");
+        assert_eq!(r.object, "compliance/r\u{fffd}#");
+        let bad = parse_generic(
+            br#"{"cluster":"c\u0000","clusterType":"t","environment":"dev","commit":"x","state":"failed"}"#,
+            0,
+        )
+        .unwrap_err();
         assert_eq!(bad.field, "cluster");
     }
 

@@ -11,76 +11,43 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use serde::Serialize;
-use serde_json::{Value, json};
+use kalypso_hub_api::{
+    Cluster, ClusterDetail, ClusterList, ClusterState, ClusterTypeStatus, CommitAnswer, CommitInEnvironment,
+    Counts, DeploymentTarget, EnvironmentList, EnvironmentStatus, EnvironmentSummary, Gate, GateCluster,
+    GitopsCommit, History, LatestCommit, ObjectReport, PlacementSince, PlacementUntil, ReconcilerSource,
+    Verdict, WorkloadAnswer, WorkloadPlacement,
+};
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
-use crate::db::{Db, DbError};
+use crate::db::{Db, DbError, searchable};
 use crate::model::format_time;
 
-/// A cluster's state relative to a commit.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub enum Relative {
-    /// Failed at the commit or a later one.
-    Failed,
-    /// Not at the commit yet.
-    Behind,
-    /// Working on the commit or a later one.
-    Reconciling,
-    /// Silent for too long.
-    Stale,
-    /// Applied the commit or a later one.
-    Compliant,
-}
-
-impl Relative {
-    /// The JSON name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Relative::Failed => "failed",
-            Relative::Behind => "behind",
-            Relative::Reconciling => "reconciling",
-            Relative::Stale => "stale",
-            Relative::Compliant => "compliant",
-        }
-    }
-
-    fn parse(text: &str) -> Relative {
-        match text {
-            "failed" => Relative::Failed,
-            "behind" => Relative::Behind,
-            "stale" => Relative::Stale,
-            "compliant" => Relative::Compliant,
-            _ => Relative::Reconciling,
-        }
-    }
-}
-
-/// [`Relative`] of a cluster: `last_seen` against `stale_before`, its platform `state` at
-/// `position` against the commit's `target` position. (The same rule as the SQL the counting queries use.)
+/// A cluster's state relative to the commit at `target`: `last_seen` against `stale_before`,
+/// its platform `state` at `position` against the commit's position. (The same rule as the
+/// SQL the counting queries use.)
 pub fn classify(
     last_seen: i64,
     stale_before: i64,
     state: Option<&str>,
     position: Option<i64>,
     target: i64,
-) -> Relative {
+) -> ClusterState {
     if last_seen < stale_before {
-        return Relative::Stale;
+        return ClusterState::Stale;
     }
     match position {
         Some(p) if p >= target => match state {
-            Some("compliant") => Relative::Compliant,
-            Some("failed") => Relative::Failed,
-            _ => Relative::Reconciling,
+            Some("compliant") => ClusterState::Compliant,
+            Some("failed") => ClusterState::Failed,
+            _ => ClusterState::Reconciling,
         },
-        _ => Relative::Behind,
+        _ => ClusterState::Behind,
     }
 }
 
-/// [`classify`] as SQL over the `clusters` table, with `$stale` and `$target` placeholders.
+/// [`classify`] as SQL over the `clusters` table, with `$stale` and `$target` placeholders:
+/// the name of a [`ClusterState`].
 pub(crate) fn relative_sql(stale: &str, target: &str) -> String {
     format!(
         "CASE WHEN last_seen < {stale} THEN 'stale' \
@@ -90,51 +57,23 @@ pub(crate) fn relative_sql(stale: &str, target: &str) -> String {
     )
 }
 
-/// Counts of clusters by [`Relative`].
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Counts {
-    /// All clusters, stale ones included.
-    pub total: i64,
-    /// Compliant.
-    pub compliant: i64,
-    /// Reconciling.
-    pub reconciling: i64,
-    /// Failed.
-    pub failed: i64,
-    /// Behind.
-    pub behind: i64,
-    /// Stale.
-    pub stale: i64,
+/// A state [`relative_sql`] gave.
+pub(crate) fn parse_relative(text: &str) -> ClusterState {
+    text.parse().unwrap_or(ClusterState::Reconciling)
 }
 
-impl Counts {
-    #[cfg(test)]
-    fn add(&mut self, r: Relative, n: i64) {
-        self.total += n;
-        match r {
-            Relative::Compliant => self.compliant += n,
-            Relative::Reconciling => self.reconciling += n,
-            Relative::Failed => self.failed += n,
-            Relative::Behind => self.behind += n,
-            Relative::Stale => self.stale += n,
-        }
-    }
-
-    /// Clusters that are not stale: the ones a gate requires.
-    pub fn required(&self) -> i64 {
-        self.total - self.stale
-    }
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or_default()
 }
 
 /// The gate's verdict from the required clusters' counts.
-pub fn verdict(counts: &Counts) -> &'static str {
+pub fn verdict(counts: &Counts) -> Verdict {
     if counts.failed > 0 {
-        "failed"
+        Verdict::Failed
     } else if counts.compliant == counts.required() {
-        "compliant"
+        Verdict::Compliant
     } else {
-        "pending"
+        Verdict::Pending
     }
 }
 
@@ -147,14 +86,14 @@ async fn counts_by_type(
     target: i64,
 ) -> Result<BTreeMap<String, Counts>, DbError> {
     let rel = relative_sql("$2", "$3");
-    let count = |r: Relative| format!("SUM(CASE WHEN {rel} = '{}' THEN 1 ELSE 0 END)", r.as_str());
+    let sum = |s: ClusterState| format!("SUM(CASE WHEN {rel} = '{}' THEN 1 ELSE 0 END)", s.as_str());
     let sql = format!(
         "SELECT cluster_type, COUNT(*), {}, {}, {}, {}, {} FROM clusters WHERE environment = $1 GROUP BY cluster_type",
-        count(Relative::Compliant),
-        count(Relative::Reconciling),
-        count(Relative::Failed),
-        count(Relative::Behind),
-        count(Relative::Stale),
+        sum(ClusterState::Compliant),
+        sum(ClusterState::Reconciling),
+        sum(ClusterState::Failed),
+        sum(ClusterState::Behind),
+        sum(ClusterState::Stale),
     );
     let mut out: BTreeMap<String, Counts> = BTreeMap::new();
     for row in sqlx::query(&sql)
@@ -168,12 +107,12 @@ async fn counts_by_type(
         out.insert(
             ct,
             Counts {
-                total: row.try_get(1)?,
-                compliant: row.try_get(2)?,
-                reconciling: row.try_get(3)?,
-                failed: row.try_get(4)?,
-                behind: row.try_get(5)?,
-                stale: row.try_get(6)?,
+                total: count(row.try_get(1)?),
+                compliant: count(row.try_get(2)?),
+                reconciling: count(row.try_get(3)?),
+                failed: count(row.try_get(4)?),
+                behind: count(row.try_get(5)?),
+                stale: count(row.try_get(6)?),
             },
         );
     }
@@ -206,13 +145,13 @@ impl CommitRow {
         })
     }
 
-    fn json(&self) -> Value {
-        json!({
-            "sha": self.sha,
-            "position": self.position,
-            "committedAt": format_time(self.committed_at),
-            "controlPlaneCommit": self.promoted,
-        })
+    fn answer(&self) -> GitopsCommit {
+        GitopsCommit {
+            sha: self.sha.clone(),
+            position: self.position,
+            committed_at: format_time(self.committed_at),
+            control_plane_commit: self.promoted.clone(),
+        }
     }
 }
 
@@ -230,6 +169,9 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
     let Some(pattern) = commit_pattern(sha) else {
         return Ok(None);
     };
+    if !searchable(environment) {
+        return Ok(None);
+    }
     let like = format!("{pattern}%");
     let row = sqlx::query(&format!(
         "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 AND sha LIKE $2 ORDER BY position LIMIT 2"
@@ -287,22 +229,6 @@ fn placeholders(from: usize, n: usize) -> String {
         .join(", ")
 }
 
-/// One cluster in a gate answer.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct GateCluster {
-    /// Name.
-    pub name: String,
-    /// Cluster type.
-    pub cluster_type: String,
-    /// Relative state.
-    pub state: &'static str,
-    /// The platform commit it last reported.
-    pub revision: Option<String>,
-    /// Its message.
-    pub message: String,
-}
-
 /// Clusters of `environment` of the given `types` relative to `target`: the ones that are
 /// not compliant first (by name, unless `only_compliant`), then compliant ones, `limit` at
 /// most.
@@ -355,7 +281,7 @@ async fn list_relative(
             out.push(GateCluster {
                 name: row.try_get(0)?,
                 cluster_type: row.try_get(1)?,
-                state: Relative::parse(&rel).as_str(),
+                state: parse_relative(&rel),
                 revision: row.try_get(3)?,
                 message: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
             });
@@ -372,18 +298,18 @@ pub async fn gate(
     sha: &str,
     stale_before: i64,
     limit: i64,
-) -> Result<Value, DbError> {
+) -> Result<Gate, DbError> {
     let Some(commit) = resolve_commit(db, environment, sha).await? else {
-        return Ok(json!({
-            "environment": environment,
-            "gitopsCommit": null,
-            "controlPlaneCommit": null,
-            "verdict": "unknown-commit",
-            "compliant": 0,
-            "total": 0,
-            "clusters": [],
-            "clusterTypesWithoutClusters": [],
-        }));
+        return Ok(Gate {
+            environment: environment.to_owned(),
+            gitops_commit: None,
+            control_plane_commit: None,
+            verdict: Verdict::UnknownCommit,
+            compliant: 0,
+            total: 0,
+            clusters: Vec::new(),
+            cluster_types_without_clusters: Vec::new(),
+        });
     };
     let types = cluster_types_at(db, environment, commit.position).await?;
     let by_type = counts_by_type(db, environment, stale_before, commit.position).await?;
@@ -391,14 +317,7 @@ pub async fn gate(
     let mut without = Vec::new();
     for t in &types {
         match by_type.get(t) {
-            Some(c) if c.required() > 0 => {
-                counts.total += c.total;
-                counts.compliant += c.compliant;
-                counts.failed += c.failed;
-                counts.reconciling += c.reconciling;
-                counts.behind += c.behind;
-                counts.stale += c.stale;
-            }
+            Some(c) if c.required() > 0 => counts.merge(c),
             Some(c) => {
                 counts.total += c.total;
                 counts.stale += c.stale;
@@ -419,16 +338,16 @@ pub async fn gate(
         all_types,
     )
     .await?;
-    Ok(json!({
-        "environment": environment,
-        "gitopsCommit": commit.sha,
-        "controlPlaneCommit": commit.promoted,
-        "verdict": verdict(&counts),
-        "compliant": counts.compliant,
-        "total": counts.required(),
-        "clusters": clusters,
-        "clusterTypesWithoutClusters": without,
-    }))
+    Ok(Gate {
+        environment: environment.to_owned(),
+        verdict: verdict(&counts),
+        gitops_commit: Some(commit.sha),
+        control_plane_commit: commit.promoted,
+        compliant: counts.compliant,
+        total: counts.required(),
+        clusters,
+        cluster_types_without_clusters: without,
+    })
 }
 
 /// The filters of `GET /api/v1/clusters`.
@@ -438,35 +357,47 @@ pub struct ClusterFilter {
     pub environment: Option<String>,
     /// Cluster type.
     pub cluster_type: Option<String>,
-    /// Platform state (`compliant`, `reconciling`, `failed`, `unknown`) or `stale`.
-    pub state: Option<String>,
+    /// A platform state (one of [`ClusterState::LISTED`]: `compliant`, `reconciling`,
+    /// `failed`, `unknown`) or `stale`.
+    pub state: Option<ClusterState>,
     /// Page size.
     pub limit: i64,
     /// Page start.
     pub offset: i64,
 }
 
-fn cluster_json(row: &AnyRow, stale_before: i64) -> Result<Value, DbError> {
+fn cluster_answer(row: &AnyRow, stale_before: i64) -> Result<Cluster, DbError> {
     let last_seen: i64 = row.try_get("last_seen")?;
-    Ok(json!({
-        "name": row.try_get::<String, _>("name")?,
-        "environment": row.try_get::<String, _>("environment")?,
-        "clusterType": row.try_get::<String, _>("cluster_type")?,
-        "revision": row.try_get::<Option<String>, _>("revision")?,
-        "commit": row.try_get::<Option<String>, _>("commit_sha")?,
-        "state": row.try_get::<Option<String>, _>("state")?.unwrap_or_else(|| "unknown".to_owned()),
-        "message": row.try_get::<Option<String>, _>("message")?.unwrap_or_default(),
-        "lastSeen": format_time(last_seen),
-        "firstSeen": format_time(row.try_get("first_seen")?),
-        "stale": last_seen < stale_before,
-    }))
+    Ok(Cluster {
+        name: row.try_get("name")?,
+        environment: row.try_get("environment")?,
+        cluster_type: row.try_get("cluster_type")?,
+        revision: row.try_get("revision")?,
+        commit: row.try_get("commit_sha")?,
+        state: row
+            .try_get::<Option<String>, _>("state")?
+            .map_or(ClusterState::Unknown, |s| {
+                ClusterState::parse_among(&s, &ClusterState::REPORTED).unwrap_or(ClusterState::Reconciling)
+            }),
+        message: row.try_get::<Option<String>, _>("message")?.unwrap_or_default(),
+        last_seen: format_time(last_seen),
+        first_seen: format_time(row.try_get("first_seen")?),
+        stale: last_seen < stale_before,
+    })
 }
 
 const CLUSTER_COLUMNS: &str =
     "id, environment, name, cluster_type, first_seen, last_seen, state, revision, commit_sha, message";
 
 /// `GET /api/v1/clusters`.
-pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Result<Value, DbError> {
+pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Result<ClusterList, DbError> {
+    let names = [&filter.environment, &filter.cluster_type];
+    if !names.into_iter().flatten().all(|n| searchable(n)) {
+        return Ok(ClusterList {
+            total: 0,
+            clusters: Vec::new(),
+        });
+    }
     let mut conditions = Vec::new();
     let mut binds: Vec<Bind> = Vec::new();
     if let Some(e) = &filter.environment {
@@ -477,15 +408,15 @@ pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Res
         binds.push(Bind::Text(t.clone()));
         conditions.push(format!("cluster_type = ${}", binds.len()));
     }
-    match filter.state.as_deref() {
+    match filter.state {
         None => {}
-        Some("stale") => {
+        Some(ClusterState::Stale) => {
             binds.push(Bind::Int(stale_before));
             conditions.push(format!("last_seen < ${}", binds.len()));
         }
-        Some("unknown") => conditions.push("state IS NULL".to_owned()),
+        Some(ClusterState::Unknown) => conditions.push("state IS NULL".to_owned()),
         Some(s) => {
-            binds.push(Bind::Text(s.to_owned()));
+            binds.push(Bind::Text(s.as_str().to_owned()));
             conditions.push(format!("state = ${}", binds.len()));
         }
     }
@@ -508,9 +439,12 @@ pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Res
         .await?;
     let clusters = rows
         .iter()
-        .map(|r| cluster_json(r, stale_before))
+        .map(|r| cluster_answer(r, stale_before))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(json!({"total": total, "clusters": clusters}))
+    Ok(ClusterList {
+        total: count(total),
+        clusters,
+    })
 }
 
 enum Bind {
@@ -540,7 +474,10 @@ pub async fn cluster(
     stale_before: i64,
     limit: i64,
     offset: i64,
-) -> Result<Option<Value>, DbError> {
+) -> Result<Option<ClusterDetail>, DbError> {
+    if !searchable(environment) || !searchable(name) {
+        return Ok(None);
+    }
     let Some(row) = sqlx::query(&format!(
         "SELECT {CLUSTER_COLUMNS} FROM clusters WHERE environment = $1 AND name = $2"
     ))
@@ -552,18 +489,20 @@ pub async fn cluster(
         return Ok(None);
     };
     let id: i64 = row.try_get("id")?;
-    let mut cluster = cluster_json(&row, stale_before)?;
-    let report = |r: &AnyRow| -> Result<Value, DbError> {
-        Ok(json!({
-            "object": r.try_get::<String, _>(0)?,
-            "state": r.try_get::<String, _>(1)?,
-            "revision": Some(r.try_get::<String, _>(2)?).filter(|s| !s.is_empty()),
-            "commit": Some(r.try_get::<String, _>(3)?).filter(|s| !s.is_empty()),
-            "message": r.try_get::<String, _>(4)?,
-            "reason": r.try_get::<String, _>(5)?,
-            "time": format_time(r.try_get(6)?),
-            "receivedAt": format_time(r.try_get(7)?),
-        }))
+    let cluster = cluster_answer(&row, stale_before)?;
+    let report = |r: &AnyRow| -> Result<ObjectReport, DbError> {
+        let state: String = r.try_get(1)?;
+        Ok(ObjectReport {
+            object: r.try_get(0)?,
+            state: ClusterState::parse_among(&state, &ClusterState::REPORTED)
+                .unwrap_or(ClusterState::Reconciling),
+            revision: Some(r.try_get::<String, _>(2)?).filter(|s| !s.is_empty()),
+            commit: Some(r.try_get::<String, _>(3)?).filter(|s| !s.is_empty()),
+            message: r.try_get(4)?,
+            reason: r.try_get(5)?,
+            time: format_time(r.try_get(6)?),
+            received_at: format_time(r.try_get(7)?),
+        })
     };
     let objects = sqlx::query(
         "SELECT object, state, revision, commit_sha, message, reason, event_time, received_at FROM latest \
@@ -584,12 +523,14 @@ pub async fn cluster(
     .bind(id)
     .fetch_all(db.pool())
     .await?;
-    cluster["objects"] = Value::Array(objects.iter().map(report).collect::<Result<_, _>>()?);
-    cluster["history"] = json!({
-        "total": total,
-        "reports": history.iter().map(report).collect::<Result<Vec<_>, _>>()?,
-    });
-    Ok(Some(cluster))
+    Ok(Some(ClusterDetail {
+        cluster,
+        objects: objects.iter().map(report).collect::<Result<_, _>>()?,
+        history: History {
+            total: count(total),
+            reports: history.iter().map(report).collect::<Result<_, _>>()?,
+        },
+    }))
 }
 
 /// Environments known from the control plane: (name, repo, branch).
@@ -612,13 +553,20 @@ async fn environment_rows(db: &Db, name: Option<&str>) -> Result<Vec<(String, St
         .collect()
 }
 
-fn source_json(text: Option<String>) -> Value {
-    text.and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(Value::Null)
+/// A placement's stored reconciler source.
+pub(crate) fn reconciler_source(text: Option<&str>) -> Option<ReconcilerSource> {
+    text.and_then(|t| serde_json::from_str(t).ok())
 }
 
 /// The status of one environment (`GET /api/v1/environments/{env}`), `None` when unknown.
-pub async fn environment(db: &Db, name: &str, stale_before: i64) -> Result<Option<Value>, DbError> {
+pub async fn environment(
+    db: &Db,
+    name: &str,
+    stale_before: i64,
+) -> Result<Option<EnvironmentStatus>, DbError> {
+    if !searchable(name) {
+        return Ok(None);
+    }
     let Some((name, repo, branch)) = environment_rows(db, Some(name)).await?.into_iter().next() else {
         return Ok(None);
     };
@@ -628,12 +576,12 @@ pub async fn environment(db: &Db, name: &str, stale_before: i64) -> Result<Optio
 }
 
 /// Every environment's status.
-pub async fn environments(db: &Db, stale_before: i64) -> Result<Value, DbError> {
+pub async fn environments(db: &Db, stale_before: i64) -> Result<EnvironmentList, DbError> {
     let mut out = Vec::new();
     for (name, repo, branch) in environment_rows(db, None).await? {
         out.push(environment_status(db, &name, &repo, &branch, stale_before).await?);
     }
-    Ok(json!({ "environments": out }))
+    Ok(EnvironmentList { environments: out })
 }
 
 async fn environment_status(
@@ -642,10 +590,10 @@ async fn environment_status(
     repo: &str,
     branch: &str,
     stale_before: i64,
-) -> Result<Value, DbError> {
+) -> Result<EnvironmentStatus, DbError> {
     let head = head(db, name).await?;
     let target = head.as_ref().map_or(i64::MAX, |h| h.position);
-    let mut types: BTreeMap<String, (Vec<Value>, Counts)> = BTreeMap::new();
+    let mut types: BTreeMap<String, (Vec<DeploymentTarget>, Counts)> = BTreeMap::new();
     for row in sqlx::query(
         "SELECT cluster_type, deployment_target, workload, source FROM placements \
          WHERE environment = $1 AND to_position IS NULL ORDER BY cluster_type, deployment_target",
@@ -658,44 +606,43 @@ async fn environment_status(
         let dt: String = row.try_get(1)?;
         let entry = types.entry(ct).or_default();
         if !dt.is_empty() {
-            entry.0.push(json!({
-                "name": dt,
-                "workload": row.try_get::<Option<String>, _>(2)?,
-                "source": source_json(row.try_get(3)?),
-            }));
+            entry.0.push(DeploymentTarget {
+                name: dt,
+                workload: row.try_get(2)?,
+                source: reconciler_source(row.try_get::<Option<String>, _>(3)?.as_deref()),
+            });
         }
     }
     let mut summary = Counts::default();
     for (ct, counts) in counts_by_type(db, name, stale_before, target).await? {
         types.entry(ct).or_default().1 = counts;
-        summary.total += counts.total;
-        summary.compliant += counts.compliant;
-        summary.reconciling += counts.reconciling;
-        summary.failed += counts.failed;
-        summary.behind += counts.behind;
-        summary.stale += counts.stale;
+        summary.merge(&counts);
     }
     let deployment_targets: usize = types.values().map(|(d, _)| d.len()).sum();
-    let cluster_types: Vec<Value> = types
+    let cluster_types: Vec<ClusterTypeStatus> = types
         .into_iter()
-        .map(|(ct, (dts, counts))| json!({"name": ct, "deploymentTargets": dts, "clusters": counts}))
+        .map(|(name, (deployment_targets, clusters))| ClusterTypeStatus {
+            name,
+            deployment_targets,
+            clusters,
+        })
         .collect();
-    Ok(json!({
-        "name": name,
-        "gitopsRepo": repo,
-        "branch": branch,
-        "latest": head.map(|h| json!({
-            "commit": h.sha,
-            "controlPlaneCommit": h.promoted,
-            "committedAt": format_time(h.committed_at),
-        })),
-        "clusterTypes": cluster_types,
-        "summary": {
-            "clusterTypes": cluster_types.len(),
-            "deploymentTargets": deployment_targets,
-            "clusters": summary,
+    Ok(EnvironmentStatus {
+        name: name.to_owned(),
+        gitops_repo: repo.to_owned(),
+        branch: branch.to_owned(),
+        latest: head.map(|h| LatestCommit {
+            commit: h.sha,
+            control_plane_commit: h.promoted,
+            committed_at: format_time(h.committed_at),
+        }),
+        summary: EnvironmentSummary {
+            cluster_types: cluster_types.len() as u64,
+            deployment_targets: deployment_targets as u64,
+            clusters: summary,
         },
-    }))
+        cluster_types,
+    })
 }
 
 /// The lead time in seconds from `committed_at` to the time the last of the required
@@ -709,9 +656,12 @@ fn lead_time(committed_at: i64, last_compliant: Option<i64>, counts: &Counts) ->
 
 /// `GET /api/v1/commits/{sha}`: per environment, what `sha` (a GitOps or control-plane
 /// commit) is there and who runs it.
-pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result<Value, DbError> {
+pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result<CommitAnswer, DbError> {
     let Some(pattern) = commit_pattern(sha) else {
-        return Ok(json!({"commit": sha, "environments": []}));
+        return Ok(CommitAnswer {
+            commit: sha.to_owned(),
+            environments: Vec::new(),
+        });
     };
     let like = format!("{pattern}%");
     let rows = sqlx::query(&format!(
@@ -736,12 +686,7 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
         let mut counts = Counts::default();
         for t in &types {
             if let Some(c) = by_type.get(t) {
-                counts.total += c.total;
-                counts.compliant += c.compliant;
-                counts.failed += c.failed;
-                counts.reconciling += c.reconciling;
-                counts.behind += c.behind;
-                counts.stale += c.stale;
+                counts.merge(c);
             }
         }
         let all_types = by_type.keys().all(|t| types.contains(t));
@@ -780,23 +725,33 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
             } else {
                 None
             };
-        out.push(json!({
-            "environment": env,
-            "gitopsCommits": commits.iter().map(CommitRow::json).collect::<Vec<_>>(),
-            "controlPlaneCommit": first.promoted,
-            "clusterTypes": types,
-            "clusters": counts,
-            "verdict": verdict(&counts),
-            "compliantClusters": compliant_clusters,
-            "leadTimeSeconds": lead_time(first.committed_at, last_compliant, &counts),
-        }));
+        out.push(CommitInEnvironment {
+            gitops_commits: commits.iter().map(CommitRow::answer).collect(),
+            control_plane_commit: first.promoted.clone(),
+            cluster_types: types.into_iter().collect(),
+            clusters: counts,
+            verdict: verdict(&counts),
+            compliant_clusters,
+            lead_time_seconds: lead_time(first.committed_at, last_compliant, &counts),
+            environment: env,
+        });
     }
-    Ok(json!({"commit": pattern, "environments": out}))
+    Ok(CommitAnswer {
+        commit: pattern,
+        environments: out,
+    })
 }
 
 /// `GET /api/v1/workloads/{name}`: where the workload runs now (environment, cluster type,
 /// deployment target, since which GitOps commit) and where it ran before.
-pub async fn workload(db: &Db, name: &str) -> Result<Value, DbError> {
+pub async fn workload(db: &Db, name: &str) -> Result<WorkloadAnswer, DbError> {
+    if !searchable(name) {
+        return Ok(WorkloadAnswer {
+            workload: name.to_owned(),
+            placements: Vec::new(),
+            history: Vec::new(),
+        });
+    }
     let rows = sqlx::query(
         "SELECT p.environment, p.cluster_type, p.deployment_target, p.source, p.from_sha, p.to_sha, \
          f.committed_at, t.committed_at, f.promoted_commit \
@@ -813,28 +768,36 @@ pub async fn workload(db: &Db, name: &str) -> Result<Value, DbError> {
     let mut past = Vec::new();
     for row in rows {
         let to_sha: Option<String> = row.try_get(5)?;
-        let entry = json!({
-            "environment": row.try_get::<String, _>(0)?,
-            "clusterType": row.try_get::<String, _>(1)?,
-            "deploymentTarget": row.try_get::<String, _>(2)?,
-            "source": source_json(row.try_get(3)?),
-            "since": {
-                "gitopsCommit": row.try_get::<String, _>(4)?,
-                "controlPlaneCommit": row.try_get::<Option<String>, _>(8)?,
-                "committedAt": row.try_get::<Option<i64>, _>(6)?.map(format_time),
+        let until = match &to_sha {
+            Some(sha) => Some(PlacementUntil {
+                gitops_commit: sha.clone(),
+                committed_at: row.try_get::<Option<i64>, _>(7)?.map(format_time),
+            }),
+            None => None,
+        };
+        let entry = WorkloadPlacement {
+            environment: row.try_get(0)?,
+            cluster_type: row.try_get(1)?,
+            deployment_target: row.try_get(2)?,
+            source: reconciler_source(row.try_get::<Option<String>, _>(3)?.as_deref()),
+            since: PlacementSince {
+                gitops_commit: row.try_get(4)?,
+                control_plane_commit: row.try_get(8)?,
+                committed_at: row.try_get::<Option<i64>, _>(6)?.map(format_time),
             },
-            "until": to_sha.as_ref().map(|sha| Ok::<_, DbError>(json!({
-                "gitopsCommit": sha,
-                "committedAt": row.try_get::<Option<i64>, _>(7)?.map(format_time),
-            }))).transpose()?,
-        });
+            until,
+        };
         if to_sha.is_some() {
             past.push(entry);
         } else {
             current.push(entry);
         }
     }
-    Ok(json!({"workload": name, "placements": current, "history": past}))
+    Ok(WorkloadAnswer {
+        workload: name.to_owned(),
+        placements: current,
+        history: past,
+    })
 }
 
 #[cfg(test)]
@@ -843,45 +806,51 @@ mod tests {
 
     #[test]
     fn classification_relative_to_a_commit() {
-        assert_eq!(classify(10, 20, Some("compliant"), Some(5), 5), Relative::Stale);
+        assert_eq!(
+            classify(10, 20, Some("compliant"), Some(5), 5),
+            ClusterState::Stale
+        );
         assert_eq!(
             classify(30, 20, Some("compliant"), Some(5), 5),
-            Relative::Compliant
+            ClusterState::Compliant
         );
         assert_eq!(
             classify(30, 20, Some("compliant"), Some(7), 5),
-            Relative::Compliant
+            ClusterState::Compliant
         );
-        assert_eq!(classify(30, 20, Some("compliant"), Some(4), 5), Relative::Behind);
-        assert_eq!(classify(30, 20, Some("failed"), Some(5), 5), Relative::Failed);
-        assert_eq!(classify(30, 20, Some("failed"), Some(4), 5), Relative::Behind);
+        assert_eq!(
+            classify(30, 20, Some("compliant"), Some(4), 5),
+            ClusterState::Behind
+        );
+        assert_eq!(classify(30, 20, Some("failed"), Some(5), 5), ClusterState::Failed);
+        assert_eq!(classify(30, 20, Some("failed"), Some(4), 5), ClusterState::Behind);
         assert_eq!(
             classify(30, 20, Some("reconciling"), Some(6), 5),
-            Relative::Reconciling
+            ClusterState::Reconciling
         );
-        assert_eq!(classify(30, 20, None, None, 5), Relative::Behind);
+        assert_eq!(classify(30, 20, None, None, 5), ClusterState::Behind);
     }
 
     #[test]
     fn verdicts() {
         let mut c = Counts::default();
-        assert_eq!(verdict(&c), "compliant");
-        c.add(Relative::Compliant, 2);
-        c.add(Relative::Stale, 1);
-        assert_eq!(verdict(&c), "compliant");
-        c.add(Relative::Behind, 1);
-        assert_eq!(verdict(&c), "pending");
-        c.add(Relative::Failed, 1);
-        assert_eq!(verdict(&c), "failed");
+        assert_eq!(verdict(&c), Verdict::Compliant);
+        c.add(ClusterState::Compliant, 2);
+        c.add(ClusterState::Stale, 1);
+        assert_eq!(verdict(&c), Verdict::Compliant);
+        c.add(ClusterState::Behind, 1);
+        assert_eq!(verdict(&c), Verdict::Pending);
+        c.add(ClusterState::Failed, 1);
+        assert_eq!(verdict(&c), Verdict::Failed);
         assert_eq!(c.required(), 4);
     }
 
     #[test]
     fn lead_times() {
         let mut c = Counts::default();
-        c.add(Relative::Compliant, 2);
+        c.add(ClusterState::Compliant, 2);
         assert_eq!(lead_time(1000, Some(4500), &c), Some(3.5));
-        c.add(Relative::Reconciling, 1);
+        c.add(ClusterState::Reconciling, 1);
         assert_eq!(lead_time(1000, Some(4500), &c), None);
         assert_eq!(lead_time(1000, None, &Counts::default()), None);
     }

@@ -321,6 +321,33 @@ async fn bad_input_scenario(url: &str) {
     assert_eq!(r.status, 413);
     let list = get(&mut c, "/api/v1/clusters").await;
     assert_eq!(list["total"], 0, "nothing stored");
+
+    // NUL, which PostgreSQL's text cannot hold (found by schemathesis): a message keeps a
+    // replacement character, a name with NUL names nothing, and neither is a 5xx.
+    let mut nul: Value = serde_json::from_str(&fixture("kustomization-failed.json")).unwrap();
+    nul["message"] = "health check failed\u{0}".into();
+    nul["involvedObject"]["namespace"] = "flux\u{0}system".into();
+    let r = post(&mut c, "/api/v1/events/flux", &serde_json::to_vec(&nul).unwrap()).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    let detail = get(&mut c, "/api/v1/clusters/dev/drone-1").await;
+    assert_eq!(detail["objects"][0]["message"], "health check failed\u{fffd}");
+    assert_eq!(
+        detail["objects"][0]["object"],
+        "Kustomization/flux\u{fffd}system/platform"
+    );
+    assert_eq!(
+        get(&mut c, "/api/v1/clusters?clusterType=a%00b").await["total"],
+        0
+    );
+    for path in ["/api/v1/clusters/dev/a%00", "/api/v1/environments/d%00"] {
+        assert_eq!(c.get(path, &[]).await.unwrap().status, 404, "{path}");
+    }
+    let g = get(&mut c, "/api/v1/environments/d%00/gate?commit=abcd").await;
+    assert_eq!(g["verdict"], "unknown-commit");
+    assert_eq!(
+        get(&mut c, "/api/v1/workloads/w%00").await["placements"],
+        json!([])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -892,6 +919,11 @@ async fn gate_scenario(url: &str, dir: &Path) {
     .await;
     let g = get(&mut c, &gate(c2)).await;
     assert_eq!(g["verdict"], "failed");
+    // The answer reads into the API's type, as `kalypso check-promote` reads it, and that type
+    // writes it back unchanged: client and server agree on every field.
+    let typed: kalypso_hub_api::Gate = serde_json::from_value(g.clone()).unwrap();
+    assert_eq!(typed.verdict, kalypso_hub_api::Verdict::Failed);
+    assert_eq!(serde_json::to_value(&typed).unwrap(), g);
     assert_eq!(g["clusters"][0]["name"], "drone-2");
     assert_eq!(g["clusters"][0]["state"], "failed");
     assert!(

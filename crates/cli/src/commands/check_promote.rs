@@ -15,6 +15,7 @@ use anyhow::{Result, anyhow};
 use kalypso_git::control_plane::short;
 use kalypso_git::github::{CommitStatus, GitHub, StatusState};
 use kalypso_git::redact;
+use kalypso_hub_api::ClusterState;
 
 use super::sync::runtime;
 use crate::hub_client::{Gate, HubClient, HubError, Verdict};
@@ -143,7 +144,11 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
                         return Ok(ExitCode::SUCCESS);
                     }
                     Verdict::Failed => {
-                        let failed: Vec<_> = gate.clusters.iter().filter(|c| c.is_failed()).collect();
+                        let failed: Vec<_> = gate
+                            .clusters
+                            .iter()
+                            .filter(|c| c.state == ClusterState::Failed)
+                            .collect();
                         for c in &failed {
                             eprintln!(
                                 "error: cluster {} ({}) in {} failed to apply GitOps commit {}: {}",
@@ -156,7 +161,7 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
                                         .or(gate.gitops_commit.as_deref())
                                         .unwrap_or(&settings.commit)
                                 ),
-                                c.message.as_deref().unwrap_or("(no message)")
+                                c.message().unwrap_or("(no message)")
                             );
                         }
                         if let Some(s) = &mut status {
@@ -169,7 +174,8 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
                         }
                         return Ok(ExitCode::FAILURE);
                     }
-                    Verdict::Pending | Verdict::UnknownCommit => {
+                    // Pending, unknown, or a verdict this kalypso does not know yet: wait.
+                    _ => {
                         let line = progress_line(&settings.env, &settings.commit, &gate);
                         if line != last_line && !global.quiet {
                             eprintln!("{line}");
@@ -240,9 +246,9 @@ fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
     let waiting: Vec<String> = gate
         .clusters
         .iter()
-        .filter(|c| !c.is_compliant())
-        .map(|c| match c.state.as_str() {
-            "reconciling" => c.name.clone(),
+        .filter(|c| c.state != ClusterState::Compliant)
+        .map(|c| match c.state {
+            ClusterState::Reconciling => c.name.clone(),
             other => format!("{} ({other})", c.name),
         })
         .collect();
@@ -273,15 +279,15 @@ fn round_seconds(d: Duration) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub_client::GateCluster;
+    use kalypso_hub_api::GateCluster;
 
-    fn cluster(name: &str, state: &str) -> GateCluster {
+    fn cluster(name: &str, state: ClusterState) -> GateCluster {
         GateCluster {
             name: name.into(),
             cluster_type: "drone".into(),
-            state: state.into(),
+            state,
             revision: None,
-            message: None,
+            message: String::new(),
         }
     }
 
@@ -295,9 +301,9 @@ mod tests {
             compliant: 1,
             total: 3,
             clusters: vec![
-                cluster("drone-1", "compliant"),
-                cluster("drone-2", "reconciling"),
-                cluster("large-1", "behind"),
+                cluster("drone-1", ClusterState::Compliant),
+                cluster("drone-2", ClusterState::Reconciling),
+                cluster("large-1", ClusterState::Behind),
             ],
             cluster_types_without_clusters: vec![],
         };

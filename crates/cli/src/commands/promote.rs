@@ -13,6 +13,7 @@ use kalypso_git::control_plane::short;
 use kalypso_git::promote::{self, Promotion, Request};
 use kalypso_git::repo::Transport;
 use kalypso_git::{Cache, RepoUrl, redact};
+use kalypso_hub_api::ClusterState;
 
 use crate::hub_client::{HubClient, Verdict};
 use crate::settings::{Global, Promote, PromoteFrom, PromotedCommit};
@@ -83,10 +84,11 @@ fn promoted_by(
     let gitops_commit = delivered.gitops_commit.to_string();
     let promoted = delivered.promoted.clone().ok_or_else(|| {
         anyhow!(
-            "GitOps commit {} of {} (branch {}) carries no .github/tracking/Promoted_Commit_Id: nothing tells which control-plane commit {from} runs",
+            "GitOps commit {} of {} (branch {}) carries no {}: nothing tells which control-plane commit {from} runs",
             short(&gitops_commit),
             delivered.gitops_repo,
-            delivered.branch
+            delivered.branch,
+            kalypso_core::tree::PROMOTED_COMMIT_PATH
         )
     })?;
     let mut compliance = String::new();
@@ -110,8 +112,8 @@ fn promoted_by(
                 let failed: Vec<String> = gate
                     .clusters
                     .iter()
-                    .filter(|c| c.is_failed())
-                    .map(|c| format!("{} ({})", c.name, c.message.as_deref().unwrap_or("no message")))
+                    .filter(|c| c.state == ClusterState::Failed)
+                    .map(|c| format!("{} ({})", c.name, c.message().unwrap_or("no message")))
                     .collect();
                 return Err(refuse(format!(
                     "clusters of {from} failed to apply GitOps commit {}: {}",
@@ -119,11 +121,18 @@ fn promoted_by(
                     failed.join("; ")
                 )));
             }
-            Verdict::Pending => {
+            Verdict::UnknownCommit => {
+                return Err(refuse(format!(
+                    "the hub does not know GitOps commit {} of {from}",
+                    short(&gitops_commit)
+                )));
+            }
+            // Pending, or a verdict this kalypso does not know yet: not compliant.
+            Verdict::Pending | _ => {
                 let waiting: Vec<&str> = gate
                     .clusters
                     .iter()
-                    .filter(|c| !c.is_compliant())
+                    .filter(|c| c.state != ClusterState::Compliant)
                     .map(|c| c.name.as_str())
                     .collect();
                 return Err(refuse(format!(
@@ -132,12 +141,6 @@ fn promoted_by(
                     gate.compliant,
                     gate.total,
                     waiting.join(", ")
-                )));
-            }
-            Verdict::UnknownCommit => {
-                return Err(refuse(format!(
-                    "the hub does not know GitOps commit {} of {from}",
-                    short(&gitops_commit)
                 )));
             }
         }

@@ -1,0 +1,883 @@
+//! The Deployment Observability Hub's HTTP API as Rust types: what clusters post (a Flux
+//! event, a generic compliance report), what the queries and the promotion gate answer, the
+//! error body, and the one vocabulary of a cluster's state ([`ClusterState`]).
+//!
+//! The crate exists so that every party to the API reads and writes the same types: the hub
+//! (`kalypso-hub`) serves them, `kalypso check-promote` and `promote --hub` read them, the
+//! dashboard's data sources count with [`ClusterState`], and tests build them. It depends on
+//! nothing but serde and utoipa's derives, so that any of those can depend on it. Each type
+//! also derives its OpenAPI schema; the hub assembles the document
+//! (`GET /api/v1/openapi.json`, `docs/hub-openapi.json`) from them.
+//!
+//! Compatibility: answers may gain fields and enums may gain values (the gate will list its
+//! requirements, a rollout its waves); a client ignores fields it does not know, and the enums
+//! are `#[non_exhaustive]` so that Rust clients already handle a value they do not know.
+
+// utoipa's `ToSchema` derive expands `Option<T>` fields into paths that this lint reports at
+// the field's type, in code that is not ours.
+#![allow(unused_qualifications)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, Schema, SchemaFormat, Type};
+
+/// The state of a cluster: what one report says, a cluster's own latest platform state, or
+/// its state relative to a GitOps commit. Every answer of the hub and every page of the
+/// dashboard speaks of clusters in these words; which of them a field can hold is said where
+/// the field is documented:
+///
+/// - a report (and a reporting object) is `compliant`, `reconciling` or `failed`;
+/// - a cluster's own platform state adds `unknown` (no platform report yet);
+/// - relative to a commit (the gate, counts) a cluster is `compliant`, `reconciling`,
+///   `failed`, `behind` or `stale`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum ClusterState {
+    /// The revision is applied and healthy (relative to a commit: that commit or a later one,
+    /// which contains it).
+    Compliant,
+    /// Working on a revision, or not done yet.
+    Reconciling,
+    /// The revision failed to apply or is unhealthy.
+    Failed,
+    /// Relative to a commit: its platform commit is older, or it has no platform report yet.
+    Behind,
+    /// Silent for longer than the hub's `--stale-after`: its state is not known any more.
+    Stale,
+    /// No platform report yet (a cluster's own state only).
+    #[default]
+    Unknown,
+}
+
+impl ClusterState {
+    /// Every state.
+    pub const ALL: [ClusterState; 6] = [
+        ClusterState::Compliant,
+        ClusterState::Reconciling,
+        ClusterState::Failed,
+        ClusterState::Behind,
+        ClusterState::Stale,
+        ClusterState::Unknown,
+    ];
+
+    /// The states a report can give.
+    pub const REPORTED: [ClusterState; 3] = [
+        ClusterState::Reconciling,
+        ClusterState::Compliant,
+        ClusterState::Failed,
+    ];
+
+    /// The states `GET /api/v1/clusters?state=` filters on: a cluster's own platform state,
+    /// or stale.
+    pub const LISTED: [ClusterState; 5] = [
+        ClusterState::Compliant,
+        ClusterState::Reconciling,
+        ClusterState::Failed,
+        ClusterState::Stale,
+        ClusterState::Unknown,
+    ];
+
+    /// The name used in JSON, URLs and the database.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClusterState::Compliant => "compliant",
+            ClusterState::Reconciling => "reconciling",
+            ClusterState::Failed => "failed",
+            ClusterState::Behind => "behind",
+            ClusterState::Stale => "stale",
+            ClusterState::Unknown => "unknown",
+        }
+    }
+
+    /// The state named `text`, if it is one of `among`.
+    pub fn parse_among(text: &str, among: &[ClusterState]) -> Option<ClusterState> {
+        among.iter().copied().find(|s| s.as_str() == text)
+    }
+
+    /// `a, b or c`: the names of `states`, for error messages.
+    pub fn names(states: &[ClusterState]) -> String {
+        let names: Vec<&str> = states.iter().map(|s| s.as_str()).collect();
+        match names.split_last() {
+            Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+            _ => names.concat(),
+        }
+    }
+}
+
+/// A name this version does not know (a newer hub's) is read as [`ClusterState::Unknown`].
+impl<'de> Deserialize<'de> for ClusterState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<ClusterState, D::Error> {
+        let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        Ok(name.parse().unwrap_or(ClusterState::Unknown))
+    }
+}
+
+impl fmt::Display for ClusterState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A name that is not a [`ClusterState`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownState(pub String);
+
+impl fmt::Display for UnknownState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:?} is not one of {}",
+            self.0,
+            ClusterState::names(&ClusterState::ALL)
+        )
+    }
+}
+
+impl std::error::Error for UnknownState {}
+
+impl FromStr for ClusterState {
+    type Err = UnknownState;
+
+    fn from_str(s: &str) -> Result<ClusterState, UnknownState> {
+        ClusterState::parse_among(s, &ClusterState::ALL).ok_or_else(|| UnknownState(s.to_owned()))
+    }
+}
+
+/// The schema of a string that is one of `states`.
+fn states_schema(states: &[ClusterState], description: &str) -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(states.iter().map(|s| s.as_str())))
+        .description(Some(description))
+        .into()
+}
+
+fn reported_state_schema() -> Schema {
+    states_schema(
+        &ClusterState::REPORTED,
+        "The state the report gives (a ClusterState).",
+    )
+}
+
+fn own_state_schema() -> Schema {
+    states_schema(
+        &[
+            ClusterState::Compliant,
+            ClusterState::Reconciling,
+            ClusterState::Failed,
+            ClusterState::Unknown,
+        ],
+        "The cluster's own platform state: its latest report of an applying object for a commit of its \
+         environment's GitOps branch; `unknown` before there is one (a ClusterState).",
+    )
+}
+
+fn relative_state_schema() -> Schema {
+    states_schema(
+        &[
+            ClusterState::Compliant,
+            ClusterState::Reconciling,
+            ClusterState::Failed,
+            ClusterState::Behind,
+            ClusterState::Stale,
+        ],
+        "The cluster's state relative to the commit asked about (a ClusterState).",
+    )
+}
+
+/// The longest name (cluster, environment, cluster type) the hub accepts, in characters.
+pub const MAX_NAME: usize = 253;
+
+/// A name (cluster, environment, cluster type, object kind and name): not blank, without a
+/// control character or a `/` (the hub trims the spaces around it).
+pub const NAME_PATTERN: &str = r"^[^/\x00-\x1f\x7f-\x9f]*[^/\s\x00-\x1f\x7f-\x9f][^/\x00-\x1f\x7f-\x9f]*$";
+
+/// A git revision as Flux reports it: `<branch>@sha1:<40 hex>`, `sha1:<40 hex>`, a bare
+/// 40-hex id or `<branch>/<40 hex>`, with spaces around it allowed.
+pub const REVISION_PATTERN: &str = r"^\s*([\s\S]*@sha1:|sha1:|[\s\S]*/)?[0-9a-fA-F]{40}\s*$";
+
+fn name_schema(description: &str) -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .min_length(Some(1))
+        .max_length(Some(MAX_NAME))
+        .pattern(Some(NAME_PATTERN))
+        .description(Some(description))
+        .into()
+}
+
+fn name_field() -> Schema {
+    name_schema("A name: not blank, no control character, no `/`.")
+}
+
+fn revision_schema() -> ObjectBuilder {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(REVISION_PATTERN))
+        .description(Some(
+            "A git commit: `<branch>@sha1:<40 hex>`, `sha1:<40 hex>`, a bare 40-hex id or `<branch>/<40 hex>`.",
+        ))
+}
+
+fn revision_field() -> Schema {
+    revision_schema().into()
+}
+
+fn report_time_schema() -> Schema {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some(r"^\s*$")),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "When (RFC 3339); the time of receipt when left out, null or blank.",
+        ))
+        .into()
+}
+
+fn flux_metadata_schema() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::Object)
+        .property("cluster", name_schema("The cluster's name."))
+        .property("clusterType", name_schema("The cluster's type."))
+        .property("environment", name_schema("The cluster's environment."))
+        .property("revision", revision_schema())
+        .required("cluster")
+        .required("clusterType")
+        .required("environment")
+        .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+        .description(Some(
+            "The Alert's eventMetadata (the cluster's identity) and the controller's revision; other keys are ignored.",
+        ))
+        .into()
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors and acknowledgements
+
+/// Every error answer: what is wrong, and which input field (or header) is at fault.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ErrorBody {
+    /// What is wrong, for people.
+    pub error: String,
+    /// The field, query parameter or header at fault (`metadata.cluster`, `commit`,
+    /// `X-Signature`, `Authorization`...), `null` when none is.
+    pub field: Option<String>,
+}
+
+/// What became of a report.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum IngestResult {
+    /// It is the object's latest state now.
+    Stored,
+    /// The same as the stored latest state (a retry or a repeated event): nothing new.
+    Duplicate,
+    /// Older than the stored latest state: kept in the history only.
+    Older,
+}
+
+/// The answer to a report, sent once it is durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct IngestAnswer {
+    /// What became of it.
+    pub result: IngestResult,
+}
+
+// ---------------------------------------------------------------------------------------
+// Reports
+
+/// The object a Flux event is about (a Kubernetes `ObjectReference`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InvolvedObject {
+    /// Its kind (`Kustomization`, `HelmRelease`, `GitRepository`...). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = name_field)]
+    pub kind: Option<String>,
+    /// Its namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Its name. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = name_field)]
+    pub name: Option<String>,
+    /// Its API version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    /// Its uid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+}
+
+/// The severity of a Flux event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    /// Something went well, or is in progress.
+    Info,
+    /// Something failed.
+    Error,
+    /// Detail.
+    Trace,
+}
+
+/// The event Flux's notification-controller posts with a `generic` or `generic-hmac`
+/// Provider (`event.toolkit.fluxcd.io/v1beta1` Event), after the Alert's `eventMetadata` was
+/// merged into `metadata`. Other fields (`reportingController`...) are accepted and ignored.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FluxEvent {
+    /// The object the event is about.
+    pub involved_object: InvolvedObject,
+    /// `error` → failed; `info`/`trace` → compliant or reconciling (see the docs).
+    pub severity: Severity,
+    /// When it happened (RFC 3339). Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, nullable = false, format = DateTime)]
+    pub timestamp: Option<String>,
+    /// What happened (kept up to 8 KiB).
+    #[serde(default)]
+    pub message: String,
+    /// Flux's reason (`ReconciliationSucceeded`, `Progressing`...).
+    #[serde(default)]
+    pub reason: String,
+    /// The cluster's identity (`cluster`, `clusterType`, `environment`: required) and the
+    /// revision applied (`revision`: `<branch>@sha1:<40 hex>`, also `sha1:<40 hex>`, a bare
+    /// 40-hex id or `<branch>/<40 hex>`; older controllers send it under an API-group prefix,
+    /// `kustomize.toolkit.fluxcd.io/revision`, which is accepted too). Other keys are ignored.
+    #[serde(default)]
+    #[schema(required = true, schema_with = flux_metadata_schema)]
+    pub metadata: BTreeMap<String, String>,
+}
+
+/// A compliance report from any other agent (Argo CD notifications, a script).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ComplianceReport {
+    /// The cluster's name. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = name_field)]
+    pub cluster: Option<String>,
+    /// The cluster's type. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = name_field)]
+    pub cluster_type: Option<String>,
+    /// The cluster's environment. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = name_field)]
+    pub environment: Option<String>,
+    /// The GitOps repository applied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitops_repo: Option<String>,
+    /// Its branch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub branch: Option<String>,
+    /// The commit applied: 40 hex digits, or any form of a Flux revision. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = revision_field)]
+    pub commit: Option<String>,
+    /// `reconciling`, `compliant` or `failed`. Required.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(required = true, schema_with = reported_state_schema)]
+    pub state: Option<String>,
+    /// What happened (kept up to 8 KiB).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When (RFC 3339); the time of receipt when left out, `null` or blank (as Argo CD's
+    /// templates send a time not known yet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(schema_with = report_time_schema)]
+    pub time: Option<String>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Clusters
+
+/// A cluster, as lists show it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cluster {
+    /// Its name.
+    pub name: String,
+    /// Its environment.
+    pub environment: String,
+    /// Its cluster type.
+    pub cluster_type: String,
+    /// The revision of its platform state, as reported.
+    pub revision: Option<String>,
+    /// The commit of its platform state.
+    pub commit: Option<String>,
+    /// Its own platform state.
+    #[schema(schema_with = own_state_schema)]
+    pub state: ClusterState,
+    /// Its reconciler's last message (empty when none).
+    pub message: String,
+    /// When it last reported (any object).
+    pub last_seen: String,
+    /// When it first reported.
+    pub first_seen: String,
+    /// Silent for longer than `--stale-after`.
+    pub stale: bool,
+}
+
+/// `GET /api/v1/clusters`: one page of clusters.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterList {
+    /// Clusters matching the filters, on every page.
+    pub total: u64,
+    /// This page, by environment and name.
+    pub clusters: Vec<Cluster>,
+}
+
+/// One report of one object of a cluster.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectReport {
+    /// The reporting object: `Kind/namespace/name` for Flux, `compliance/<repo>#<branch>`
+    /// (or `compliance`) for generic reports.
+    pub object: String,
+    /// What the report says.
+    #[schema(schema_with = reported_state_schema)]
+    pub state: ClusterState,
+    /// The revision, as reported.
+    pub revision: Option<String>,
+    /// Its commit.
+    pub commit: Option<String>,
+    /// The message (empty when none).
+    pub message: String,
+    /// Flux's reason (empty when none).
+    pub reason: String,
+    /// When it happened.
+    pub time: String,
+    /// When the hub received it.
+    pub received_at: String,
+}
+
+/// A page of a cluster's history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct History {
+    /// Reports in all.
+    pub total: u64,
+    /// This page, newest first.
+    pub reports: Vec<ObjectReport>,
+}
+
+/// `GET /api/v1/clusters/{environment}/{name}`: a cluster, its objects and its history.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct ClusterDetail {
+    /// The cluster.
+    #[serde(flatten)]
+    pub cluster: Cluster,
+    /// Each reporting object's latest state, by object.
+    pub objects: Vec<ObjectReport>,
+    /// A page of its reports.
+    pub history: History,
+}
+
+// ---------------------------------------------------------------------------------------
+// Environments
+
+/// Clusters by state relative to a commit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct Counts {
+    /// All clusters, stale ones included.
+    pub total: u64,
+    /// Compliant.
+    pub compliant: u64,
+    /// Reconciling.
+    pub reconciling: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Behind.
+    pub behind: u64,
+    /// Stale.
+    pub stale: u64,
+}
+
+impl Counts {
+    /// Counts `n` clusters in `state` (an `unknown` one is behind: it has no platform commit).
+    pub fn add(&mut self, state: ClusterState, n: u64) {
+        self.total += n;
+        match state {
+            ClusterState::Compliant => self.compliant += n,
+            ClusterState::Reconciling => self.reconciling += n,
+            ClusterState::Failed => self.failed += n,
+            ClusterState::Behind | ClusterState::Unknown => self.behind += n,
+            ClusterState::Stale => self.stale += n,
+        }
+    }
+
+    /// Adds another group's counts.
+    pub fn merge(&mut self, other: &Counts) {
+        self.total += other.total;
+        self.compliant += other.compliant;
+        self.reconciling += other.reconciling;
+        self.failed += other.failed;
+        self.behind += other.behind;
+        self.stale += other.stale;
+    }
+
+    /// Clusters that are not stale: the ones a gate requires.
+    pub fn required(&self) -> u64 {
+        self.total - self.stale
+    }
+}
+
+/// Where a deployment target's manifests come from, as its reconciler says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ReconcilerSource {
+    /// `flux` (GitRepository + Kustomization) or `argocd` (Application).
+    pub kind: String,
+    /// The repository.
+    pub url: Option<String>,
+    /// The branch (Flux `spec.ref.branch`).
+    pub branch: Option<String>,
+    /// A tag, commit, semver range or Argo CD `targetRevision`.
+    pub revision: Option<String>,
+    /// The path in the repository.
+    pub path: Option<String>,
+}
+
+/// A deployment target of a cluster type.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct DeploymentTarget {
+    /// Its folder's name.
+    pub name: String,
+    /// The `workload` label of its Namespace.
+    pub workload: Option<String>,
+    /// Its reconciler's source.
+    pub source: Option<ReconcilerSource>,
+}
+
+/// A cluster type of an environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterTypeStatus {
+    /// Its name.
+    pub name: String,
+    /// Its deployment targets in the latest commit (none for a cluster type that has
+    /// registered clusters but is no longer in the tree).
+    pub deployment_targets: Vec<DeploymentTarget>,
+    /// Its clusters relative to the latest commit.
+    pub clusters: Counts,
+}
+
+/// An environment's latest GitOps commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LatestCommit {
+    /// The GitOps commit.
+    pub commit: String,
+    /// The control-plane commit it promotes (`Promoted_Commit_Id`).
+    pub control_plane_commit: Option<String>,
+    /// When it was made.
+    pub committed_at: String,
+}
+
+/// The environment's totals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentSummary {
+    /// Cluster types.
+    pub cluster_types: u64,
+    /// Deployment targets.
+    pub deployment_targets: u64,
+    /// Clusters relative to the latest commit.
+    pub clusters: Counts,
+}
+
+/// `GET /api/v1/environments/{environment}`: an environment's status.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentStatus {
+    /// Its name.
+    pub name: String,
+    /// Its GitOps repository.
+    pub gitops_repo: String,
+    /// Its GitOps branch.
+    pub branch: String,
+    /// The branch's latest commit the hub read, `null` before it read one.
+    pub latest: Option<LatestCommit>,
+    /// Its cluster types, by name.
+    pub cluster_types: Vec<ClusterTypeStatus>,
+    /// Totals.
+    pub summary: EnvironmentSummary,
+}
+
+/// `GET /api/v1/environments`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct EnvironmentList {
+    /// Every environment of the control plane, by name.
+    pub environments: Vec<EnvironmentStatus>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Commits and workloads
+
+/// Whether an environment runs a commit. A verdict this version does not know (a newer hub's)
+/// is read as [`Verdict::Pending`]: not compliant yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum Verdict {
+    /// Every required cluster is compliant with it (or with a later commit containing it).
+    Compliant,
+    /// A required cluster failed to apply it.
+    Failed,
+    /// Some required clusters have not reported it yet.
+    Pending,
+    /// The hub does not know the commit (yet).
+    UnknownCommit,
+}
+
+impl<'de> Deserialize<'de> for Verdict {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Verdict, D::Error> {
+        Ok(match &*std::borrow::Cow::<'de, str>::deserialize(d)? {
+            "compliant" => Verdict::Compliant,
+            "failed" => Verdict::Failed,
+            "unknown-commit" => Verdict::UnknownCommit,
+            _ => Verdict::Pending,
+        })
+    }
+}
+
+/// A GitOps commit of an environment's branch.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GitopsCommit {
+    /// The commit.
+    pub sha: String,
+    /// Its first-parent position on the branch (0 for the root).
+    pub position: i64,
+    /// When it was made.
+    pub committed_at: String,
+    /// The control-plane commit it promotes.
+    pub control_plane_commit: Option<String>,
+}
+
+/// A commit in one environment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CommitInEnvironment {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps commits that match, oldest first (the first decides).
+    pub gitops_commits: Vec<GitopsCommit>,
+    /// The control-plane commit the first one promotes.
+    pub control_plane_commit: Option<String>,
+    /// The cluster types of its tree.
+    pub cluster_types: Vec<String>,
+    /// Clusters of those types relative to it.
+    pub clusters: Counts,
+    /// The verdict (never `unknown-commit` here).
+    pub verdict: Verdict,
+    /// The compliant clusters, by name, at most `limit`.
+    pub compliant_clusters: Vec<String>,
+    /// From the commit's time to the first compliant report of the last required cluster;
+    /// `null` while not all are compliant.
+    pub lead_time_seconds: Option<f64>,
+}
+
+/// `GET /api/v1/commits/{sha}`: where a commit is, and who runs it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, ToSchema)]
+pub struct CommitAnswer {
+    /// The commit (prefix) asked about, in lower case.
+    pub commit: String,
+    /// Each environment that has it, by name.
+    pub environments: Vec<CommitInEnvironment>,
+}
+
+/// Since when a placement holds.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementSince {
+    /// The GitOps commit that started it.
+    pub gitops_commit: String,
+    /// The control-plane commit that GitOps commit promotes.
+    pub control_plane_commit: Option<String>,
+    /// When that commit was made.
+    pub committed_at: Option<String>,
+}
+
+/// Until when a past placement held.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PlacementUntil {
+    /// The GitOps commit that ended it.
+    pub gitops_commit: String,
+    /// When that commit was made.
+    pub committed_at: Option<String>,
+}
+
+/// A workload's deployment target on a cluster type of an environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadPlacement {
+    /// The environment.
+    pub environment: String,
+    /// The cluster type.
+    pub cluster_type: String,
+    /// The deployment target.
+    pub deployment_target: String,
+    /// Its reconciler's source.
+    pub source: Option<ReconcilerSource>,
+    /// Since when.
+    pub since: PlacementSince,
+    /// Until when; `null` for a current placement.
+    pub until: Option<PlacementUntil>,
+}
+
+/// `GET /api/v1/workloads/{name}`: where a workload runs, and where it ran.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub struct WorkloadAnswer {
+    /// The workload.
+    pub workload: String,
+    /// Where it runs now.
+    pub placements: Vec<WorkloadPlacement>,
+    /// Where it ran before.
+    pub history: Vec<WorkloadPlacement>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The gate
+
+/// A cluster in a gate answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GateCluster {
+    /// Its name.
+    pub name: String,
+    /// Its cluster type.
+    pub cluster_type: String,
+    /// Its state relative to the commit.
+    #[schema(schema_with = relative_state_schema)]
+    pub state: ClusterState,
+    /// The GitOps commit it last reported.
+    #[serde(default)]
+    pub revision: Option<String>,
+    /// Its reconciler's last message (empty when none).
+    #[serde(default, deserialize_with = "null_as_empty")]
+    pub message: String,
+}
+
+impl GateCluster {
+    /// The message, `None` when empty.
+    pub fn message(&self) -> Option<&str> {
+        Some(self.message.as_str()).filter(|m| !m.is_empty())
+    }
+}
+
+/// `null` read as an empty string (a message field that a client may see as either).
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
+/// `GET /api/v1/environments/{environment}/gate?commit=SHA`: may the commit move on from
+/// the environment?
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Gate {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps commit the question is about, `null` when the hub does not know it.
+    pub gitops_commit: Option<String>,
+    /// The control-plane commit that GitOps commit promotes (`Promoted_Commit_Id`).
+    pub control_plane_commit: Option<String>,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Required clusters compliant with the commit.
+    pub compliant: u64,
+    /// Required clusters: registered, not stale, of a cluster type of the commit's tree.
+    pub total: u64,
+    /// The clusters of the commit's cluster types: the ones not compliant first, then the
+    /// compliant ones, each by name, at most `limit`.
+    #[serde(default)]
+    pub clusters: Vec<GateCluster>,
+    /// Cluster types of the commit with no non-stale cluster: nothing checks them.
+    #[serde(default)]
+    pub cluster_types_without_clusters: Vec<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn states_round_trip_through_their_names() {
+        for state in ClusterState::ALL {
+            assert_eq!(state.as_str().parse::<ClusterState>(), Ok(state));
+            assert_eq!(
+                serde_json::to_value(state).unwrap(),
+                serde_json::json!(state.as_str())
+            );
+        }
+        assert!("Failed".parse::<ClusterState>().is_err());
+        assert_eq!(
+            ClusterState::names(&ClusterState::REPORTED),
+            "reconciling, compliant or failed"
+        );
+        assert_eq!(ClusterState::parse_among("behind", &ClusterState::REPORTED), None);
+    }
+
+    #[test]
+    fn a_gate_message_may_be_null_or_absent() {
+        let gate: Gate = serde_json::from_str(
+            r#"{"environment":"dev","gitopsCommit":"aa","controlPlaneCommit":null,"verdict":"failed",
+               "compliant":0,"total":2,"clusters":[
+                 {"name":"a","clusterType":"t","state":"failed","revision":"aa","message":null},
+                 {"name":"b","clusterType":"t","state":"behind"},
+                 {"name":"c","clusterType":"t","state":"stale","revision":null,"message":"m"}],
+               "clusterTypesWithoutClusters":[],"laterField":[1]}"#,
+        )
+        .unwrap();
+        assert_eq!(gate.clusters[0].message(), None);
+        assert_eq!(gate.clusters[1].message(), None);
+        assert_eq!(gate.clusters[2].message(), Some("m"));
+        assert_eq!(gate.clusters[1].state, ClusterState::Behind);
+    }
+
+    #[test]
+    fn values_of_a_newer_hub_are_read_as_not_compliant() {
+        let gate: Gate = serde_json::from_str(
+            r#"{"environment":"dev","gitopsCommit":null,"controlPlaneCommit":null,"verdict":"waiting-for-approval",
+               "compliant":0,"total":1,"clusters":[{"name":"a","clusterType":"t","state":"quarantined","message":""}]}"#,
+        )
+        .unwrap();
+        assert_eq!(gate.verdict, Verdict::Pending);
+        assert_eq!(gate.clusters[0].state, ClusterState::Unknown);
+        for verdict in [
+            Verdict::Compliant,
+            Verdict::Failed,
+            Verdict::Pending,
+            Verdict::UnknownCommit,
+        ] {
+            let text = serde_json::to_string(&verdict).unwrap();
+            assert_eq!(serde_json::from_str::<Verdict>(&text).unwrap(), verdict);
+        }
+    }
+
+    #[test]
+    fn counts_require_the_clusters_that_are_not_stale() {
+        let mut c = Counts::default();
+        c.add(ClusterState::Compliant, 2);
+        c.add(ClusterState::Stale, 1);
+        c.add(ClusterState::Unknown, 1);
+        assert_eq!((c.total, c.behind, c.required()), (4, 1, 3));
+    }
+}

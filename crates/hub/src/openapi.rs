@@ -1,0 +1,268 @@
+//! The hub's OpenAPI 3 document, generated from the API's types (`kalypso-hub-api`) and the
+//! handlers' annotations in [`crate::http`], served at `GET /api/v1/openapi.json` and
+//! committed as `docs/hub-openapi.json` (a test fails when the two differ).
+//!
+//! What every operation shares is added here once rather than on each handler: the error
+//! answers (400, 401 with `WWW-Authenticate`, 413, 503 with `Retry-After`, all an
+//! [`ErrorBody`]) and the security requirement of its kind — an HMAC signature of the body
+//! (`X-Signature`) for reports, a bearer token for queries — which applies when the hub runs
+//! with a webhook secret or an API token.
+
+use axum::Router;
+use axum::http::{HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use kalypso_hub_api::ErrorBody;
+use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+use utoipa::openapi::security::{
+    ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+};
+use utoipa::openapi::{ContentBuilder, HeaderBuilder, OpenApi as Document, Ref, ResponseBuilder};
+use utoipa::{Modify, OpenApi, PartialSchema, ToSchema};
+
+use crate::http;
+
+/// The operations' tags.
+pub const REPORTS: &str = "reports";
+/// Queries and the gate.
+pub const QUERIES: &str = "queries";
+/// Health and the document itself.
+pub const SERVICE: &str = "service";
+/// The dashboard's machine-readable endpoint.
+pub const DASHBOARD: &str = "dashboard";
+
+/// The security scheme of reports.
+const HMAC: &str = "hmacSignature";
+/// The security scheme of queries.
+const BEARER: &str = "bearerToken";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "kalypso Deployment Observability Hub",
+        description = "Clusters report whether they applied their platform GitOps commits; the hub correlates \
+                       them with the GitOps history kalypso wrote and answers where commits and workloads \
+                       run, and the promotion gate. See docs/hub.md.",
+        license(name = "MIT"),
+    ),
+    paths(
+        http::flux_event,
+        http::compliance,
+        http::list_clusters,
+        http::get_cluster,
+        http::list_environments,
+        http::get_environment,
+        http::get_gate,
+        http::get_commit,
+        http::get_workload,
+        http::healthz,
+        http::readyz,
+        openapi_json,
+    ),
+    tags(
+        (name = "reports", description = "What clusters post: Flux events and generic compliance reports."),
+        (name = "queries", description = "Clusters, environments, commits, workloads and the promotion gate."),
+        (name = "service", description = "Health, readiness and this document."),
+        (name = "dashboard", description = "The fleet dashboard's live-update stream (its pages are HTML, at `/`)."),
+    ),
+    modifiers(&Shared),
+)]
+struct ApiDoc;
+
+/// The document.
+pub fn document() -> Document {
+    ApiDoc::openapi()
+}
+
+/// The document as the hub serves it and `docs/hub-openapi.json` holds it: pretty JSON, keys
+/// in a stable order, a final newline.
+pub fn document_json() -> String {
+    let mut text = document().to_pretty_json().unwrap_or_default();
+    text.push('\n');
+    text
+}
+
+/// `GET /api/v1/openapi.json`.
+#[utoipa::path(get, path = "/api/v1/openapi.json", tag = "service",
+    summary = "This document",
+    description = "Readable without a token: it describes the API, not the fleet.",
+    responses((status = 200, description = "The OpenAPI 3 document of this API.", content_type = "application/json", body = Object)))]
+pub(crate) async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let text = DOCUMENT.get_or_init(document_json).clone();
+    (
+        [(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        text,
+    )
+        .into_response()
+}
+
+/// The route of the document, for the hub's router.
+pub fn router<S: Clone + Send + Sync + 'static>() -> Router<S> {
+    Router::new().route("/api/v1/openapi.json", get(openapi_json))
+}
+
+/// Adds the security schemes, and each operation's shared error answers and security.
+struct Shared;
+
+fn error_response(description: &str) -> ResponseBuilder {
+    ResponseBuilder::new().description(description).content(
+        "application/json",
+        ContentBuilder::new()
+            .schema(Some(Ref::from_schema_name(ErrorBody::name())))
+            .build(),
+    )
+}
+
+/// `GET /events`, served by the dashboard (crates/dashboard) when the hub serves it.
+fn dashboard_events() -> OperationBuilder {
+    let text = |description: &str| {
+        ResponseBuilder::new().description(description).content(
+            "text/plain",
+            ContentBuilder::new().schema(Some(String::schema())).build(),
+        )
+    };
+    OperationBuilder::new()
+        .tag(DASHBOARD)
+        .operation_id(Some("dashboard_events"))
+        .summary(Some("The dashboard's live updates"))
+        .description(Some(
+            "A server-sent event stream that does not end: an event `version` at once and whenever the fleet \
+             data changes (its `data` is a number that only says \"changed\"); the pages re-fetch themselves \
+             when it does. Served with the dashboard (not with --no-dashboard); it needs the bearer token \
+             when the hub has one, unless the hub runs with --dashboard-public.",
+        ))
+        .response(
+            "200",
+            ResponseBuilder::new().description("The stream.").content(
+                "text/event-stream",
+                ContentBuilder::new().schema(Some(String::schema())).build(),
+            ),
+        )
+        .response(
+            "401",
+            text("The bearer token is missing or wrong.").header(
+                "WWW-Authenticate",
+                HeaderBuilder::new().schema(String::schema()).build(),
+            ),
+        )
+        .security(SecurityRequirement::new(BEARER, Vec::<String>::new()))
+}
+
+impl Modify for Shared {
+    fn modify(&self, doc: &mut Document) {
+        let components = doc.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            HMAC,
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "X-Signature",
+                "`sha256=<hex HMAC-SHA256 of the body>` with the hub's webhook secret (Flux's generic-hmac \
+                 Provider sends exactly this); required when the hub runs with --webhook-secret-file.",
+            ))),
+        );
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "The hub's API token; required when the hub runs with --api-token-file.",
+                    ))
+                    .build(),
+            ),
+        );
+        let retry_after = HeaderBuilder::new()
+            .schema(u32::schema())
+            .description(Some("Seconds to wait before trying again."))
+            .build();
+        let www_authenticate = HeaderBuilder::new()
+            .schema(String::schema())
+            .description(Some("`Bearer`, on a query without the right token."))
+            .build();
+        doc.paths
+            .add_path_operation("/events", vec![HttpMethod::Get], dashboard_events());
+        for item in doc.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.post].into_iter().flatten() {
+                let tags = operation.tags.clone().unwrap_or_default();
+                let responses = &mut operation.responses.responses;
+                let mut add = |status: &str, response: ResponseBuilder| {
+                    responses
+                        .entry(status.to_owned())
+                        .or_insert_with(|| response.build().into());
+                };
+                if tags.iter().any(|t| t == REPORTS) {
+                    operation.security = Some(vec![SecurityRequirement::new(HMAC, Vec::<String>::new())]);
+                    add(
+                        "400",
+                        error_response(
+                            "Malformed JSON, a missing or bad field, a revision that is not a git commit, an \
+                             unknown state: `field` names it. Nothing is stored.",
+                        ),
+                    );
+                    add(
+                        "401",
+                        error_response(
+                            "`X-Signature` is missing or wrong (`field`: `X-Signature`). Nothing is stored.",
+                        ),
+                    );
+                    add(
+                        "413",
+                        error_response("The body is over 1 MiB. Nothing is stored."),
+                    );
+                }
+                if tags.iter().any(|t| t == QUERIES) {
+                    operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+                    add(
+                        "401",
+                        error_response("The bearer token is missing or wrong (`field`: `Authorization`).")
+                            .header("WWW-Authenticate", www_authenticate.clone()),
+                    );
+                }
+                if tags.iter().any(|t| t == REPORTS || t == QUERIES) {
+                    add(
+                        "503",
+                        error_response("The database is down, locked or shutting down: retry later.")
+                            .header("Retry-After", retry_after.clone()),
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn every_route_of_the_api_is_described() {
+        let doc = document();
+        let mut paths: Vec<&str> = doc.paths.paths.keys().map(String::as_str).collect();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "/api/v1/clusters",
+                "/api/v1/clusters/{environment}/{name}",
+                "/api/v1/commits/{sha}",
+                "/api/v1/compliance",
+                "/api/v1/environments",
+                "/api/v1/environments/{environment}",
+                "/api/v1/environments/{environment}/gate",
+                "/api/v1/events/flux",
+                "/api/v1/openapi.json",
+                "/api/v1/workloads/{name}",
+                "/events",
+                "/healthz",
+                "/readyz",
+            ]
+        );
+        let gate = doc.paths.paths["/api/v1/environments/{environment}/gate"]
+            .get
+            .as_ref()
+            .unwrap();
+        let statuses: Vec<&str> = gate.responses.responses.keys().map(String::as_str).collect();
+        assert_eq!(statuses, ["200", "400", "401", "503"]);
+    }
+}
