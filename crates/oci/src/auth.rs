@@ -90,6 +90,14 @@ pub enum Error {
         /// What went wrong.
         reason: String,
     },
+    /// The token file cannot be read.
+    #[error("registry token file {file}: {reason}")]
+    TokenFile {
+        /// The file.
+        file: String,
+        /// Why.
+        reason: String,
+    },
     /// A token was given without the user name it belongs to.
     #[error(
         "a registry token needs the user name it belongs to (--registry-username or KALYPSO_REGISTRY_USERNAME)"
@@ -97,18 +105,70 @@ pub enum Error {
     TokenWithoutUser,
 }
 
+/// The environment variable a registry token is read from by default.
+pub const DEFAULT_TOKEN_ENV: &str = "KALYPSO_REGISTRY_TOKEN";
+/// The environment variable the token's user name is read from when none is given.
+pub const USERNAME_ENV: &str = "KALYPSO_REGISTRY_USERNAME";
+
 /// How kalypso reaches registries: where credentials are, and which registries are plain HTTP.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct AuthSettings {
     /// The Docker config file to read; `None`: `$DOCKER_CONFIG/config.json`, else
     /// `~/.docker/config.json` (a missing default file means no credentials).
     pub docker_config: Option<PathBuf>,
-    /// The user name of [`AuthSettings::token`].
+    /// The user name of the token (`None`: [`USERNAME_ENV`]).
     pub username: Option<String>,
     /// A password or token for every registry (wins over the Docker config).
     pub token: Option<Secret>,
+    /// A file holding the token (when [`AuthSettings::token`] is not given).
+    pub token_file: Option<PathBuf>,
+    /// The environment variable holding the token (when neither of the above is given).
+    pub token_env: Option<String>,
     /// Registries (`host[:port]`) reached over plain HTTP besides loopback ones.
     pub insecure: Vec<String>,
+}
+
+impl Default for AuthSettings {
+    fn default() -> AuthSettings {
+        AuthSettings {
+            docker_config: None,
+            username: None,
+            token: None,
+            token_file: None,
+            token_env: Some(DEFAULT_TOKEN_ENV.to_owned()),
+            insecure: Vec::new(),
+        }
+    }
+}
+
+impl AuthSettings {
+    /// The token the settings name: given, from its file, or from its variable.
+    fn token(&self) -> Result<Option<Secret>, Error> {
+        if let Some(token) = &self.token {
+            return Ok(Some(token.clone()));
+        }
+        if let Some(path) = &self.token_file {
+            let text = std::fs::read_to_string(path).map_err(|e| Error::TokenFile {
+                file: path.display().to_string(),
+                reason: e.to_string(),
+            })?;
+            let text = text.trim();
+            if text.is_empty() {
+                return Err(Error::TokenFile {
+                    file: path.display().to_string(),
+                    reason: "it is empty".to_owned(),
+                });
+            }
+            return Ok(Some(Secret::new(text)));
+        }
+        Ok(self
+            .token_env
+            .as_deref()
+            .and_then(|name| std::env::var(name).ok())
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+            .map(Secret::new))
+    }
 }
 
 /// The credentials for one registry.
@@ -232,15 +292,16 @@ impl Credentials {
     /// exist; the default one may be missing.
     pub fn load(settings: &AuthSettings) -> Result<Credentials, Error> {
         let mut credentials = Credentials::none();
-        if let Some(token) = &settings.token {
+        if let Some(token) = settings.token()? {
             let username = settings
                 .username
-                .as_deref()
+                .clone()
+                .or_else(|| std::env::var(USERNAME_ENV).ok())
                 .filter(|u| !u.trim().is_empty())
                 .ok_or(Error::TokenWithoutUser)?;
             credentials.token = Some(Credential::Basic {
                 username: username.trim().to_owned(),
-                password: token.clone(),
+                password: token,
             });
         }
         let (path, required) = match &settings.docker_config {
@@ -474,6 +535,40 @@ mod tests {
         assert!(
             !shown.contains("pa:ss") && !shown.contains("refresh-tok"),
             "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_token_from_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "file-token-789\n").unwrap();
+        let settings = AuthSettings {
+            token_file: Some(file.clone()),
+            username: Some("u".into()),
+            token_env: None,
+            ..AuthSettings::default()
+        };
+        let c = Credentials::load(&settings).unwrap();
+        assert_eq!(
+            c.for_host("x.example.com").unwrap(),
+            Some(Credential::Basic {
+                username: "u".into(),
+                password: Secret::new("file-token-789")
+            })
+        );
+        std::fs::write(&file, "  \n").unwrap();
+        let e = Credentials::load(&settings).unwrap_err().to_string();
+        assert!(e.contains("empty") && e.contains("token"), "{e}");
+        let missing = AuthSettings {
+            token_file: Some(dir.path().join("none")),
+            ..settings
+        };
+        assert!(
+            Credentials::load(&missing)
+                .unwrap_err()
+                .to_string()
+                .contains("none")
         );
     }
 

@@ -64,7 +64,8 @@ pub struct TestRegistry {
     dir: tempfile::TempDir,
     registry_port: u16,
     proxy: Arc<Proxy>,
-    runtime: tokio::runtime::Runtime,
+    /// The proxy's runtime (`None` once dropped).
+    runtime: Option<tokio::runtime::Runtime>,
 }
 
 impl std::fmt::Debug for TestRegistry {
@@ -79,6 +80,10 @@ impl Drop for TestRegistry {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // Without waiting: the registry may be dropped inside an async test.
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
     }
 }
 
@@ -222,7 +227,7 @@ impl TestRegistry {
             dir,
             registry_port,
             proxy,
-            runtime,
+            runtime: Some(runtime),
         })
     }
 
@@ -304,11 +309,6 @@ impl TestRegistry {
         } else {
             Err(String::from_utf8_lossy(&out.stderr).into_owned())
         }
-    }
-
-    /// The runtime the proxy runs on.
-    pub fn runtime(&self) -> &tokio::runtime::Runtime {
-        &self.runtime
     }
 }
 
