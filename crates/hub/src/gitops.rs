@@ -73,6 +73,9 @@ pub struct CommitInfo {
     pub promoted: Option<String>,
     /// Cluster type → deployment target → what it runs.
     pub cluster_types: BTreeMap<String, BTreeMap<String, Target>>,
+    /// For an index of an OCI environment: cluster type → its artifact's manifest digest
+    /// (`sha256:<hex>`), what its clusters report (see [`crate::oci`]). Empty for git.
+    pub artifacts: BTreeMap<String, String>,
 }
 
 fn yaml_docs(text: &str) -> Vec<serde_yaml_ng::Value> {
@@ -200,6 +203,7 @@ impl<'r> TreeReader<'r> {
             committed_at: commit.committer().when().seconds() * 1000,
             promoted,
             cluster_types,
+            artifacts: BTreeMap::new(),
         })
     }
 }
@@ -335,6 +339,8 @@ pub struct GitSettings {
     pub retry: RetryPolicy,
     /// The control plane's main branch.
     pub main_branch: String,
+    /// Registry access, for environments delivered to OCI registries (`oci://` GitOpsRepos).
+    pub registry: kalypso_git::oci::AuthSettings,
 }
 
 /// An environment's GitOps branch, fetched: its head and history.
@@ -474,21 +480,27 @@ fn read_all(
         let Some(target) = targets.into_iter().next() else {
             continue;
         };
-        let history = (|| -> Result<Option<History>, String> {
-            let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
-            let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
-            repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
-                .map_err(|e| e.to_string())?;
-            let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
-                return Ok(None);
-            };
-            let git = Repository::open(git_dir(&url, &cache)).map_err(|e| e.to_string())?;
-            let empty = HashMap::new();
-            let known = known.get(&env.name).unwrap_or(&empty);
-            read_history(&git, head, known)
-                .map(Some)
-                .map_err(|e| e.to_string())
-        })();
+        let empty = HashMap::new();
+        let known_here = known.get(&env.name).unwrap_or(&empty);
+        let history = if crate::oci::is_oci(&target.repo) {
+            crate::oci::registry(&settings.registry, &settings.retry).and_then(|registry| {
+                crate::oci::read_history(&registry, &target.repo, &target.branch, known_here)
+            })
+        } else {
+            (|| -> Result<Option<History>, String> {
+                let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
+                let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
+                repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
+                    .map_err(|e| e.to_string())?;
+                let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
+                    return Ok(None);
+                };
+                let git = Repository::open(git_dir(&url, &cache)).map_err(|e| e.to_string())?;
+                read_history(&git, head, known_here)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            })()
+        };
         match history {
             Ok(history) => out.push(EnvHistory {
                 name: env.name.clone(),
@@ -581,9 +593,23 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
         tx.commit().await?;
         return Ok(0);
     };
+    let is_oci = crate::oci::is_oci(&env.repo);
+    let mut open_artifacts = crate::oci::OpenArtifacts::new();
+    if is_oci {
+        for row in sqlx::query(
+            "SELECT cluster_type, digest, from_position FROM oci_artifacts WHERE environment = $1 AND to_position IS NULL",
+        )
+        .bind(&env.name)
+        .fetch_all(&mut *tx)
+        .await?
+        {
+            open_artifacts.insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
+        }
+    }
     if history.base.is_none() {
         // From the root: whatever was open belongs to a history this branch no longer has.
         open.clear();
+        open_artifacts.clear();
     }
     let first = history.base.as_ref().map_or(0, |(_, p)| p + 1);
     let mut new_shas = Vec::new();
@@ -648,14 +674,139 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
                 }
             }
         }
+        if is_oci {
+            store_artifacts(
+                &mut tx,
+                &env.name,
+                crate::oci::diff_artifacts(&mut open_artifacts, commit, position),
+            )
+            .await?;
+        }
         new_shas.push(commit.sha.clone());
     }
     // Reports that named these commits before the hub knew them now decide their clusters'
     // platform state.
     let from = (!new_shas.is_empty()).then_some(first);
     apply_pending_reports(&mut tx, &env.name, from).await?;
+    if is_oci && !new_shas.is_empty() {
+        apply_oci_reports(&mut tx, &env.name).await?;
+    }
     tx.commit().await?;
     Ok(history.commits.len())
+}
+
+/// Stores the artifact interval changes of one index (see [`crate::oci`]).
+async fn store_artifacts(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+    ops: Vec<crate::oci::ArtifactOp>,
+) -> Result<(), DbError> {
+    for op in ops {
+        match op {
+            crate::oci::ArtifactOp::Open {
+                cluster_type,
+                digest,
+                position,
+            } => {
+                sqlx::query(
+                    "INSERT INTO oci_artifacts (environment, cluster_type, digest, from_position) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (environment, cluster_type, from_position) DO NOTHING",
+                )
+                .bind(environment)
+                .bind(cluster_type)
+                .bind(digest)
+                .bind(position)
+                .execute(&mut **tx)
+                .await?;
+            }
+            crate::oci::ArtifactOp::Close {
+                cluster_type,
+                from,
+                position,
+            } => {
+                sqlx::query(
+                    "UPDATE oci_artifacts SET to_position = $1 WHERE environment = $2 AND cluster_type = $3 \
+                     AND from_position = $4 AND to_position IS NULL",
+                )
+                .bind(position)
+                .bind(environment)
+                .bind(cluster_type)
+                .bind(from)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The position an artifact digest of a cluster type stands at in an OCI environment: the
+/// last index whose cluster type still had it (the head while it still has it). `None`
+/// when no index had it.
+pub(crate) async fn artifact_position<'c, E>(
+    executor: E,
+    environment: &str,
+    cluster_type: &str,
+    digest: &str,
+) -> Result<Option<i64>, DbError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    let row = sqlx::query(
+        "SELECT CASE WHEN a.to_position IS NULL THEN (SELECT MAX(g.position) FROM gitops_commits g WHERE g.environment = a.environment) \
+         ELSE a.to_position - 1 END FROM oci_artifacts a WHERE a.environment = $1 AND a.cluster_type = $2 AND a.digest = $3 \
+         ORDER BY a.from_position DESC LIMIT 1",
+    )
+    .bind(environment)
+    .bind(cluster_type)
+    .bind(digest)
+    .fetch_optional(executor)
+    .await?;
+    Ok(match row {
+        Some(row) => row.try_get::<Option<i64>, _>(0)?,
+        None => None,
+    })
+}
+
+/// After new indexes of an OCI environment: every cluster reporting an artifact gets the
+/// position that artifact stands at now (an artifact its cluster type still has moves on to
+/// the new head; one the refresh just learnt of counts at last).
+async fn apply_oci_reports(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+) -> Result<(), DbError> {
+    let rows = sqlx::query(
+        "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, c.cluster_type \
+         FROM latest l JOIN clusters c ON c.id = l.cluster_id \
+         WHERE c.environment = $1 AND l.drives = 1 AND l.commit_sha LIKE 'sha256:%' \
+         AND (c.reported_at IS NULL OR c.reported_at <= l.event_time) ORDER BY l.event_time",
+    )
+    .bind(environment)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in rows {
+        let digest: String = row.try_get(3)?;
+        let cluster_type: String = row.try_get(6)?;
+        let Some(position) = artifact_position(&mut **tx, environment, &cluster_type, &digest).await? else {
+            continue;
+        };
+        let state: String = row.try_get(1)?;
+        let report = Report {
+            environment: environment.to_owned(),
+            cluster: String::new(),
+            cluster_type,
+            object: String::new(),
+            drives: true,
+            state: State::parse(&state).unwrap_or(State::Reconciling),
+            revision: row.try_get(2)?,
+            commit: digest,
+            message: row.try_get(4)?,
+            reason: String::new(),
+            event_time: row.try_get(5)?,
+        };
+        set_platform_state(tx, row.try_get(0)?, &report, position).await?;
+    }
+    Ok(())
 }
 
 /// Makes reports their clusters' platform state where they are not yet: those whose commit

@@ -409,7 +409,7 @@ async fn get_gate(
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("commit"),
-            format!("{commit:?} is not a commit id (4 to 40 hex digits)"),
+            format!("{commit:?} is not a commit id (4 to 64 hex digits)"),
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
@@ -431,7 +431,7 @@ async fn get_commit(
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("sha"),
-            format!("{sha:?} is not a commit id (4 to 40 hex digits)"),
+            format!("{sha:?} is not a commit id (4 to 64 hex digits)"),
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
