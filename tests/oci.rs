@@ -531,3 +531,33 @@ fn write_empty_docker_config(dir: &Path) -> PathBuf {
     std::fs::write(&path, "{}").unwrap();
     path
 }
+
+#[test]
+fn the_flux_examples_point_each_cluster_type_at_its_own_artifact() {
+    let examples = workspace_root().join("examples/oci");
+    let gitops = std::fs::read_to_string(examples.join("gitops-repo.yaml")).unwrap();
+    assert!(
+        gitops.contains("repo: oci://ghcr.io/contoso/kalypso-gitops\n"),
+        "{gitops}"
+    );
+    assert!(gitops.contains("branch: dev\n"), "{gitops}");
+    let clusters = text_files_under(&examples.join("clusters"));
+    let names: Vec<&str> = clusters.keys().map(|k| k.trim_end_matches(".yaml")).collect();
+    assert_eq!(
+        names, CLUSTER_TYPES,
+        "one bootstrap per cluster type of the example's dev"
+    );
+    for (file, text) in &clusters {
+        let ct = file.trim_end_matches(".yaml");
+        for line in [
+            "kind: OCIRepository",
+            &format!("url: oci://ghcr.io/contoso/kalypso-gitops/{ct}\n"),
+            "tag: dev\n",
+            "kind: Kustomization",
+            "kind: OCIRepository\n    name: kalypso-platform",
+            "path: ./\n",
+        ] {
+            assert!(text.contains(line), "{file} has {line:?}:\n{text}");
+        }
+    }
+}
