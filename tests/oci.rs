@@ -202,9 +202,9 @@ fn sync_pushes_a_flux_artifact_per_cluster_type_and_then_only_what_changed() {
     let first = s.sync();
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
     assert!(
-        first.stdout.contains(&format!(
-            "dev: 4 artifacts (4 new) pushed to dev@dev (oci://<registry>/kalypso/gitops), 0 unchanged, index sha256:"
-        )),
+        first
+            .stdout
+            .contains("dev: 4 artifacts (4 new) pushed to dev@dev (oci://<registry>/kalypso/gitops), 0 unchanged, index sha256:"),
         "{}",
         first.stdout
     );

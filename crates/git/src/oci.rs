@@ -71,7 +71,7 @@ pub fn targets(
 }
 
 /// A registry client with `auth`, retrying as `retry` says. Every secret it loads or
-/// receives is registered with [`crate::redact`].
+/// receives is registered with [`mod@crate::redact`].
 pub fn registry(auth: &AuthSettings, retry: &RetryPolicy) -> Result<Registry, kalypso_oci::client::Error> {
     kalypso_oci::auth::on_secret(crate::redact::register_secret);
     Registry::new(

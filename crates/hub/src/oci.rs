@@ -30,8 +30,11 @@ const MAX_HISTORY: usize = 10_000;
 /// The most layers whose targets are remembered.
 const MAX_REMEMBERED: usize = 4096;
 
+/// The deployment targets of an artifact, by name.
+type Targets = Arc<BTreeMap<String, Target>>;
+
 /// What each layer's deployment targets run, by layer digest.
-static LAYERS: Mutex<Option<HashMap<Digest, Arc<BTreeMap<String, Target>>>>> = Mutex::new(None);
+static LAYERS: Mutex<Option<HashMap<Digest, Targets>>> = Mutex::new(None);
 
 /// Whether a GitOpsRepo's repository is an OCI location.
 pub fn is_oci(repo: &str) -> bool {
@@ -49,7 +52,7 @@ fn targets(
     location: &Location,
     cluster_type: &str,
     entry: &kalypso_oci::artifact::Entry,
-) -> Result<Arc<BTreeMap<String, Target>>, String> {
+) -> Result<Targets, String> {
     if let Some(known) = LAYERS
         .lock()
         .unwrap_or_else(PoisonError::into_inner)

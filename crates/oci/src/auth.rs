@@ -143,7 +143,7 @@ impl Default for AuthSettings {
 
 impl AuthSettings {
     /// The token the settings name: given, from its file, or from its variable.
-    fn token(&self) -> Result<Option<Secret>, Error> {
+    fn load_token(&self) -> Result<Option<Secret>, Error> {
         if let Some(token) = &self.token {
             return Ok(Some(token.clone()));
         }
@@ -292,7 +292,7 @@ impl Credentials {
     /// exist; the default one may be missing.
     pub fn load(settings: &AuthSettings) -> Result<Credentials, Error> {
         let mut credentials = Credentials::none();
-        if let Some(token) = settings.token()? {
+        if let Some(token) = settings.load_token()? {
             let username = settings
                 .username
                 .clone()

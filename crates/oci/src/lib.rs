@@ -8,7 +8,7 @@
 //! environment cannot exploit. This crate is that delivery and everything under it, with no
 //! dependency on git:
 //!
-//! - [`reference`]: `oci://` locations, repository names and tags, checked once;
+//! - [`mod@reference`]: `oci://` locations, repository names and tags, checked once;
 //! - [`auth`]: credentials from a Docker config file (or a token), never printed;
 //! - [`client`]: the registry API calls, with the `Basic`/`Bearer` challenge flow, retries,
 //!   and a count of the traffic;
