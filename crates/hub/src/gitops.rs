@@ -483,9 +483,7 @@ fn read_all(
         let empty = HashMap::new();
         let known_here = known.get(&env.name).unwrap_or(&empty);
         let history = if crate::oci::is_oci(&target.repo) {
-            crate::oci::registry(&settings.registry, &settings.retry).and_then(|registry| {
-                crate::oci::read_history(&registry, &target.repo, &target.branch, known_here)
-            })
+            read_oci_history(settings, &target.repo, &target.branch, known_here)
         } else {
             (|| -> Result<Option<History>, String> {
                 let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
@@ -520,6 +518,89 @@ fn read_all(
         }
     }
     Ok(out)
+}
+
+/// What each layer's deployment targets run, by layer digest (read once per process: most
+/// indexes of an OCI environment share most of their artifacts).
+static OCI_LAYERS: std::sync::Mutex<Option<HashMap<kalypso_oci::Digest, LayerTargets>>> =
+    std::sync::Mutex::new(None);
+/// The deployment targets of a layer, by name.
+type LayerTargets = Arc<BTreeMap<String, Target>>;
+/// The most layers whose targets are remembered.
+const MAX_OCI_LAYERS: usize = 4096;
+
+/// The new indexes of an OCI environment as GitOps commits (see [`crate::oci`]): an index's
+/// digest (hex) is the commit id, its cluster types' targets are read from their layers.
+fn read_oci_history(
+    settings: &GitSettings,
+    repo: &str,
+    tag: &str,
+    known: &HashMap<String, i64>,
+) -> Result<Option<History>, String> {
+    let registry = crate::oci::registry(&settings.registry, &settings.retry)?;
+    let location = kalypso_oci::Location::parse(repo).map_err(|e| e.to_string())?;
+    let Some((base, snapshots)) = crate::oci::read_indexes(&registry, &location, tag, known)? else {
+        return Ok(None);
+    };
+    let mut commits = Vec::with_capacity(snapshots.len());
+    for snapshot in &snapshots {
+        let mut cluster_types = BTreeMap::new();
+        let mut artifacts = BTreeMap::new();
+        for (ct, entry) in &snapshot.index.cluster_types {
+            let cached = OCI_LAYERS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .and_then(|m| m.get(&entry.layer).cloned());
+            let targets = match cached {
+                Some(targets) => targets,
+                None => {
+                    let files = crate::oci::layer(&registry, &location, ct, entry)?;
+                    let mut targets: BTreeMap<String, Target> = BTreeMap::new();
+                    for (path, blob) in &files {
+                        let Some((dt, name)) = path.split_once('/') else {
+                            continue;
+                        };
+                        if dt.starts_with('.') || name.contains('/') {
+                            continue;
+                        }
+                        let text = String::from_utf8_lossy(blob);
+                        let target = targets.entry(dt.to_owned()).or_default();
+                        match name {
+                            "namespace.yaml" => target.workload = parse_namespace(&text),
+                            "reconciler.yaml" => target.source = parse_reconciler(&text),
+                            _ => {}
+                        }
+                    }
+                    let targets = Arc::new(targets);
+                    let mut layers = OCI_LAYERS
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let layers = layers.get_or_insert_with(HashMap::new);
+                    if layers.len() >= MAX_OCI_LAYERS {
+                        layers.clear();
+                    }
+                    layers.insert(entry.layer.clone(), targets.clone());
+                    targets
+                }
+            };
+            cluster_types.insert(ct.clone(), (*targets).clone());
+            artifacts.insert(ct.clone(), entry.manifest.to_string());
+        }
+        commits.push(CommitInfo {
+            sha: snapshot.digest.hex().to_owned(),
+            parent: snapshot.parent().map(|p| p.hex().to_owned()),
+            committed_at: snapshot
+                .manifest
+                .annotation(kalypso_oci::artifact::CREATED)
+                .and_then(crate::model::parse_time)
+                .unwrap_or(0),
+            promoted: snapshot.index.promoted_commit.clone(),
+            cluster_types,
+            artifacts,
+        });
+    }
+    Ok(Some(History { base, commits }))
 }
 
 fn now_ms() -> i64 {
@@ -678,7 +759,7 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
             store_artifacts(
                 &mut tx,
                 &env.name,
-                crate::oci::diff_artifacts(&mut open_artifacts, commit, position),
+                crate::oci::diff_artifacts(&mut open_artifacts, &commit.artifacts, position),
             )
             .await?;
         }
@@ -740,34 +821,6 @@ async fn store_artifacts(
     Ok(())
 }
 
-/// The position an artifact digest of a cluster type stands at in an OCI environment: the
-/// last index whose cluster type still had it (the head while it still has it). `None`
-/// when no index had it.
-pub(crate) async fn artifact_position<'c, E>(
-    executor: E,
-    environment: &str,
-    cluster_type: &str,
-    digest: &str,
-) -> Result<Option<i64>, DbError>
-where
-    E: sqlx::Executor<'c, Database = sqlx::Any>,
-{
-    let row = sqlx::query(
-        "SELECT CASE WHEN a.to_position IS NULL THEN (SELECT MAX(g.position) FROM gitops_commits g WHERE g.environment = a.environment) \
-         ELSE a.to_position - 1 END FROM oci_artifacts a WHERE a.environment = $1 AND a.cluster_type = $2 AND a.digest = $3 \
-         ORDER BY a.from_position DESC LIMIT 1",
-    )
-    .bind(environment)
-    .bind(cluster_type)
-    .bind(digest)
-    .fetch_optional(executor)
-    .await?;
-    Ok(match row {
-        Some(row) => row.try_get::<Option<i64>, _>(0)?,
-        None => None,
-    })
-}
-
 /// After new indexes of an OCI environment: every cluster reporting an artifact gets the
 /// position that artifact stands at now (an artifact its cluster type still has moves on to
 /// the new head; one the refresh just learnt of counts at last).
@@ -787,7 +840,9 @@ async fn apply_oci_reports(
     for row in rows {
         let digest: String = row.try_get(3)?;
         let cluster_type: String = row.try_get(6)?;
-        let Some(position) = artifact_position(&mut **tx, environment, &cluster_type, &digest).await? else {
+        let Some(position) =
+            crate::oci::artifact_position(&mut **tx, environment, &cluster_type, &digest).await?
+        else {
             continue;
         };
         let state: String = row.try_get(1)?;

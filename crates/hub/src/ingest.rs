@@ -362,7 +362,7 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
             continue;
         }
         if let Some(position) =
-            crate::gitops::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
+            crate::oci::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
         {
             artifact_positions.insert(key, position);
         }

@@ -13,28 +13,21 @@
 //! stores, per cluster type, which manifest its tag held from one index to another
 //! ([`ArtifactOp`], table `oci_artifacts`): a cluster running manifest M of cluster type T is
 //! at the last index where T still had M, which is how it is compared with any index
-//! (`ingest` and [`crate::gitops`] set its position so).
+//! (`ingest` and `gitops` set its position so). `gitops` turns the indexes into GitOps
+//! commits: this module only reads them and keeps the intervals.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
 
 use kalypso_git::RetryPolicy;
 use kalypso_git::oci::AuthSettings;
-use kalypso_oci::read::{self, Snapshot};
-use kalypso_oci::{Access, Digest, Location, Registry};
+use kalypso_oci::read::{self, Files, Snapshot};
+use kalypso_oci::{Access, Location, Registry};
+use sqlx::Row;
 
-use crate::gitops::{CommitInfo, History, Target, parse_namespace, parse_reconciler};
+use crate::db::DbError;
 
 /// The most indexes read back in one refresh.
 const MAX_HISTORY: usize = 10_000;
-/// The most layers whose targets are remembered.
-const MAX_REMEMBERED: usize = 4096;
-
-/// The deployment targets of an artifact, by name.
-type Targets = Arc<BTreeMap<String, Target>>;
-
-/// What each layer's deployment targets run, by layer digest.
-static LAYERS: Mutex<Option<HashMap<Digest, Targets>>> = Mutex::new(None);
 
 /// Whether a GitOpsRepo's repository is an OCI location.
 pub fn is_oci(repo: &str) -> bool {
@@ -46,85 +39,23 @@ pub(crate) fn registry(auth: &AuthSettings, retry: &RetryPolicy) -> Result<Regis
     kalypso_git::oci::registry(auth, retry).map_err(|e| kalypso_git::redact(&e.to_string()))
 }
 
-/// The deployment targets of a cluster type's artifact.
-fn targets(
+/// The stored index new ones descend from (hex, position), if any, and the new indexes, oldest
+/// first.
+pub(crate) type Indexes = (Option<(String, i64)>, Vec<Snapshot>);
+
+/// The new indexes of the environment tagged `tag` at `repo`, oldest first, and the stored one
+/// they descend from, if any (`known`: stored index digests' hex → position). `None` when
+/// nothing was delivered there yet.
+pub(crate) fn read_indexes(
     registry: &Registry,
     location: &Location,
-    cluster_type: &str,
-    entry: &kalypso_oci::artifact::Entry,
-) -> Result<Targets, String> {
-    if let Some(known) = LAYERS
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .as_ref()
-        .and_then(|m| m.get(&entry.layer))
-    {
-        return Ok(known.clone());
-    }
-    let files = read::layer(registry, location, cluster_type, entry, Access::Pull)
-        .map_err(|e| kalypso_git::redact(&e.to_string()))?;
-    let mut targets: BTreeMap<String, Target> = BTreeMap::new();
-    for (path, blob) in &files {
-        let Some((dt, name)) = path.split_once('/') else {
-            continue;
-        };
-        if dt.starts_with('.') || name.contains('/') {
-            continue;
-        }
-        let text = String::from_utf8_lossy(blob);
-        let target = targets.entry(dt.to_owned()).or_default();
-        match name {
-            "namespace.yaml" => target.workload = parse_namespace(&text),
-            "reconciler.yaml" => target.source = parse_reconciler(&text),
-            _ => {}
-        }
-    }
-    let targets = Arc::new(targets);
-    let mut layers = LAYERS.lock().unwrap_or_else(PoisonError::into_inner);
-    let layers = layers.get_or_insert_with(HashMap::new);
-    if layers.len() >= MAX_REMEMBERED {
-        layers.clear();
-    }
-    layers.insert(entry.layer.clone(), targets.clone());
-    Ok(targets)
-}
-
-/// Unix milliseconds of an RFC 3339 time (0 when it is not one).
-fn millis(text: Option<&str>) -> i64 {
-    text.and_then(crate::model::parse_time).unwrap_or(0)
-}
-
-fn commit(registry: &Registry, location: &Location, snapshot: &Snapshot) -> Result<CommitInfo, String> {
-    let mut cluster_types = BTreeMap::new();
-    let mut artifacts = BTreeMap::new();
-    for (ct, entry) in &snapshot.index.cluster_types {
-        let targets = targets(registry, location, ct, entry)?;
-        cluster_types.insert(ct.clone(), (*targets).clone());
-        artifacts.insert(ct.clone(), entry.manifest.to_string());
-    }
-    Ok(CommitInfo {
-        sha: snapshot.digest.hex().to_owned(),
-        parent: snapshot.parent().map(|p| p.hex().to_owned()),
-        committed_at: millis(snapshot.manifest.annotation(kalypso_oci::artifact::CREATED)),
-        promoted: snapshot.index.promoted_commit.clone(),
-        cluster_types,
-        artifacts,
-    })
-}
-
-/// The new indexes of the environment tagged `tag` at `repo`, oldest first, after the
-/// stored one they descend from (`known`: stored index digests' hex → position).
-pub(crate) fn read_history(
-    registry: &Registry,
-    repo: &str,
     tag: &str,
     known: &HashMap<String, i64>,
-) -> Result<Option<History>, String> {
-    let location = Location::parse(repo).map_err(|e| e.to_string())?;
+) -> Result<Option<Indexes>, String> {
     let redact = |e: kalypso_oci::Error| kalypso_git::redact(&e.to_string());
-    let snapshots = read::history(
+    let mut snapshots = read::history(
         registry,
-        &location,
+        location,
         tag,
         &|d| known.contains_key(d.hex()),
         MAX_HISTORY,
@@ -132,21 +63,57 @@ pub(crate) fn read_history(
     .map_err(redact)?;
     if snapshots.is_empty() {
         // Nothing delivered yet, or the head is known: nothing new.
-        let head = read::index(registry, &location, tag, Access::Pull).map_err(redact)?;
-        return Ok(head.map(|h| History {
-            base: known.get(h.digest.hex()).map(|p| (h.digest.hex().to_owned(), *p)),
-            commits: Vec::new(),
+        let head = read::index(registry, location, tag, Access::Pull).map_err(redact)?;
+        return Ok(head.map(|h| {
+            let base = known.get(h.digest.hex()).map(|p| (h.digest.hex().to_owned(), *p));
+            (base, Vec::new())
         }));
     }
     let base = snapshots
         .last()
         .and_then(Snapshot::parent)
         .and_then(|p| known.get(p.hex()).map(|position| (p.hex().to_owned(), *position)));
-    let mut commits = Vec::with_capacity(snapshots.len());
-    for snapshot in snapshots.iter().rev() {
-        commits.push(commit(registry, &location, snapshot)?);
-    }
-    Ok(Some(History { base, commits }))
+    snapshots.reverse();
+    Ok(Some((base, snapshots)))
+}
+
+/// The files of cluster type `cluster_type`'s artifact as an index lists it.
+pub(crate) fn layer(
+    registry: &Registry,
+    location: &Location,
+    cluster_type: &str,
+    entry: &kalypso_oci::artifact::Entry,
+) -> Result<Files, String> {
+    read::layer(registry, location, cluster_type, entry, Access::Pull)
+        .map_err(|e| kalypso_git::redact(&e.to_string()))
+}
+
+/// The position an artifact digest of a cluster type stands at in an OCI environment: the
+/// last index whose cluster type still had it (the head while it still has it). `None`
+/// when no index had it.
+pub(crate) async fn artifact_position<'c, E>(
+    executor: E,
+    environment: &str,
+    cluster_type: &str,
+    digest: &str,
+) -> Result<Option<i64>, DbError>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Any>,
+{
+    let row = sqlx::query(
+        "SELECT CASE WHEN a.to_position IS NULL THEN (SELECT MAX(g.position) FROM gitops_commits g WHERE g.environment = a.environment) \
+         ELSE a.to_position - 1 END FROM oci_artifacts a WHERE a.environment = $1 AND a.cluster_type = $2 AND a.digest = $3 \
+         ORDER BY a.from_position DESC LIMIT 1",
+    )
+    .bind(environment)
+    .bind(cluster_type)
+    .bind(digest)
+    .fetch_optional(executor)
+    .await?;
+    Ok(match row {
+        Some(row) => row.try_get::<Option<i64>, _>(0)?,
+        None => None,
+    })
 }
 
 /// A change to the stored artifact intervals.
@@ -175,12 +142,17 @@ pub enum ArtifactOp {
 /// The open artifact intervals: cluster type → (digest, from position).
 pub type OpenArtifacts = BTreeMap<String, (String, i64)>;
 
-/// The interval changes of the index `commit` at `position` against `open`, which is updated.
-pub fn diff_artifacts(open: &mut OpenArtifacts, commit: &CommitInfo, position: i64) -> Vec<ArtifactOp> {
+/// The interval changes of an index whose cluster types have `artifacts` (cluster type →
+/// manifest digest), at `position`, against `open`, which is updated.
+pub fn diff_artifacts(
+    open: &mut OpenArtifacts,
+    artifacts: &BTreeMap<String, String>,
+    position: i64,
+) -> Vec<ArtifactOp> {
     let mut ops = Vec::new();
     let closing: Vec<String> = open
         .iter()
-        .filter(|(ct, (digest, _))| commit.artifacts.get(*ct) != Some(digest))
+        .filter(|(ct, (digest, _))| artifacts.get(*ct) != Some(digest))
         .map(|(ct, _)| ct.clone())
         .collect();
     for ct in closing {
@@ -192,7 +164,7 @@ pub fn diff_artifacts(open: &mut OpenArtifacts, commit: &CommitInfo, position: i
             });
         }
     }
-    for (ct, digest) in &commit.artifacts {
+    for (ct, digest) in artifacts {
         if !open.contains_key(ct) {
             open.insert(ct.clone(), (digest.clone(), position));
             ops.push(ArtifactOp::Open {
@@ -209,15 +181,11 @@ pub fn diff_artifacts(open: &mut OpenArtifacts, commit: &CommitInfo, position: i
 mod tests {
     use super::*;
 
-    fn index(sha: &str, artifacts: &[(&str, &str)]) -> CommitInfo {
-        CommitInfo {
-            sha: sha.into(),
-            artifacts: artifacts
-                .iter()
-                .map(|(ct, d)| ((*ct).to_owned(), (*d).to_owned()))
-                .collect(),
-            ..CommitInfo::default()
-        }
+    fn index(_sha: &str, artifacts: &[(&str, &str)]) -> BTreeMap<String, String> {
+        artifacts
+            .iter()
+            .map(|(ct, d)| ((*ct).to_owned(), (*d).to_owned()))
+            .collect()
     }
 
     #[test]
