@@ -1140,6 +1140,15 @@ mod tests {
         ] {
             expected.extend(git.iter().map(|g| format!("{command} --{g}")));
         }
+        // Registry access for oci:// GitOps repositories (the token's own variable,
+        // KALYPSO_REGISTRY_TOKEN, is read by kalypso-oci, not by clap: its value is never shown).
+        let registry = [
+            "registry_config KALYPSO_REGISTRY_CONFIG",
+            "registry_username KALYPSO_REGISTRY_USERNAME",
+        ];
+        for command in ["plan", "diff", "sync", "hub"] {
+            expected.extend(registry.iter().map(|r| format!("{command} --{r}")));
+        }
         if cfg!(feature = "operator") {
             expected.extend(
                 [
