@@ -201,6 +201,26 @@ fn sync_pushes_a_flux_artifact_per_cluster_type_and_then_only_what_changed() {
 
     let first = s.sync();
     assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    // The index's digest, as skopeo computes it from the raw manifest.
+    let index_digest = |s: &Setup| {
+        let raw = s
+            .registry
+            .skopeo(&[
+                "inspect",
+                "--raw",
+                "--tls-verify=false",
+                &format!("docker://{}/kalypso/gitops:dev", s.registry.host()),
+            ])
+            .unwrap();
+        let file = s.dir.path().join("index-manifest.json");
+        std::fs::write(&file, raw).unwrap();
+        s.registry
+            .skopeo(&["manifest-digest", &file.display().to_string()])
+            .unwrap()
+            .trim()
+            .to_owned()
+    };
+    let first_index = index_digest(&s);
     assert!(
         first
             .stdout
@@ -231,16 +251,38 @@ fn sync_pushes_a_flux_artifact_per_cluster_type_and_then_only_what_changed() {
         );
     }
 
-    // Nothing changed: nothing is written.
+    // Nothing moved: the index is looked at (one HEAD), nothing is rendered or written.
     s.registry.clear_requests();
     let again = s.sync();
     assert_eq!(again.code, 0, "{}", again.stderr);
     assert!(
         again
             .stdout
-            .contains("dev: no change, dev@dev stays at index sha256:"),
+            .contains("dev: no input moved, dev@dev stays at index sha256:"),
         "{}",
         again.stdout
+    );
+    let requests = s.registry.requests();
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(
+        (requests[0].method.as_str(), requests[0].path.as_str()),
+        ("HEAD", "/v2/kalypso/gitops/manifests/dev")
+    );
+    // A control-plane commit that changes no artifact: the index is read, nothing written.
+    s.change_dev(
+        "scheduling/kaizen/functional-test-policy.yaml",
+        "spec:",
+        "# a comment\nspec:",
+    );
+    s.registry.clear_requests();
+    let moved = s.sync();
+    assert_eq!(moved.code, 0, "{}", moved.stderr);
+    assert!(
+        moved
+            .stdout
+            .contains("dev: no change, dev@dev stays at index sha256:"),
+        "{}",
+        moved.stdout
     );
     assert!(s.writes().is_empty(), "{:?}", s.registry.requests());
 
@@ -314,6 +356,27 @@ fn sync_pushes_a_flux_artifact_per_cluster_type_and_then_only_what_changed() {
     assert_eq!(target["pushed"][0]["clusterType"], "large");
     assert_eq!(target["unchanged"], 3);
     assert_eq!(target["blobsUploaded"], 3);
+
+    // Someone moves the index's tag back: nothing in git moved, but the next sync sees the
+    // registry did, takes the full path and puts the environment back.
+    let host = s.registry.host();
+    s.registry
+        .skopeo(&[
+            "copy",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &format!("docker://{host}/kalypso/gitops@{first_index}"),
+            &format!("docker://{host}/kalypso/gitops:dev"),
+        ])
+        .unwrap();
+    assert_eq!(index_digest(&s), first_index);
+    let back = s.sync();
+    assert_eq!(back.code, 0, "{}", back.stderr);
+    assert!(!back.stdout.contains("no input moved"), "{}", back.stdout);
+    assert_ne!(index_digest(&s), first_index);
+    let plan = s.kalypso(&["plan", &s.cp(), "--env", "dev", "--against", &against], &[]);
+    assert_eq!(plan.code, 0, "{}", plan.stdout);
 }
 
 #[test]

@@ -136,6 +136,78 @@ pub fn deliver(
     )
 }
 
+/// What the delivery state records of a delivery to `target` (see [`crate::state`]): the
+/// location, the tag and the index the tag was left on; `None` when there is none (a dry run).
+pub(crate) fn delivered_at(
+    target: &OciTarget,
+    delivery: &crate::deliver::Delivery,
+) -> Option<crate::state::BranchAt> {
+    let crate::deliver::Delivery::Artifacts(report) = delivery else {
+        return None;
+    };
+    if report.dry_run {
+        return None;
+    }
+    Some(crate::state::BranchAt {
+        url: target.location.to_string(),
+        branch: target.tag.clone(),
+        commit: Some(report.index.as_ref()?.to_string()),
+    })
+}
+
+/// The index each recorded OCI target's tag holds now (`None`: no index), by (location,
+/// tag): one `HEAD` each. Targets that cannot be asked (no registry client, a failed
+/// request) are left out, so that their environment takes the full path.
+pub(crate) fn index_heads<'a>(
+    recorded: impl Iterator<Item = &'a crate::state::BranchAt>,
+    registry: impl FnOnce() -> Option<&'a Registry>,
+) -> std::collections::HashMap<(String, String), Option<String>> {
+    let mut heads = std::collections::HashMap::new();
+    let wanted: std::collections::BTreeSet<(String, String)> = recorded
+        .filter(|at| is_oci(&at.url))
+        .map(|at| (at.url.clone(), at.branch.clone()))
+        .collect();
+    if wanted.is_empty() {
+        return heads;
+    }
+    let Some(registry) = registry() else {
+        return heads;
+    };
+    for (url, tag) in wanted {
+        let Ok(location) = Location::parse(&url) else {
+            continue;
+        };
+        match registry.manifest_digest(&location, location.path(), &tag, kalypso_oci::Access::Pull) {
+            Ok(digest) => {
+                heads.insert((url, tag), digest.map(|d| d.to_string()));
+            }
+            Err(error) => {
+                tracing::debug!(error = %crate::redact::redact(&error.to_string()), "cannot read the index; syncing in full");
+            }
+        }
+    }
+    heads
+}
+
+/// The report of an OCI target whose inputs and index did not move (`None` for a git one).
+pub(crate) fn unchanged(at: &crate::state::BranchAt) -> Option<Report> {
+    if !is_oci(&at.url) {
+        return None;
+    }
+    Some(Report {
+        location: at.url.clone(),
+        tag: at.branch.clone(),
+        index: at.commit.as_deref().and_then(kalypso_oci::Digest::parse),
+        changed: false,
+        pushed: Vec::new(),
+        unchanged: 0,
+        retired: Vec::new(),
+        blobs_uploaded: 0,
+        bytes_uploaded: 0,
+        dry_run: false,
+    })
+}
+
 /// Where the environment delivered to `target` has each deployment target (nothing when it
 /// cannot be read: placement then starts afresh, and says so in the log).
 pub fn current_assignment(registry: &Registry, target: &OciTarget) -> CurrentAssignment {

@@ -446,8 +446,20 @@ impl Syncer {
                 Err(error) => tracing::debug!(%error, "cannot list the branches; syncing in full"),
             }
         }
-        let remotes = urls.len();
+        // OCI GitOpsRepos: the index each tag holds now (one HEAD each, see crate::oci).
+        let oci_heads = crate::oci::index_heads(
+            states.iter().flat_map(|(_, state)| state.targets.values()),
+            || {
+                self.registry
+                    .get(&self.settings.registry, &self.settings.retry)
+                    .ok()
+            },
+        );
+        let remotes = urls.len() + oci_heads.len();
         let head = |url: &str, branch: &str| -> Option<Option<String>> {
+            if crate::oci::is_oci(url) {
+                return oci_heads.get(&(url.to_owned(), branch.to_owned())).cloned();
+            }
             let url = RepoUrl::parse(url).ok()?;
             let heads = listed.get(&url.cache_name())?;
             Some(heads.get(branch).map(Oid::to_string))
@@ -477,9 +489,12 @@ impl Syncer {
                     name: target.clone(),
                     repo: RepoUrl::parse(&b.url).map_or_else(|_| b.url.clone(), |u| u.redacted()),
                     branch: b.branch.clone(),
-                    delivery: Delivery::UpToDate {
-                        head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
-                        closed: Vec::new(),
+                    delivery: match crate::oci::unchanged(b) {
+                        Some(report) => Delivery::Artifacts(Box::new(report)),
+                        None => Delivery::UpToDate {
+                            head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
+                            closed: Vec::new(),
+                        },
                     },
                 })
                 .collect();
@@ -780,10 +795,7 @@ impl Pass<'_> {
         let recordable = report.is_success()
             && !settings.delivery.dry_run
             && !extenders.called.load(Ordering::SeqCst)
-            && targets.iter().all(|(_, _, _, mode)| *mode == Mode::Push)
-            // The delivery state records git branches: an environment with an OCI
-            // GitOpsRepo always takes the full path (which sends nothing when nothing changed).
-            && oci_targets.is_empty();
+            && targets.iter().all(|(_, _, _, mode)| *mode == Mode::Push);
         if recordable {
             self.record(resolved, &report);
         }
@@ -814,10 +826,21 @@ impl Pass<'_> {
                 commit: Some(source.commit.to_string()),
             });
         }
-        let Ok(destinations) = self.targets(resolved) else {
+        let (Ok(destinations), Ok(oci_destinations)) = (self.targets(resolved), self.oci_targets(resolved))
+        else {
             return;
         };
         let mut targets = BTreeMap::new();
+        // OCI GitOpsRepos come after the git ones in the report (see render_and_deliver).
+        for (target, t) in oci_destinations
+            .iter()
+            .zip(delivered.iter().skip(destinations.len()))
+        {
+            let Some(at) = crate::oci::delivered_at(target, &t.delivery) else {
+                return;
+            };
+            targets.insert(target.name.clone(), at);
+        }
         for ((name, url, branch, _), t) in destinations.iter().zip(delivered) {
             let head = match &t.delivery {
                 Delivery::Committed { commit, .. } => Some(*commit),

@@ -139,6 +139,7 @@ pub(super) fn unchanged_lines(u: &kalypso_git::Unchanged, verbose: bool, elapsed
             let place = format!("{}@{}", t.name, t.branch);
             let at = match &t.delivery {
                 Delivery::UpToDate { head: Some(h), .. } => format!("stays at {}", short7(h)),
+                Delivery::Artifacts(report) => format!("stays at index {}", short_digest(report)),
                 _ => "stays empty".to_owned(),
             };
             format!(
@@ -171,6 +172,7 @@ pub(super) fn unchanged_json(u: &kalypso_git::Unchanged, elapsed: Duration) -> s
         "targets": u.targets.iter().map(|t| {
             let head = match &t.delivery {
                 Delivery::UpToDate { head, .. } => head.map(|h| h.to_string()),
+                Delivery::Artifacts(report) => report.index.as_ref().map(ToString::to_string),
                 _ => None,
             };
             json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch, "result": "up_to_date", "head": head})
