@@ -473,6 +473,12 @@ pub fn deliver(
         }
     }
     let unchanged = entries.len();
+    tracing::debug!(
+        cluster_types = names.len(),
+        changed = changed.len(),
+        unchanged = entries.len(),
+        "artifacts laid out by id"
+    );
     let retired: Vec<String> = before_index
         .map(|i| {
             i.cluster_types
@@ -662,6 +668,10 @@ pub fn deliver(
         entries.insert(p.cluster_type.clone(), entry.clone());
     }
     report.pushed = pushed.into_iter().map(|(p, _)| p).collect();
+    tracing::debug!(
+        pushed = report.pushed.len(),
+        "artifacts uploaded; writing the index"
+    );
     // The index, last: it names the state every tag is now on.
     let index = Index {
         format: artifact::INDEX_FORMAT,
