@@ -62,9 +62,21 @@ fn none(_: &str, _: &str) -> Option<Vec<(&'static str, GitId)>> {
     None
 }
 
+/// Registry access that reads nothing of the machine's user: an empty Docker config, no
+/// token variable.
+fn hermetic() -> AuthSettings {
+    let path = std::env::temp_dir().join(format!("kalypso-oci-test-{}-docker.json", std::process::id()));
+    std::fs::write(&path, "{}").unwrap();
+    AuthSettings {
+        docker_config: Some(path),
+        token_env: None,
+        ..AuthSettings::default()
+    }
+}
+
 fn registry() -> Registry {
     Registry::new(
-        &AuthSettings::default(),
+        &hermetic(),
         Retry {
             attempts: 3,
             initial_backoff: std::time::Duration::from_millis(10),
@@ -689,6 +701,35 @@ fn a_registry_with_a_token_service() {
     assert!(
         reg.token_scopes()
             .contains(&"repository:gitops/large:pull".to_owned())
+    );
+    // A Docker config with an identity token (an OAuth2 refresh token, as `az acr login`
+    // leaves one): exchanged at the token service with a POST.
+    reg.accept_refresh_token("refresh-token-3141");
+    let path = reg.scratch().join("identity.json");
+    std::fs::write(
+        &path,
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "", "identitytoken": "refresh-token-3141"}}}}}}"#,
+            reg.host()
+        ),
+    )
+    .unwrap();
+    let identity = Registry::new(
+        &AuthSettings {
+            docker_config: Some(path),
+            ..AuthSettings::default()
+        },
+        Retry::default(),
+    )
+    .unwrap();
+    let before = reg.requests().len();
+    assert!(read::tree(&identity, &location, "dev").unwrap().is_some());
+    assert!(
+        reg.requests()[before..]
+            .iter()
+            .any(|r| r.method == "POST" && r.path == "/token" && r.status == 200),
+        "{:?}",
+        reg.requests()
     );
     // Wrong credentials at the token service.
     let wrong = Registry::new(

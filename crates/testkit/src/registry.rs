@@ -47,6 +47,8 @@ struct Shared {
     failed: u32,
     /// Bearer mode: the accepted `user:password`, the tokens issued, the scopes asked for.
     bearer: Option<String>,
+    /// Bearer mode: the refresh token accepted by the OAuth2 POST, if any.
+    refresh: Option<String>,
     tokens: Vec<String>,
     scopes: Vec<String>,
 }
@@ -293,6 +295,12 @@ impl TestRegistry {
         self.proxy.shared.lock().unwrap().bearer = Some(format!("{user}:{password}"));
     }
 
+    /// Makes the token service also accept OAuth2 POSTs with `refresh_token` (what a Docker
+    /// config's `identitytoken` is exchanged with).
+    pub fn accept_refresh_token(&self, refresh_token: &str) {
+        self.proxy.shared.lock().unwrap().refresh = Some(refresh_token.to_owned());
+    }
+
     /// The scopes the token service was asked for, in order.
     pub fn token_scopes(&self) -> Vec<String> {
         self.proxy.shared.lock().unwrap().scopes.clone()
@@ -367,36 +375,58 @@ async fn forward(State(proxy): State<Arc<Proxy>>, request: Request<Body>) -> Res
             status: code,
         });
     };
-    // The token service of bearer mode.
+    // The token service of bearer mode: GET with basic authentication, or an OAuth2 POST
+    // with a refresh token (Docker's `identitytoken`).
     if request.uri().path() == "/token" {
-        let mut shared = proxy.shared.lock().unwrap();
-        let Some(expected) = shared.bearer.clone() else {
-            drop(shared);
-            record(404);
-            return status(StatusCode::NOT_FOUND, "");
-        };
-        let given = request
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        let authorization = request
             .headers()
             .get("Authorization")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.strip_prefix("Basic "))
             .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
             .map(|b| String::from_utf8_lossy(&b).into_owned());
-        if given.as_deref() != Some(expected.as_str()) {
+        let post = request.method() == axum::http::Method::POST;
+        let form = if post {
+            let body = axum::body::to_bytes(request.into_body(), 1 << 16)
+                .await
+                .unwrap_or_default();
+            String::from_utf8_lossy(&body).into_owned()
+        } else {
+            String::new()
+        };
+        let mut shared = proxy.shared.lock().unwrap();
+        let (Some(expected), refresh) = (shared.bearer.clone(), shared.refresh.clone()) else {
+            drop(shared);
+            record(404);
+            return status(StatusCode::NOT_FOUND, "");
+        };
+        let (allowed, scope) = if post {
+            let ok = query_value(&form, "grant_type").as_deref() == Some("refresh_token")
+                && refresh.is_some()
+                && query_value(&form, "refresh_token") == refresh;
+            (ok, query_value(&form, "scope").unwrap_or_default())
+        } else {
+            (
+                authorization.as_deref() == Some(expected.as_str()),
+                query_value(&query, "scope").unwrap_or_default(),
+            )
+        };
+        if !allowed {
             drop(shared);
             record(401);
             return status(StatusCode::UNAUTHORIZED, r#"{"details":"bad credentials"}"#);
         }
-        let query = request.uri().query().unwrap_or_default();
-        let scope = query_value(query, "scope").unwrap_or_default();
         shared.scopes.push(scope.clone());
         let token = format!("tok-{}-{}", shared.tokens.len(), scope.len());
         shared.tokens.push(format!("{token}|{scope}"));
         drop(shared);
         record(200);
+        // An OAuth2 answer names the token `access_token`; the Docker one `token`.
+        let key = if post { "access_token" } else { "token" };
         let mut response = status(
             StatusCode::OK,
-            &format!(r#"{{"token":"{token}","expires_in":300}}"#),
+            &format!(r#"{{"{key}":"{token}","expires_in":300}}"#),
         );
         response
             .headers_mut()
