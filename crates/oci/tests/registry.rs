@@ -506,10 +506,20 @@ fn transient_failures_are_retried() {
         return;
     };
     let location = Location::parse(&reg.location("gitops")).unwrap();
-    let count = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
-    let seen = count.clone();
-    // Every third request fails once.
-    reg.fail_when(move |_, _| seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 3 == 1);
+    // Every third distinct request fails, once: its retry (an upload's too, whose session
+    // path differs) goes through. Uploads run on several threads, so the requests are told
+    // apart by what they are, not by their order.
+    let seen = std::sync::Mutex::new(std::collections::HashSet::new());
+    reg.fail_when(move |method, path| {
+        let path = path.split('?').next().unwrap_or(path);
+        let path = match path.find("/blobs/uploads/") {
+            Some(at) => &path[..at + "/blobs/uploads/".len()],
+            None => path,
+        };
+        let mut seen = seen.lock().unwrap();
+        let new = seen.insert(format!("{method} {path}"));
+        new && seen.len() % 3 == 1
+    });
     let client = registry();
     deliver_to(&client, &location, &content(), COMMIT).unwrap();
     assert!(reg.failed() > 3);
