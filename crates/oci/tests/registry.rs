@@ -472,7 +472,26 @@ fn a_failure_part_way_leaves_every_tag_on_a_complete_artifact() {
         .unwrap();
     assert_eq!(Some(index.digest.clone()), first.index, "the index is not moved");
 
-    // Healed, the next delivery finishes: drone was pushed already and is only looked at.
+    // Every artifact written, the index is not: the tags are on the new artifacts, the index
+    // on the old state.
+    reg.fail_when(|method, path| method == "PUT" && path == "/v2/gitops/manifests/dev");
+    assert!(
+        deliver_to(
+            &registry(),
+            &location,
+            &next,
+            "3333333333333333333333333333333333333333"
+        )
+        .is_err()
+    );
+    let index = read::index(&client, &location, "dev", Access::Pull)
+        .unwrap()
+        .unwrap();
+    assert_eq!(Some(index.digest.clone()), first.index, "the index is not moved");
+    let written = (head("drone"), head("large"));
+
+    // Healed, the next delivery finishes: the artifacts are complete already and only looked
+    // at; the index is written.
     reg.heal();
     reg.clear_requests();
     let done = deliver_to(
@@ -484,12 +503,35 @@ fn a_failure_part_way_leaves_every_tag_on_a_complete_artifact() {
     .unwrap();
     let pushed: Vec<&str> = done.pushed.iter().map(|p| p.cluster_type.as_str()).collect();
     assert_eq!(pushed, ["drone", "large"]);
-    let drone_writes = reg
+    assert_eq!(
+        written,
+        (
+            Some(done.pushed[0].manifest.clone()),
+            Some(done.pushed[1].manifest.clone())
+        )
+    );
+    let artifact_writes = reg
         .requests()
         .iter()
-        .filter(|r| r.path.starts_with("/v2/gitops/drone/") && (r.method == "PUT" || r.method == "POST"))
+        .filter(|r| {
+            let in_a_cluster_types_repository = r.path.starts_with("/v2/gitops/")
+                && !r.path.starts_with("/v2/gitops/manifests/")
+                && !r.path.starts_with("/v2/gitops/blobs/");
+            in_a_cluster_types_repository && (r.method == "PUT" || r.method == "POST")
+        })
         .count();
-    assert_eq!(drone_writes, 0, "drone's artifact was complete already");
+    assert_eq!(
+        artifact_writes,
+        0,
+        "the artifacts were complete already: {:?}",
+        reg.requests()
+    );
+    assert!(
+        reg.requests()
+            .iter()
+            .any(|r| r.method == "PUT" && r.path == "/v2/gitops/manifests/dev"),
+        "the index is written"
+    );
     assert_eq!(head("large"), Some(done.pushed[1].manifest.clone()));
     assert_eq!(
         read::index(&client, &location, "dev", Access::Pull)
