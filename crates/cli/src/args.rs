@@ -217,6 +217,8 @@ pub(crate) struct PlanSource {
     pub(crate) promote_from: Option<String>,
     #[command(flatten, next_help_heading = "Git options")]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -349,6 +351,26 @@ pub(crate) struct GitArgs {
     pub(crate) backoff: String,
 }
 
+/// Registry access for `oci://` GitOps repositories.
+#[derive(Debug, Args)]
+pub(crate) struct RegistryArgs {
+    /// Docker config file with registry credentials, as `docker login` writes it (default:
+    /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`).
+    #[arg(long, env = "KALYPSO_REGISTRY_CONFIG", value_name = "FILE")]
+    pub(crate) registry_config: Option<PathBuf>,
+    /// User name of the registry token (for every registry, instead of the Docker config).
+    #[arg(long, env = kalypso_git::oci::USERNAME_ENV, value_name = "USER")]
+    pub(crate) registry_username: Option<String>,
+    /// File holding the registry token or password (default: the variable
+    /// KALYPSO_REGISTRY_TOKEN, when set).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) registry_token_file: Option<PathBuf>,
+    /// A registry reached over plain HTTP (repeatable); registries on loopback (`localhost`,
+    /// `127.0.0.1`) always are, every other one over HTTPS.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) insecure_registry: Vec<String>,
+}
+
 /// Commit author and message.
 #[derive(Debug, Args)]
 pub(crate) struct CommitArgs {
@@ -398,6 +420,8 @@ pub(crate) struct SyncArgs {
     pub(crate) commit: CommitArgs,
     #[command(flatten)]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -524,6 +548,8 @@ pub(crate) struct HubArgs {
     pub(crate) refresh: String,
     #[command(flatten)]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]

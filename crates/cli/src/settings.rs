@@ -181,6 +181,17 @@ impl Git {
     }
 }
 
+/// Registry access for `oci://` GitOps repositories (`--registry-*`).
+fn registry(args: &args::RegistryArgs) -> kalypso_git::oci::AuthSettings {
+    kalypso_git::oci::AuthSettings {
+        docker_config: args.registry_config.clone(),
+        username: args.registry_username.clone(),
+        token_file: args.registry_token_file.clone(),
+        insecure: args.insecure_registry.clone(),
+        ..kalypso_git::oci::AuthSettings::default()
+    }
+}
+
 /// Each command's settings.
 #[derive(Debug)]
 pub(crate) enum CommandSettings {
@@ -308,6 +319,8 @@ pub(crate) struct Comparison {
     /// The environment whose main commit is promoted (`--promote-from`), never `env`.
     pub(crate) promote_from: Option<String>,
     pub(crate) git: Git,
+    /// Registry access, for `--against oci://…`.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Comparison {
@@ -327,6 +340,7 @@ impl Comparison {
             against: args.against.clone(),
             promote_from: args.promote_from.clone(),
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -387,6 +401,8 @@ pub(crate) struct Sync {
     /// Also print the input commits.
     pub(crate) verbose: bool,
     pub(crate) git: Git,
+    /// Registry access for `oci://` GitOpsRepos.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Sync {
@@ -406,6 +422,7 @@ impl Sync {
             json: args.json,
             verbose: args.verbose,
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -585,6 +602,8 @@ pub(crate) struct Hub {
     /// How often the GitOps branches are read again (at least every second).
     pub(crate) refresh: Duration,
     pub(crate) git: Git,
+    /// Registry access for `oci://` GitOpsRepos.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Hub {
@@ -605,6 +624,7 @@ impl Hub {
             stale_after: duration("--stale-after", &args.stale_after)?,
             refresh: duration("--refresh", &args.refresh)?.max(Duration::from_secs(1)),
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -1119,6 +1139,15 @@ mod tests {
             "hub",
         ] {
             expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+        }
+        // Registry access for oci:// GitOps repositories (the token's own variable,
+        // KALYPSO_REGISTRY_TOKEN, is read by kalypso-oci, not by clap: its value is never shown).
+        let registry = [
+            "registry_config KALYPSO_REGISTRY_CONFIG",
+            "registry_username KALYPSO_REGISTRY_USERNAME",
+        ];
+        for command in ["plan", "diff", "sync", "hub"] {
+            expected.extend(registry.iter().map(|r| format!("{command} --{r}")));
         }
         if cfg!(feature = "operator") {
             expected.extend(

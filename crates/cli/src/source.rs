@@ -18,13 +18,15 @@ use crate::fsio::read_tree;
 use crate::local_clone::LocalClone;
 use crate::settings;
 
-/// Git access shared by every repository one command reads.
+/// Git access shared by every repository one command reads (and registry access, for an
+/// `oci://` tree named by `--against`).
 #[derive(Debug)]
 pub(crate) struct GitAccess {
     credentials: Credentials,
     cache: Cache,
     retry: RetryPolicy,
     main_branch: String,
+    registry: kalypso_git::oci::AuthSettings,
 }
 
 impl GitAccess {
@@ -36,7 +38,14 @@ impl GitAccess {
             cache: Cache::new(settings.cache_dir()),
             retry: settings.retry,
             main_branch: settings.main_branch.clone(),
+            registry: kalypso_git::oci::AuthSettings::default(),
         })
+    }
+
+    /// The same, reaching registries as `registry` says.
+    pub(crate) fn with_registry(mut self, registry: &kalypso_git::oci::AuthSettings) -> GitAccess {
+        self.registry = registry.clone();
+        self
     }
 
     fn transport(&self) -> Transport<'_> {
@@ -240,8 +249,12 @@ fn select(control_plane: &ControlPlane, env: &str) -> Result<EnvironmentRef> {
 }
 
 /// Reads the current GitOps tree `spec` names: a folder (a working copy's `.git` is
-/// skipped), or `<REPO>#<BRANCH>`.
+/// skipped), `<REPO>#<BRANCH>`, or `oci://HOST/PATH#TAG` (the artifacts of an environment
+/// delivered to a registry, laid out as its git form: a folder per cluster type).
 pub(crate) fn read_against(spec: &str, git: &GitAccess, quiet: bool) -> Result<Tree> {
+    if kalypso_git::oci::is_oci(spec) {
+        return read_artifacts(spec, git, quiet);
+    }
     let path = Path::new(spec);
     if path.is_dir() && !is_bare_repository(path) {
         return read_tree(path).with_context(|| format!("reading {spec}"));
@@ -259,6 +272,27 @@ pub(crate) fn read_against(spec: &str, git: &GitAccess, quiet: bool) -> Result<T
         "--against {}: no such folder (name a GitOps folder, or a branch of a git repository as <REPO>#<BRANCH>)",
         kalypso_git::redact(spec)
     )
+}
+
+/// The environment delivered to `oci://HOST/PATH#TAG` (empty if nothing is there yet).
+fn read_artifacts(spec: &str, git: &GitAccess, quiet: bool) -> Result<Tree> {
+    let (location, tag) =
+        kalypso_oci::reference::parse_with_tag(spec).map_err(|e| anyhow!("--against: {e}"))?;
+    let registry = kalypso_git::oci::registry(&git.registry, &git.retry)
+        .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?;
+    match kalypso_oci::read::tree(&registry, &location, &tag)
+        .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?
+    {
+        Some((_, tree)) => Ok(tree),
+        None => {
+            if !quiet {
+                eprintln!(
+                    "note: {location} has no environment tagged {tag:?} yet; planning against an empty tree"
+                );
+            }
+            Ok(Tree::new())
+        }
+    }
 }
 
 /// The files of `branch` of repository `repo` (empty if the branch does not exist yet).

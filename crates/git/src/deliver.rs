@@ -290,6 +290,9 @@ pub enum Delivery {
         /// What would change.
         changes: Changes,
     },
+    /// Delivered to an OCI registry (`oci://` GitOpsRepos): the artifacts pushed (none when
+    /// nothing changed), or in a dry run those that would be (see [`crate::oci`]).
+    Artifacts(Box<kalypso_oci::Report>),
 }
 
 /// Where and how one GitOps branch is delivered to.

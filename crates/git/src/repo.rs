@@ -627,6 +627,15 @@ impl Repo {
         Ok(c.tree_id())
     }
 
+    /// When `commit` was made: its committer time, Unix seconds.
+    pub fn commit_time(&self, commit: Oid) -> Result<i64, Error> {
+        let c = self
+            .git
+            .find_commit(commit)
+            .map_err(git_error(format!("cannot read commit {commit} of"), &self.url))?;
+        Ok(c.committer().when().seconds())
+    }
+
     /// The first parent of `commit`.
     pub fn parent_of(&self, commit: Oid) -> Result<Option<Oid>, Error> {
         let c = self

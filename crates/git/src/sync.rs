@@ -65,6 +65,24 @@ pub enum Error {
         /// The environment.
         environment: String,
     },
+    /// Delivery to an OCI registry failed.
+    #[error("environment {environment}: GitOpsRepo {name:?}: {error}")]
+    Oci {
+        /// The environment.
+        environment: String,
+        /// The GitOpsRepo.
+        name: String,
+        /// Why (its message is part of this error's).
+        error: Box<kalypso_oci::Error>,
+    },
+    /// The registry client cannot be made (its credentials cannot be loaded).
+    #[error("environment {environment}: cannot reach OCI registries: {reason}")]
+    Registry {
+        /// The environment.
+        environment: String,
+        /// Why.
+        reason: String,
+    },
     /// A GitOpsRepo is unusable.
     #[error("environment {environment}: GitOpsRepo {name:?}: {reason}")]
     GitOpsRepo {
@@ -84,6 +102,7 @@ impl Error {
             Error::ControlPlane(e) => e.is_transient(),
             Error::Delivery { error, .. } => error.is_transient(),
             Error::Issues { error, .. } => error.is_transient(),
+            Error::Oci { error, .. } => error.is_transient(),
             _ => false,
         }
     }
@@ -97,7 +116,7 @@ impl Error {
                 error: deliver::Error::Repo(crate::repo::Error::NotDelivered { .. }),
                 ..
             }
-        )
+        ) || matches!(self, Error::Oci { error, .. } if matches!(**error, kalypso_oci::Error::NotDelivered { .. }))
     }
 
     /// Whether a repository looks damaged on disk: for the cache's mirrors,
@@ -129,6 +148,8 @@ pub struct Settings {
     pub gitops_repo: Option<String>,
     /// Makes the calls to the SchedulerExtenders of policies with placement fields.
     pub extenders: Extenders,
+    /// Credentials and plain-HTTP registries for `oci://` GitOpsRepos.
+    pub registry: kalypso_oci::AuthSettings,
 }
 
 /// The client that calls scheduler extenders (HTTP by default).
@@ -157,6 +178,7 @@ impl Default for Settings {
             delivery: DeliverySettings::default(),
             gitops_repo: None,
             extenders: Extenders::default(),
+            registry: kalypso_oci::AuthSettings::default(),
         }
     }
 }
@@ -281,6 +303,8 @@ pub struct Syncer {
     /// The files of each environment's last delivery, so that later passes render only
     /// the assignments whose inputs changed (read from the cache on a process's first pass).
     delivered: Mutex<HashMap<String, DeliveredFiles>>,
+    /// The registry client of `oci://` GitOpsRepos, made when one is first met.
+    registry: crate::oci::Lazy,
 }
 
 impl Syncer {
@@ -294,6 +318,7 @@ impl Syncer {
             credentials,
             runtime,
             delivered: Mutex::default(),
+            registry: crate::oci::Lazy::default(),
         })
     }
 
@@ -421,8 +446,20 @@ impl Syncer {
                 Err(error) => tracing::debug!(%error, "cannot list the branches; syncing in full"),
             }
         }
-        let remotes = urls.len();
+        // OCI GitOpsRepos: the index each tag holds now (one HEAD each, see crate::oci).
+        let oci_heads = crate::oci::index_heads(
+            states.iter().flat_map(|(_, state)| state.targets.values()),
+            || {
+                self.registry
+                    .get(&self.settings.registry, &self.settings.retry)
+                    .ok()
+            },
+        );
+        let remotes = urls.len() + oci_heads.len();
         let head = |url: &str, branch: &str| -> Option<Option<String>> {
+            if crate::oci::is_oci(url) {
+                return oci_heads.get(&(url.to_owned(), branch.to_owned())).cloned();
+            }
             let url = RepoUrl::parse(url).ok()?;
             let heads = listed.get(&url.cache_name())?;
             Some(heads.get(branch).map(Oid::to_string))
@@ -452,9 +489,12 @@ impl Syncer {
                     name: target.clone(),
                     repo: RepoUrl::parse(&b.url).map_or_else(|_| b.url.clone(), |u| u.redacted()),
                     branch: b.branch.clone(),
-                    delivery: Delivery::UpToDate {
-                        head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
-                        closed: Vec::new(),
+                    delivery: match crate::oci::unchanged(b) {
+                        Some(report) => Delivery::Artifacts(Box::new(report)),
+                        None => Delivery::UpToDate {
+                            head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
+                            closed: Vec::new(),
+                        },
                     },
                 })
                 .collect();
@@ -585,6 +625,7 @@ impl Pass<'_> {
         let name = resolved.environment.name.clone();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
+        let oci_targets = self.oci_targets(resolved)?;
         let extenders = Watched {
             inner: &*self.syncer.settings.extenders.0,
             called: AtomicBool::new(false),
@@ -597,10 +638,14 @@ impl Pass<'_> {
                 if let Some(remembered) = &remembered {
                     return remembered.clone();
                 }
-                targets
-                    .first()
-                    .map(|(_, url, branch, _)| self.delivered_assignment(url, branch))
-                    .unwrap_or_default()
+                match (targets.first(), oci_targets.first()) {
+                    (Some((_, url, branch, _)), _) => self.delivered_assignment(url, branch),
+                    (None, Some(target)) => self
+                        .registry(&name)
+                        .map(|registry| crate::oci::current_assignment(registry, target))
+                        .unwrap_or_default(),
+                    (None, None) => CurrentAssignment::default(),
+                }
             };
             let engine = Engine::from_env();
             let engine_error = engine.as_ref().err().cloned();
@@ -710,6 +755,31 @@ impl Pass<'_> {
                 delivery,
             });
         }
+        if !oci_targets.is_empty() {
+            let registry = self.registry(&name)?;
+            let provenance = self.provenance(resolved);
+            for target in &oci_targets {
+                let report = crate::oci::deliver(
+                    registry,
+                    target,
+                    &hashed,
+                    last,
+                    &provenance,
+                    settings.delivery.dry_run,
+                )
+                .map_err(|error| Error::Oci {
+                    environment: name.clone(),
+                    name: target.name.clone(),
+                    error: Box::new(error),
+                })?;
+                reports.push(TargetReport {
+                    name: target.name.clone(),
+                    repo: target.location.to_string(),
+                    branch: target.tag.clone(),
+                    delivery: Delivery::Artifacts(Box::new(report)),
+                });
+            }
+        }
         // Open or update the issues of the isolated failures, close those of earlier ones.
         report_issues(&run.failures)?;
         let report = EnvReport {
@@ -756,10 +826,21 @@ impl Pass<'_> {
                 commit: Some(source.commit.to_string()),
             });
         }
-        let Ok(destinations) = self.targets(resolved) else {
+        let (Ok(destinations), Ok(oci_destinations)) = (self.targets(resolved), self.oci_targets(resolved))
+        else {
             return;
         };
         let mut targets = BTreeMap::new();
+        // OCI GitOpsRepos come after the git ones in the report (see render_and_deliver).
+        for (target, t) in oci_destinations
+            .iter()
+            .zip(delivered.iter().skip(destinations.len()))
+        {
+            let Some(at) = crate::oci::delivered_at(target, &t.delivery) else {
+                return;
+            };
+            targets.insert(target.name.clone(), at);
+        }
         for ((name, url, branch, _), t) in destinations.iter().zip(delivered) {
             let head = match &t.delivery {
                 Delivery::Committed { commit, .. } => Some(*commit),
@@ -814,7 +895,54 @@ impl Pass<'_> {
         })
     }
 
-    /// The GitOps destinations of `resolved`: (name, repository, branch, mode).
+    /// The registry client, made on first use.
+    fn registry(&self, environment: &str) -> Result<&kalypso_oci::Registry, Error> {
+        let settings = &self.syncer.settings;
+        self.syncer
+            .registry
+            .get(&settings.registry, &settings.retry)
+            .map_err(|reason| Error::Registry {
+                environment: environment.to_owned(),
+                reason,
+            })
+    }
+
+    /// What the artifacts of `resolved` say they come from: the control plane, the
+    /// environment branch's commit (the revision, `<branch>@sha1:<commit>`) and its time.
+    fn provenance(&self, resolved: &Resolved) -> kalypso_oci::Provenance {
+        let repo = self.control_plane.repo();
+        let commit = &resolved.revisions.environment;
+        let created = Oid::from_str(commit)
+            .ok()
+            .and_then(|oid| repo.commit_time(oid).ok())
+            .unwrap_or(0);
+        kalypso_oci::Provenance {
+            environment: resolved.environment.name.clone(),
+            source: repo.url().redacted(),
+            branch: resolved.environment.branch.clone(),
+            commit: commit.clone(),
+            created: kalypso_oci::deliver::rfc3339(created),
+            main_commit: resolved.revisions.main.clone(),
+        }
+    }
+
+    /// The GitOpsRepos of `resolved` that are OCI locations (see [`crate::oci`]).
+    fn oci_targets(&self, resolved: &Resolved) -> Result<Vec<crate::oci::OciTarget>, Error> {
+        let settings = &self.syncer.settings;
+        crate::oci::targets(
+            &resolved.gitops,
+            settings.gitops_repo.as_deref(),
+            settings.delivery.mode,
+        )
+        .map_err(|(name, reason)| Error::GitOpsRepo {
+            environment: resolved.environment.name.clone(),
+            name,
+            reason,
+        })
+    }
+
+    /// The git GitOps destinations of `resolved` (OCI ones aside): (name, repository,
+    /// branch, mode).
     fn targets(&self, resolved: &Resolved) -> Result<Vec<(String, RepoUrl, String, Mode)>, Error> {
         let environment = &resolved.environment.name;
         if resolved.gitops.is_empty() {
@@ -826,6 +954,7 @@ impl Pass<'_> {
         resolved
             .gitops
             .iter()
+            .filter(|g| !crate::oci::is_oci(settings.gitops_repo.as_deref().unwrap_or(&g.repo)))
             .map(|g| {
                 let invalid = |reason: String| Error::GitOpsRepo {
                     environment: environment.clone(),

@@ -327,9 +327,28 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         q.execute(&mut *tx).await?;
     }
 
-    // 6. Platform states, for commits of the environment's GitOps branch.
+    // 6. Platform states, for commits of the environment's GitOps branch (and, for an OCI
+    // environment, for artifacts of its indexes: their position moves on with every index
+    // that keeps them, so it is looked up each time and never remembered).
+    let mut artifact_positions: HashMap<(String, String, String), i64> = HashMap::new();
+    for &i in platform.values() {
+        let r = &batch[i].report;
+        if !r.commit.starts_with("sha256:") {
+            continue;
+        }
+        let key = (r.environment.clone(), r.cluster_type.clone(), r.commit.clone());
+        if artifact_positions.contains_key(&key) {
+            continue;
+        }
+        if let Some(position) =
+            crate::oci::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
+        {
+            artifact_positions.insert(key, position);
+        }
+    }
     let mut wanted: Vec<(String, String)> = platform
         .values()
+        .filter(|&&i| !batch[i].report.commit.starts_with("sha256:"))
         .map(|&i| {
             (
                 batch[i].report.environment.clone(),
@@ -360,9 +379,12 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         .iter()
         .filter_map(|(&id, &i)| {
             let r = &batch[i].report;
-            positions
-                .get(&(r.environment.clone(), r.commit.clone()))
-                .map(|&p| (id, i, p))
+            let position = if r.commit.starts_with("sha256:") {
+                artifact_positions.get(&(r.environment.clone(), r.cluster_type.clone(), r.commit.clone()))
+            } else {
+                positions.get(&(r.environment.clone(), r.commit.clone()))
+            };
+            position.map(|&p| (id, i, p))
         })
         .collect();
     updates.sort_unstable();

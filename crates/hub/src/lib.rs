@@ -12,7 +12,9 @@
 //!
 //! - [`model`]: the report payloads, parsed and validated;
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
-//! - [`gitops`]: reading the GitOps branches' history; [`query`]: the correlation queries;
+//! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
+//!   delivered to OCI registries, and what their clusters' artifact digests stand for;
+//!   [`query`]: the correlation queries;
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
@@ -25,6 +27,7 @@ pub mod gitops;
 pub mod http;
 pub mod ingest;
 pub mod model;
+pub mod oci;
 pub mod openapi;
 pub mod query;
 

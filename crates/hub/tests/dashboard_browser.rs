@@ -136,6 +136,7 @@ fn repos(dir: &Path) -> (GitSettings, Commits) {
         auth: AuthSettings::default(),
         retry: RetryPolicy::default(),
         main_branch: "main".to_owned(),
+        registry: Default::default(),
     };
     (settings, commits)
 }

@@ -64,7 +64,8 @@ impl GitPublisher {
 
 fn published(delivery: Delivery) -> Published {
     match delivery {
-        Delivery::UpToDate { .. } | Delivery::DryRun { .. } => Published::UpToDate,
+        // The operator delivers to git only (`oci://` GitOpsRepos are `sync`'s and `serve`'s).
+        Delivery::UpToDate { .. } | Delivery::DryRun { .. } | Delivery::Artifacts(_) => Published::UpToDate,
         Delivery::Committed { commit, .. } => Published::Pushed {
             commit: commit.to_string(),
         },

@@ -59,6 +59,9 @@ pub struct Config {
     /// Credentials.
     #[serde(default)]
     pub auth: AuthSettings,
+    /// Registry access for `oci://` GitOpsRepos.
+    #[serde(default)]
+    pub registry: RegistryConfig,
     /// How to deliver.
     #[serde(default)]
     pub delivery: DeliveryConfig,
@@ -99,6 +102,43 @@ pub struct DeliveryConfig {
     /// Commit message.
     #[serde(default)]
     pub message: Option<String>,
+}
+
+/// The `registry` section: credentials and plain-HTTP registries for `oci://` GitOpsRepos.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Docker config file (default: `$DOCKER_CONFIG/config.json`, else
+    /// `~/.docker/config.json`).
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// User name of the token (default: `KALYPSO_REGISTRY_USERNAME`).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding a token for every registry (wins over the Docker config).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Environment variable holding the token (default `KALYPSO_REGISTRY_TOKEN`).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Registries (`host[:port]`) reached over plain HTTP besides loopback ones.
+    #[serde(default)]
+    pub insecure: Vec<String>,
+}
+
+impl RegistryConfig {
+    /// The registry settings of a sync.
+    pub fn auth(&self) -> kalypso_git::oci::AuthSettings {
+        let defaults = kalypso_git::oci::AuthSettings::default();
+        kalypso_git::oci::AuthSettings {
+            docker_config: self.docker_config.clone(),
+            username: self.username.clone(),
+            token: None,
+            token_file: self.token_file.clone(),
+            token_env: self.token_env.clone().or(defaults.token_env),
+            insecure: self.insecure.clone(),
+        }
+    }
 }
 
 /// The `webhook` section.
@@ -194,6 +234,7 @@ impl Config {
             cache_dir: None,
             main_branch: None,
             auth: AuthSettings::default(),
+            registry: RegistryConfig::default(),
             delivery: DeliveryConfig::default(),
             webhook: WebhookConfig::default(),
             retry: None,
@@ -251,6 +292,7 @@ impl Config {
             },
             gitops_repo: d.gitops_repo.clone(),
             extenders: defaults.extenders,
+            registry: self.registry.auth(),
         }
     }
 

@@ -899,7 +899,39 @@ fn describe(delivery: &Delivery) -> (&'static str, String) {
             ),
         ),
         Delivery::DryRun { mode, changes } => ("dry_run", format!("would deliver in {mode} mode: {changes}")),
+        Delivery::Artifacts(report) => (
+            if report.dry_run {
+                "dry_run"
+            } else if report.changed {
+                "pushed"
+            } else {
+                "up_to_date"
+            },
+            kalypso_oci_summary(report),
+        ),
     }
+}
+
+/// `3 artifacts pushed (1 new), 197 unchanged, index sha256:…` for an OCI delivery.
+fn kalypso_oci_summary(report: &kalypso_git::oci::Report) -> String {
+    let new = report.pushed.iter().filter(|p| p.new).count();
+    let mut s = format!(
+        "{} artifact(s) {} ({new} new), {} unchanged",
+        report.pushed.len(),
+        if report.dry_run {
+            "would be pushed"
+        } else {
+            "pushed"
+        },
+        report.unchanged
+    );
+    if !report.retired.is_empty() {
+        s.push_str(&format!(", retired {}", report.retired.join(", ")));
+    }
+    if let Some(index) = &report.index {
+        s.push_str(&format!(", index {index}"));
+    }
+    s
 }
 
 #[cfg(test)]

@@ -7,6 +7,8 @@
 //! - a smart-HTTP git server over `git http-backend` with token checks and fault injection
 //!   ([`GitHttpServer`]), and a GitHub REST stand-in that records every request
 //!   ([`FakeGitHub`]);
+//! - a real OCI registry (Debian's `docker-registry`) behind a recording, fault-injecting
+//!   proxy that can also act as its token service ([`TestRegistry`]);
 //! - folders read and written as maps of files ([`files_under`], [`write_files_under`]), and
 //!   snapshots that see folders and links too ([`snapshot`]);
 //! - the `kalypso` command run in a child process ([`Run`], [`kalypso`]) and the bundled
@@ -29,6 +31,7 @@ mod folders;
 mod git_cli;
 mod go_json;
 mod http_git;
+mod registry;
 mod run;
 
 pub use doc_script::{run_doc_script, sh_blocks};
@@ -40,6 +43,7 @@ pub use folders::{Entry, copy_files, files_under, snapshot, text_files_under, wr
 pub use git_cli::{branch_files, commit_count, git, init_bare, rev_parse, write_files};
 pub use go_json::go_json;
 pub use http_git::GitHttpServer;
+pub use registry::{RegistryRequest, TestRegistry, require_tool, services_required};
 pub use run::{Run, kalypso};
 
 /// A multi-threaded runtime for the servers; sync code runs on the test's own thread and

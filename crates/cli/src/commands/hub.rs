@@ -46,6 +46,7 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         auth: settings.git.auth.clone(),
         retry: settings.git.retry,
         main_branch: settings.git.main_branch.clone(),
+        registry: settings.registry.clone(),
     });
     let runtime = runtime()?;
     runtime
