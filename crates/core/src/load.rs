@@ -404,7 +404,7 @@ fn tag_at(text: &str, field: &str) -> Option<String> {
         Some((_, value)) if !rest.starts_with('!') => value,
         _ => rest,
     };
-    let tag = value.trim_start().split_whitespace().next()?;
+    let tag = value.split_whitespace().next()?;
     tag.starts_with('!').then(|| tag.to_owned())
 }
 
