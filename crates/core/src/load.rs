@@ -441,7 +441,7 @@ impl Identity {
 
     /// `d`, naming the object: one of the scheduler's kinds, or another kind as written.
     fn apply(&self, mut d: Diagnostic) -> Diagnostic {
-        let Some(kind) = &self.kind else {
+        let Some(kind) = self.kind.as_ref().filter(|k| !k.is_empty()) else {
             return d;
         };
         let name = self.name.clone().unwrap_or_default();
@@ -533,7 +533,7 @@ fn missing_type_meta(api_version: Option<&str>, kind: Option<&str>, name: &str) 
         (None, Some(_)) => "apiVersion",
         _ => "kind",
     };
-    let what = if name.is_empty() {
+    let what = if name.is_empty() || kind.is_some() {
         "document".to_owned()
     } else {
         format!("document (metadata.name {name:?})")
@@ -734,18 +734,26 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
         // An error, not a warning: skipping the document would drop the object it was meant
         // to be (a ClusterType, a Workload...) and the render would delete its folders.
-        diagnostics.push(
-            Diagnostic::error(
-                Code::NotAnObject,
-                missing_type_meta(api_version, kind_name, &name),
-            )
-            .at(&origin)
-            .field(if api_version.is_none() {
-                "apiVersion"
-            } else {
-                "kind"
-            }),
-        );
+        let d = Diagnostic::error(
+            Code::NotAnObject,
+            missing_type_meta(api_version, kind_name, &name),
+        )
+        .at(&origin)
+        .field(if api_version.is_none() {
+            "apiVersion"
+        } else {
+            "kind"
+        });
+        // With a kind but no apiVersion, the object is named by its kind and name.
+        let d = match kind_name {
+            Some(kind) => Identity {
+                kind: Some(kind.to_owned()),
+                name: Some(name.clone()),
+            }
+            .apply(d),
+            None => d,
+        };
+        diagnostics.push(d);
         return None;
     };
     let Some(kind) = Kind::from_type_meta(api_version, kind_name) else {
@@ -775,12 +783,16 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             None
         };
         if let Some((field, message)) = problem {
-            let mut d = Diagnostic::error(Code::UnknownKind, message)
-                .at(&origin)
-                .field(field);
-            if !name.is_empty() {
-                d.object = ours.map(|k| (k, name.clone()));
+            // Named by its kind as written (one of the scheduler's, or the misspelled one).
+            let d = Identity {
+                kind: Some(kind_name.to_owned()),
+                name: Some(name.clone()),
             }
+            .apply(
+                Diagnostic::error(Code::UnknownKind, message)
+                    .at(&origin)
+                    .field(field),
+            );
             diagnostics.push(d);
         }
         return None;
@@ -1559,7 +1571,7 @@ mod tests {
                     "error[not-an-object]: dev/f.yaml:4: kind: document (metadata.name \"large\") has no kind {tail}"
                 ),
                 format!(
-                    "error[not-an-object]: dev/f.yaml:8: apiVersion: document (metadata.name \"small\") has no apiVersion {tail}"
+                    "error[not-an-object]: dev/f.yaml:8: ClusterType \"small\": apiVersion: document has no apiVersion {tail}"
                 ),
                 format!(
                     "error[not-an-object]: dev/f.yaml:12:1: kind: document (metadata.name \"n\") has no kind {tail}"
@@ -1581,8 +1593,8 @@ mod tests {
         assert_eq!(shown.len(), 3, "{shown:#?}");
         assert!(
             shown[0].starts_with(
-                "error[unknown-kind]: dev/f.yaml:2:1: kind: unknown kind \"ClusterTyp\"; the kinds of \
-                 scheduler.kalypso.io/v1alpha1 are ClusterType, Template,"
+                "error[unknown-kind]: dev/f.yaml:2:1: ClusterTyp \"a\": kind: unknown kind \"ClusterTyp\"; the \
+                 kinds of scheduler.kalypso.io/v1alpha1 are ClusterType, Template,"
             ),
             "{shown:#?}"
         );

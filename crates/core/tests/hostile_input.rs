@@ -389,6 +389,35 @@ fn every_diagnostic_names_file_object_and_field_in_kalypsos_words() {
             }
         }
     }
+    // Each document without its apiVersion, and each scheduler kind misspelled: named by the
+    // kind as written.
+    for (kind, doc) in documents() {
+        let api_version = doc.lines().next().unwrap();
+        let cases = [
+            (
+                doc.replacen(&format!("{api_version}\n"), "", 1),
+                format!("{kind} \"subject\": apiVersion: "),
+            ),
+            (
+                doc.replacen(&format!("kind: {kind}\n"), &format!("kind: {kind}x\n"), 1),
+                format!("{kind}x \"subject\": "),
+            ),
+        ];
+        for (text, named) in cases {
+            let tree = SourceTree::new("dev", vec![SourceFile::new("f.yaml", text.as_bytes().to_vec())]);
+            let mut diagnostics = Diagnostics::new();
+            kalypso_core::load::load_tree(&tree, &mut diagnostics);
+            // A misspelled kind of another API is another API's object, not an error.
+            if api_version.ends_with(" v1") && named.contains("x \"") {
+                assert!(diagnostics.is_empty(), "{diagnostics}");
+                continue;
+            }
+            assert_eq!(diagnostics.len(), 1, "{diagnostics}");
+            let shown = diagnostics.to_string();
+            assert!(shown.contains(&named), "{named:?} in {shown}");
+            checked += 1;
+        }
+    }
     // Each document too large to read (the limit lowered for this test's process).
     kalypso_core::limits::install(kalypso_core::limits::Limits {
         yaml_document_size: 60,
