@@ -2,7 +2,7 @@
 //! dashboard's browser tests: the dashboard crate's over its in-memory source, the hub's over
 //! its database. Debian's `chromium` and `chromium-driver` are used (or the binaries that
 //! `KALYPSO_CHROMIUM` and `KALYPSO_CHROMEDRIVER` name); nothing downloads a browser. Without
-//! them the tests are skipped, and the test run says so in one line (see [`skipped`]), so that
+//! them the tests are skipped, and the test run says so in one line (see [`crate::skipped`]), so that
 //! `cargo test --workspace` passes on a machine with only the Rust toolchain; CI sets
 //! `KALYPSO_REQUIRE_BROWSER_TESTS=1`, which makes a missing browser a failure.
 
