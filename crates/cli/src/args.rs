@@ -75,9 +75,13 @@ pub(crate) enum Command {
     /// is listed.
     ///
     /// OUT must be missing, empty or a GitOps tree (else the render is refused; `--force`
-    /// overrides). The new tree is staged beside OUT and swapped in at once, so OUT always
-    /// holds the old tree or the new one, even if kalypso is killed; one render at a time may
-    /// write to OUT (a lock file `.<OUT>.kalypso-lock` beside it).
+    /// overrides). A new tree is built beside OUT and renamed into place; an update stages
+    /// the changed files beside OUT and writes a journal (`.<OUT>.kalypso-journal`) before it
+    /// moves them in, one rename per file. Killed before that, OUT is as it was; killed while
+    /// moving them, OUT holds some new files and some old until the next kalypso command on
+    /// OUT (`render`, or `plan`/`diff`/`explain --against OUT`) finishes the update first.
+    /// Other programs should read OUT after the render has exited. One kalypso at a time may
+    /// use OUT (a lock file `.<OUT>.kalypso-lock` beside it).
     Render(RenderArgs),
     /// Check a control plane without writing anything; the exit code tells the result.
     ///
@@ -208,7 +212,8 @@ pub(crate) struct PlanSource {
     pub(crate) env: String,
     /// The current GitOps tree: a folder, or `<REPO>#<BRANCH>` for a branch of a git
     /// repository (path or URL). Default: the environment's GitOpsRepo, when it is a local
-    /// path or `file://` URL.
+    /// path or `file://` URL. A folder is read under its render lock, after an update a
+    /// killed render left unfinished in it is finished.
     #[arg(long, value_name = "GITOPS")]
     pub(crate) against: Option<String>,
     /// Plan the promotion of the main commit environment SRC has promoted (its BaseRepo

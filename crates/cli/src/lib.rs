@@ -15,6 +15,7 @@ pub mod control_plane;
 mod current_assignment;
 pub mod fsio;
 mod hub_client;
+mod interrupt;
 mod local_clone;
 pub mod output;
 mod progress;

@@ -257,6 +257,9 @@ pub(crate) fn read_against(spec: &str, git: &GitAccess, quiet: bool) -> Result<T
     }
     let path = Path::new(spec);
     if path.is_dir() && !is_bare_repository(path) {
+        // Locked and settled first: no render changes it while it is read, and an update a
+        // killed render began is finished (or, where it cannot be, refused).
+        let _lock = crate::output::settle_for_reading(path, spec, quiet)?;
         return read_tree(path).with_context(|| format!("reading {spec}"));
     }
     if let Some((repo, branch)) = spec.rsplit_once('#')

@@ -70,10 +70,8 @@ async fn fresh_postgres(base: &str) -> String {
 /// The databases every scenario runs on: SQLite in `dir`, and PostgreSQL when configured.
 async fn databases(dir: &Path, label: &str) -> Vec<String> {
     let mut out = vec![format!("sqlite://{}", dir.join(format!("{label}.db")).display())];
-    if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
-        && !base.trim().is_empty()
-    {
-        out.push(fresh_postgres(base.trim()).await);
+    if let Some(base) = kalypso_testkit::postgres_url("the hub's scenarios on PostgreSQL") {
+        out.push(fresh_postgres(&base).await);
     }
     out
 }

@@ -46,6 +46,40 @@ pub use http_git::GitHttpServer;
 pub use registry::{RegistryRequest, TestRegistry, require_tool, services_required};
 pub use run::{Run, kalypso};
 
+/// Says, once per test process and in one line that the test harness does not capture, that
+/// `what` is skipped and why (with how to run it): a test run that leaves out the tests
+/// needing a service this machine lacks says so, without failing.
+pub fn skipped(what: &str) {
+    use std::io::Write;
+    static SAID: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let mut said = SAID.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if !said.iter().any(|s| s == what) {
+        said.push(what.to_owned());
+        // Straight to the standard error: the harness captures only `eprintln!`.
+        let _ = writeln!(std::io::stderr(), "note: skipped: {what}");
+    }
+}
+
+/// The PostgreSQL server the tests that need one use: `KALYPSO_TEST_POSTGRES_URL`
+/// (`postgres://kalypso:kalypso@127.0.0.1:5432/postgres` for the server `.ci/setup` starts).
+/// Without it `None`, and the test run says once (or fails, where [`services_required`]) that `what` is skipped and how to run it.
+pub fn postgres_url(what: &str) -> Option<String> {
+    match std::env::var("KALYPSO_TEST_POSTGRES_URL") {
+        Ok(url) if !url.trim().is_empty() => Some(url.trim().to_owned()),
+        _ => {
+            assert!(
+                !services_required(),
+                "{what} need PostgreSQL: set KALYPSO_TEST_POSTGRES_URL (.ci/setup starts a server)"
+            );
+            skipped(&format!(
+                "{what} (no PostgreSQL: set KALYPSO_TEST_POSTGRES_URL to a server's URL to run them; \
+                 .ci/setup starts one, see the README)"
+            ));
+            None
+        }
+    }
+}
+
 /// A multi-threaded runtime for the servers; sync code runs on the test's own thread and
 /// blocks on this runtime for GitHub calls.
 pub fn runtime() -> tokio::runtime::Runtime {

@@ -48,7 +48,7 @@ pub(crate) fn render(settings: &Render, global: &Global) -> Result<ExitCode> {
     let shown = settings.out.display().to_string();
     let out = output::real_path(&settings.out, &shown)?;
     let _lock = OutputLock::acquire(&out, &shown)?;
-    output::recover(&out)?;
+    output::recover_noting(&out, &shown, global.quiet)?;
     if fs::symlink_metadata(&out).is_ok() {
         if output::is_mount_point(&out) {
             return Err(OutputError::MountPoint { out: shown }.into());
