@@ -6,10 +6,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
 use kalypso_git::promote;
+pub(crate) use kalypso_server::config::LogFormat;
 
 /// Turns a platform team's fleet model into the GitOps repositories that clusters pull from.
 ///
@@ -57,7 +59,7 @@ pub(crate) struct GlobalArgs {
     #[arg(
         long,
         global = true,
-        value_enum,
+        value_parser = log_formats(),
         value_name = "FORMAT",
         env = "KALYPSO_LOG_FORMAT"
     )]
@@ -313,13 +315,17 @@ pub(crate) struct ValidateArgs {
     pub(crate) git: GitArgs,
 }
 
-/// The log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
+/// The log formats `--log-format` takes (the type is `serve`'s configuration's, so that the
+/// flag and `log.format` are one setting), each with its help.
+fn log_formats() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    let help = |format: LogFormat| match format {
+        LogFormat::Text => "Human-readable lines",
+        LogFormat::Json => "One JSON object per line, for log collectors",
+    };
+    clap::builder::PossibleValuesParser::new(
+        LogFormat::NAMES.map(|(format, name)| clap::builder::PossibleValue::new(name).help(help(format))),
+    )
+    .try_map(|name| name.parse::<LogFormat>())
 }
 
 /// Where git credentials and the cache come from.
@@ -621,7 +627,7 @@ pub(crate) struct OperatorArgs {
     pub(crate) concurrency: u16,
     /// How to deliver: `pr` (pull requests, the original's way), `push`, or `auto`.
     #[arg(long, value_name = "MODE", default_value = "pr")]
-    pub(crate) delivery: String,
+    pub(crate) delivery: Mode,
     /// Where GitOps repositories are mirrored.
     #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
     pub(crate) cache_dir: Option<PathBuf>,

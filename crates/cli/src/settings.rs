@@ -643,7 +643,7 @@ pub(crate) struct Operator {
     pub(crate) poll: Duration,
     /// Environments reconciled at once (at least one).
     pub(crate) concurrency: u16,
-    pub(crate) delivery: kalypso_operator::runtime::Delivery,
+    pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
 }
@@ -679,8 +679,8 @@ impl Operator {
             resync: duration("--resync", &args.resync)?,
             poll: duration("--poll", &args.poll)?,
             concurrency: args.concurrency.max(1),
-            delivery: kalypso_operator::runtime::Delivery {
-                mode: args.delivery.clone(),
+            publisher: kalypso_operator::runtime::PublisherSettings {
+                mode: args.delivery,
                 cache_dir: args.cache_dir.clone(),
                 token_env: args.token_env.clone(),
                 token_file: args.token_file.clone(),
@@ -816,6 +816,35 @@ mod tests {
         };
         for (argv, expected) in cases {
             assert_eq!(error(&argv), expected, "kalypso {}", argv.join(" "));
+        }
+    }
+
+    /// What clap says about `kalypso <argv>` (values typed in `args`, refused before settings).
+    fn refused(argv: &[&str]) -> String {
+        Cli::command()
+            .try_get_matches_from(std::iter::once("kalypso").chain(argv.iter().copied()))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn typed_flags_refuse_unknown_values_naming_the_flag() {
+        let error = refused(&["--log-format", "xml", "validate", "cp"]);
+        assert!(
+            error.contains("'xml'") && error.contains("--log-format"),
+            "{error}"
+        );
+        assert!(error.contains("[possible values: text, json]"), "{error}");
+        #[cfg(feature = "operator")]
+        {
+            // The operator's delivery mode is typed as sync's is (it was a string checked at start).
+            let error = refused(&["operator", "--delivery", "fax"]);
+            assert!(
+                error.contains("'fax'")
+                    && error.contains("--delivery")
+                    && error.contains("unknown delivery mode"),
+                "{error}"
+            );
         }
     }
 

@@ -165,6 +165,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
+        tracing::info!("shutting down");
         stop_tx.send_replace(true);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow};
 use kalypso_git::{Settings, Syncer, redact};
 
-use crate::args::LogFormat;
 use crate::progress::Progress;
 use crate::settings::{self, Global};
+use kalypso_server::config::LogFormat;
 
 mod format;
 
