@@ -199,7 +199,7 @@ pub(crate) enum ColorChoice {
 
 /// The control plane and GitOps tree to compare.
 #[derive(Debug, Args)]
-pub(crate) struct PlanSource {
+pub(crate) struct ComparisonArgs {
     /// The control plane: a folder (`main/`, `<env>/`, `workloads/`), or a git repository
     /// (a local path, `file://`, `https://`, `ssh://` or `git@host:` URL) read as `sync` reads
     /// it.
@@ -224,7 +224,7 @@ pub(crate) struct PlanSource {
 #[derive(Debug, Args)]
 pub(crate) struct PlanArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub(crate) output: OutputFormat,
@@ -233,7 +233,7 @@ pub(crate) struct PlanArgs {
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
 }
 
 #[derive(Debug, Args)]
@@ -557,7 +557,7 @@ pub(crate) struct CrdsArgs {
 
 #[cfg(feature = "operator")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SourceArg {
+pub(crate) enum FeedArg {
     /// Flux brings the control plane into environment namespaces; the operator keeps the
     /// Flux objects of Environments, BaseRepos and WorkloadRegistrations (the original's way).
     Flux,
@@ -573,7 +573,7 @@ pub(crate) enum SourceArg {
 pub(crate) struct OperatorArgs {
     /// Where the control plane comes from.
     #[arg(long, env = "KALYPSO_SOURCE", value_enum, default_value = "flux")]
-    pub(crate) source: SourceArg,
+    pub(crate) source: FeedArg,
     /// Address of /healthz and /readyz (`:8081` means every interface).
     #[arg(long, value_name = "ADDR", default_value = ":8081")]
     pub(crate) health_probe_bind_address: String,

@@ -311,7 +311,7 @@ pub(crate) struct Comparison {
 }
 
 impl Comparison {
-    fn from_args(args: &args::PlanSource) -> Result<Comparison, SettingsError> {
+    fn from_args(args: &args::ComparisonArgs) -> Result<Comparison, SettingsError> {
         if args.promote_from.as_ref() == Some(&args.env) {
             return Err(flag_error(
                 "--promote-from",
@@ -628,7 +628,7 @@ pub(crate) struct Crds {
 #[cfg(feature = "operator")]
 #[derive(Debug)]
 pub(crate) struct Operator {
-    pub(crate) source: kalypso_operator::Source,
+    pub(crate) source: kalypso_operator::ControlPlaneFeed,
     pub(crate) health_addr: SocketAddr,
     pub(crate) metrics_addr: SocketAddr,
     /// `--leader-elect`: the Lease's name and namespace.
@@ -651,12 +651,12 @@ pub(crate) struct Operator {
 #[cfg(feature = "operator")]
 impl Operator {
     fn from_args(args: &args::OperatorArgs) -> Result<Operator, SettingsError> {
-        use kalypso_operator::Source;
+        use kalypso_operator::ControlPlaneFeed;
         Ok(Operator {
             source: match args.source {
-                args::SourceArg::Flux => Source::Flux,
-                args::SourceArg::External => Source::External,
-                args::SourceArg::Git => Source::Git,
+                args::FeedArg::Flux => ControlPlaneFeed::Flux,
+                args::FeedArg::External => ControlPlaneFeed::External,
+                args::FeedArg::Git => ControlPlaneFeed::Git,
             },
             health_addr: address("--health-probe-bind-address", &args.health_probe_bind_address)?,
             metrics_addr: address("--metrics-bind-address", &args.metrics_bind_address)?,
@@ -909,7 +909,7 @@ mod tests {
         };
         assert_eq!(operator.health_addr, SocketAddr::from(([0, 0, 0, 0], 8081)));
         assert_eq!(operator.metrics_addr, SocketAddr::from(([0, 0, 0, 0], 8080)));
-        assert_eq!(operator.source, kalypso_operator::Source::Flux);
+        assert_eq!(operator.source, kalypso_operator::ControlPlaneFeed::Flux);
         assert_eq!(operator.lease, None);
         assert_eq!(operator.debounce, Duration::from_secs(3));
         assert_eq!(operator.resync, Duration::from_secs(300));

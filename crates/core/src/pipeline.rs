@@ -16,7 +16,7 @@ use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
-use crate::model::{AnyObject, Delivery, Namespace};
+use crate::model::{AnyObject, Kustomization, Namespace};
 use crate::placement::PlacementInput;
 use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
@@ -91,13 +91,13 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     let main_objects = load_tree(&inputs.main, diagnostics);
     let mut ns = Namespace::new(environment);
     diagnostics.extend_from(&inputs.notes);
-    ns.apply(&Delivery::Environment, env_objects, diagnostics);
+    ns.apply(&Kustomization::Environment, env_objects, diagnostics);
     // Main-branch content arrives through the BaseRepo named `main` (the original's only
     // promoted one); its Kustomization is `<env>-main`.
-    ns.apply(&Delivery::Base("main".to_owned()), main_objects, diagnostics);
+    ns.apply(&Kustomization::Base("main".to_owned()), main_objects, diagnostics);
     for (name, tree) in &inputs.bases {
         let objects = load_tree(tree, diagnostics);
-        ns.apply(&Delivery::Base(name.clone()), objects, diagnostics);
+        ns.apply(&Kustomization::Base(name.clone()), objects, diagnostics);
     }
     // Workload folders are small and many: they are parsed in parallel, applied in order.
     let registrations: Vec<&String> = ns.registrations.keys().collect();
@@ -113,7 +113,11 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     for (registration, objects, found) in workloads {
         diagnostics.extend(found.in_registration(&registration));
         let mut applied = Diagnostics::new();
-        ns.apply(&Delivery::Workload(registration.clone()), objects, &mut applied);
+        ns.apply(
+            &Kustomization::Workload(registration.clone()),
+            objects,
+            &mut applied,
+        );
         diagnostics.extend(applied.in_registration(&registration));
     }
     ns.check_workload_sources(&inputs.workloads, diagnostics);

@@ -22,7 +22,7 @@ use tokio::runtime::Handle;
 
 use crate::auth::{self, AuthSettings, Credentials};
 use crate::control_plane::{
-    self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, Sources,
+    self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, WorkloadRepos,
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use crate::delivered::DeliveredFiles;
@@ -321,7 +321,7 @@ impl Syncer {
         )?;
         Ok(Pass {
             syncer: self,
-            sources: Sources::with_listing(self.cache.clone(), check.listed.clone()),
+            sources: WorkloadRepos::with_listing(self.cache.clone(), check.listed.clone()),
             transport,
             control_plane,
             store,
@@ -485,7 +485,7 @@ pub struct Pass<'s> {
     syncer: &'s Syncer,
     transport: Transport<'s>,
     control_plane: ControlPlane,
-    sources: Sources,
+    sources: WorkloadRepos,
     store: Store,
     fingerprint: Fingerprint,
 }

@@ -71,7 +71,7 @@ pub struct Content {
 
 /// Whether the environment can be delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub enum Deliverable {
     /// Every object is fine: this is the content.
     Ready(Content),
     /// These problems block delivery (each names its object).
@@ -90,7 +90,7 @@ pub struct DesiredState {
     /// The `Ready` condition of each object.
     pub statuses: Vec<ObjectStatus>,
     /// The content to deliver, or why not.
-    pub delivery: Delivery,
+    pub delivery: Deliverable,
     /// Warnings (not blocking), for logs.
     pub warnings: Vec<String>,
     /// Assignments and their packages (only with [`Options::assignments`]).
@@ -258,13 +258,13 @@ pub fn desired_state(snapshot: &Snapshot, engine: &Engine, options: Options) -> 
     }
     let warnings = diagnostics.warnings().map(ToString::to_string).collect();
     let delivery = if problems.is_empty() {
-        Delivery::Ready(Content {
+        Deliverable::Ready(Content {
             hash: content_hash(&rendered.content),
             assignments: rendered.records.len(),
             content: rendered.content.clone(),
         })
     } else {
-        Delivery::Blocked(problems)
+        Deliverable::Blocked(problems)
     };
 
     let mut failures = run.failures.clone();
@@ -535,7 +535,7 @@ mod tests {
     fn a_healthy_environment_is_ready_to_deliver() {
         let s = hello_world_snapshot();
         let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Ready(content) = &p.delivery else {
+        let Deliverable::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
         assert_eq!(content.assignments, 1);
@@ -585,8 +585,8 @@ mod tests {
         let a = desired_state(&s, &engine(), Options::default());
         let b = desired_state(&s, &engine(), Options::default());
         let hash = |p: &DesiredState| match &p.delivery {
-            Delivery::Ready(c) => c.hash.clone(),
-            Delivery::Blocked(p) => panic!("{p:?}"),
+            Deliverable::Ready(c) => c.hash.clone(),
+            Deliverable::Blocked(p) => panic!("{p:?}"),
         };
         assert_eq!(hash(&a), hash(&b));
         let mut changed = hello_world_snapshot();
@@ -604,7 +604,7 @@ mod tests {
         let mut s = hello_world_snapshot();
         s.templates = vec![Arc::new(template("reconciler", &["{{ .Broken "]))];
         let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Blocked(problems) = &p.delivery else {
+        let Deliverable::Blocked(problems) = &p.delivery else {
             panic!("not blocked");
         };
         assert!(!problems.is_empty());
@@ -638,7 +638,7 @@ mod tests {
         s.workloads
             .push(Arc::new(workload("bad", "broken", &[("dev", "dev")])));
         let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Ready(content) = &p.delivery else {
+        let Deliverable::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
         let delivered: Vec<&str> = content
@@ -671,7 +671,7 @@ mod tests {
         });
         s.policies = vec![Arc::new(p)];
         let on = |desired: &DesiredState| -> Vec<String> {
-            let Delivery::Ready(content) = &desired.delivery else {
+            let Deliverable::Ready(content) = &desired.delivery else {
                 panic!("blocked: {:?}", desired.delivery);
             };
             content
@@ -738,7 +738,7 @@ mod tests {
             .find(|s| s.kind == Kind::Workload)
             .expect("workload");
         assert!(!workload.desired.status);
-        assert!(matches!(p.delivery, Delivery::Blocked(_)));
+        assert!(matches!(p.delivery, Deliverable::Blocked(_)));
     }
 
     #[test]

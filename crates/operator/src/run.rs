@@ -33,7 +33,7 @@ use crate::stores::Stores;
 
 /// Where the control plane comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Source {
+pub enum ControlPlaneFeed {
     /// Flux applies it into environment namespaces; the operator keeps the Flux objects
     /// (the original's way).
     #[default]
@@ -65,7 +65,7 @@ impl std::fmt::Debug for Backends {
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Where the control plane comes from.
-    pub source: Source,
+    pub source: ControlPlaneFeed,
     /// `/healthz` and `/readyz` address.
     pub health_addr: SocketAddr,
     /// `/metrics` address (may equal `health_addr`: one server then).
@@ -93,7 +93,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            source: Source::Flux,
+            source: ControlPlaneFeed::Flux,
             health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
             metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
             leader_elect: None,
@@ -150,7 +150,7 @@ pub async fn run(
         .await
         .map_err(Error::CrdsMissing)?;
     let mut config = config;
-    if config.source == Source::Flux {
+    if config.source == ControlPlaneFeed::Flux {
         config.flux = crate::flux::resolve_api_versions(&client, &config.flux)
             .await
             .map_err(Error::Flux)?;
@@ -266,7 +266,7 @@ async fn controllers(
         .debounce(Duration::from_millis(500));
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
 
-    if config.source == Source::Flux {
+    if config.source == ControlPlaneFeed::Flux {
         let ctx = Arc::new(sources::Context {
             shared: shared.clone(),
             flux: config.flux.clone(),
@@ -296,7 +296,7 @@ async fn controllers(
         source_controller!(WorkloadRegistration);
     }
 
-    if config.source == Source::Git {
+    if config.source == ControlPlaneFeed::Git {
         if let Some(syncer) = backends.syncer {
             let ctx = Arc::new(gitsource::Context {
                 shared,

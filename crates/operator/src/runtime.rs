@@ -10,7 +10,7 @@ use kalypso_git::AuthSettings;
 use kalypso_git::deliver::{DeliverySettings, Mode};
 
 use crate::git::GitPublisher;
-use crate::run::{Backends, Config, Source, run};
+use crate::run::{Backends, Config, ControlPlaneFeed, run};
 
 /// How the operator's git publisher reaches GitOps repositories.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -80,7 +80,7 @@ pub fn block_on(
         .map_err(Error::Runtime)?;
     let publisher = GitPublisher::new(cache.clone(), &auth, settings.clone(), runtime.handle().clone())?;
     let syncer = match config.source {
-        Source::Git => {
+        ControlPlaneFeed::Git => {
             let sync_settings = kalypso_git::Settings {
                 cache_dir: cache,
                 auth,
@@ -91,7 +91,7 @@ pub fn block_on(
                 kalypso_git::Syncer::new(sync_settings, runtime.handle().clone()).map_err(Error::Sync)?,
             ))
         }
-        Source::Flux | Source::External => None,
+        ControlPlaneFeed::Flux | ControlPlaneFeed::External => None,
     };
     let backends = Backends {
         publisher: Arc::new(publisher),

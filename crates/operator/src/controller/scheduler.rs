@@ -32,7 +32,7 @@ use serde_json::json;
 use super::{Shared, StatusTarget};
 use crate::conditions::{self, Desired, READY, READY_TO_PR};
 use crate::deliver::{Debouncer, Decision, PublishRequest, Published, Publisher};
-use crate::desired::{self, Delivery, DesiredState, MANAGED_BY, Options};
+use crate::desired::{self, Deliverable, DesiredState, MANAGED_BY, Options};
 use crate::snapshot::Snapshot;
 use crate::stores::Stores;
 
@@ -300,7 +300,7 @@ async fn deliver(
 ) -> Result<Option<Duration>, Error> {
     let ns = &desired.namespace;
     let mut wait: Option<Duration> = None;
-    let blocked = matches!(desired.delivery, Delivery::Blocked(_));
+    let blocked = matches!(desired.delivery, Deliverable::Blocked(_));
     if let Ok(mut b) = ctx.blocked.lock() {
         if blocked {
             b.insert(ns.clone());
@@ -323,7 +323,7 @@ async fn deliver(
         let target = StatusTarget::of(repo.as_ref());
         let status_error = kube_error("cannot write the status of", "GitOpsRepo", ns, &name);
         let content = match &desired.delivery {
-            Delivery::Blocked(problems) => {
+            Deliverable::Blocked(problems) => {
                 if let Ok(mut d) = ctx.debouncer.lock() {
                     d.forget(&key);
                 }
@@ -339,7 +339,7 @@ async fn deliver(
                     .map_err(status_error)?;
                 continue;
             }
-            Delivery::Ready(content) => content,
+            Deliverable::Ready(content) => content,
         };
         let delivered = repo.status.as_ref().and_then(|s| s.repo_content_hash.as_deref());
         let decision = match ctx.debouncer.lock() {

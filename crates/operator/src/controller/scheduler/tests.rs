@@ -81,7 +81,7 @@ fn settled(mut s: Snapshot, delivered: bool) -> Snapshot {
     settle!(workloads);
     settle!(deployment_targets);
     if delivered {
-        let Delivery::Ready(content) = &second.delivery else {
+        let Deliverable::Ready(content) = &second.delivery else {
             panic!("blocked: {:?}", second.delivery);
         };
         s.gitops_repos = s
