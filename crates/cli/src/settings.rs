@@ -20,6 +20,7 @@ use kalypso_git::{AuthSettings, Author, DeliverySettings, RepoUrl, RetryPolicy};
 use kalypso_hub::DashboardMode;
 
 use crate::args::{self, Cli, ColorChoice, Command, LogFormat, OutputFormat};
+use kalypso_template::{Engine, SprigVersion};
 
 /// A command-line value that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +36,9 @@ pub(crate) enum SettingsError {
     /// A `--limit` (or `KALYPSO_LIMITS`) setting; the message names the limit.
     #[error("{0}")]
     Limit(LimitError),
+    /// `KALYPSO_SPRIG` names no Sprig version; the message names the variable.
+    #[error("{0}")]
+    Sprig(String),
 }
 
 fn flag_error(flag: &'static str, message: impl Into<String>) -> SettingsError {
@@ -73,14 +77,16 @@ pub(crate) struct Settings {
 impl Settings {
     /// Validates `cli`: every flag value is parsed and checked here, once.
     pub(crate) fn from_cli(cli: &Cli) -> Result<Settings, SettingsError> {
+        let command = CommandSettings::from_args(&cli.command)?;
         Ok(Settings {
             global: Global::from_args(&cli.global)?,
-            command: CommandSettings::from_args(&cli.command)?,
+            command,
         })
     }
 }
 
-/// What every command takes: threads, verbosity, limits, colour, log format.
+/// What every command takes: threads, verbosity, limits, colour, log format, the Sprig
+/// version templates run with.
 #[derive(Debug)]
 pub(crate) struct Global {
     /// Worker threads (`None`: one per CPU).
@@ -93,6 +99,10 @@ pub(crate) struct Global {
     pub(crate) color: ColorChoice,
     /// `--log-format`, when given (each command has its default).
     log_format: Option<LogFormat>,
+    /// The Sprig version `KALYPSO_SPRIG` selects. A value that names no version is refused
+    /// when kalypso starts, whatever the command, as a bad flag is: one decision for
+    /// `render`, `validate`, `sync`, `serve` and `operator` alike.
+    pub(crate) sprig: SprigVersion,
 }
 
 impl Global {
@@ -107,7 +117,13 @@ impl Global {
             limits,
             color: args.color,
             log_format: args.log_format,
+            sprig: kalypso_template::sprig_from_env().map_err(SettingsError::Sprig)?,
         })
+    }
+
+    /// The template engine of the Sprig version of the settings.
+    pub(crate) fn engine(&self) -> Engine {
+        Engine::with_sprig(self.sprig)
     }
 
     /// The log format: `--log-format`, else the command's `default`.

@@ -301,6 +301,7 @@ enum Keep {
 fn keep_under(rules: &Rules<'_>, segments: &[&str]) -> Keep {
     match segments {
         [first, ..] if first.starts_with('.') => Keep::All,
+        [ct] if rules.holds(ct) => Keep::All,
         [ct] if rules.is_cluster_type(ct) => Keep::Some,
         [_] => Keep::None,
         [ct, target] if rules.keeps_folder(ct, target) => Keep::All,

@@ -88,6 +88,8 @@ pub struct Config {
     pub instance: Option<String>,
     /// How often each environment is synchronised (git source).
     pub poll: Duration,
+    /// The Sprig version templates run with (the command line's `KALYPSO_SPRIG`).
+    pub sprig: kalypso_template::SprigVersion,
 }
 
 impl Default for Config {
@@ -105,6 +107,7 @@ impl Default for Config {
             concurrency: 4,
             instance: None,
             poll: Duration::from_secs(60),
+            sprig: kalypso_template::SprigVersion::default(),
         }
     }
 }
@@ -126,9 +129,6 @@ pub enum Error {
     /// The Flux API versions could not be settled (no Flux, or discovery failed).
     #[error("{0}")]
     Flux(String),
-    /// `KALYPSO_SPRIG` names no Sprig version.
-    #[error("{0}")]
-    Sprig(String),
     /// Another instance took over.
     #[error("lost leadership; exiting so that this instance restarts as a follower")]
     LostLeadership,
@@ -140,7 +140,7 @@ pub async fn run(
     backends: Backends,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let engine = Arc::new(Engine::from_env().map_err(Error::Sprig)?);
+    let engine = Arc::new(Engine::with_sprig(config.sprig));
     if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
         tracing::warn!("{warning}");
     }
@@ -332,6 +332,7 @@ async fn controllers(
         retry_after: config.retry_after,
         blocked: Mutex::default(),
         reported: Mutex::default(),
+        memos: Mutex::default(),
     });
     let trigger = futures::stream::select_all(triggers);
     tasks.push(

@@ -85,6 +85,7 @@ pub fn block_on(
                 cache_dir: cache,
                 auth,
                 delivery: settings,
+                sprig: config.sprig,
                 ..kalypso_git::Settings::default()
             };
             Some(Arc::new(

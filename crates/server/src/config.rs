@@ -72,6 +72,10 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The Sprig version templates run with: not in the file, the command line's
+    /// `KALYPSO_SPRIG` (checked when kalypso starts).
+    #[serde(skip)]
+    pub sprig: kalypso_git::SprigVersion,
 }
 
 /// The `delivery` section.
@@ -229,6 +233,7 @@ impl Config {
             webhook: WebhookConfig::default(),
             retry: None,
             log: LogConfig::default(),
+            sprig: kalypso_git::SprigVersion::default(),
         }
     }
 
@@ -282,6 +287,7 @@ impl Config {
             },
             gitops_repo: d.gitops_repo.clone(),
             extenders: defaults.extenders,
+            sprig: self.sprig,
         }
     }
 

@@ -43,6 +43,7 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         concurrency: settings.concurrency,
         instance: Some(identity),
         poll: settings.poll,
+        sprig: global.sprig,
     };
     let format = global.log_format(LogFormat::Json);
     init_logs(

@@ -14,6 +14,7 @@ pub(crate) fn serve(args: &Serve, global: &Global) -> Result<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    config.sprig = global.sprig;
     let format = global.log_format(config.log.format);
     init_logs(
         format,

@@ -39,6 +39,7 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         main_branch: args.git.main_branch.clone(),
         delivery: args.delivery.clone(),
         gitops_repo: args.gitops_repo.clone(),
+        sprig: global.sprig,
         ..Settings::default()
     };
     let runtime = runtime()?;
