@@ -92,6 +92,8 @@ pub enum Error {
     },
 }
 
+crate::repo::operation_errors_into!(Error);
+
 fn known_list(known: &[String]) -> String {
     if known.is_empty() {
         String::new()
@@ -571,7 +573,7 @@ impl ControlPlane {
                 .source_tree(head, &w.path, &format!("workloads/{name}"))
                 .map_err(|error| Error::Workload {
                     what: what.clone(),
-                    error,
+                    error: error.into(),
                 })?;
             inputs.workloads.insert(name.clone(), tree);
             revisions.workloads.insert(name.clone(), head.to_string());

@@ -112,6 +112,8 @@ pub enum Error {
     },
 }
 
+crate::repo::operation_errors_into!(Error);
+
 impl Error {
     /// Whether the failure may go away by itself: network trouble, GitHub being unavailable
     /// or rate-limiting, a branch that kept moving.
@@ -713,6 +715,7 @@ fn close_pulls(
                     target: None,
                 }],
             )
+            .map_err(repo::Error::from)
         });
         if let Err(e) = deleted {
             tracing::warn!(branch = %pull.head.name, error = %e, "cannot delete the branch of a closed pull request");

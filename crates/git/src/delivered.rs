@@ -8,7 +8,7 @@
 //! reading nothing. The ids are content addresses, true whatever a branch holds now; what
 //! can go wrong is only that an object is missing from a mirror (a GitOps repository new
 //! to the environment, a cache rebuilt, a branch rewritten and cleaned by its host), and
-//! then the environment is rendered in full ([`crate::repo::Error::NotDelivered`]).
+//! then the environment is rendered in full ([`crate::repo::StageError::NotDelivered`]).
 //!
 //! `serve` keeps them in memory between passes; every delivery also writes them to
 //! `<cache>/state/<control plane>/<environment>.files` (a compact binary file with a

@@ -94,9 +94,9 @@ impl Error {
         matches!(
             self,
             Error::Delivery {
-                error: deliver::Error::Repo(crate::repo::Error::NotDelivered { .. }),
+                error: deliver::Error::Repo(error),
                 ..
-            }
+            } if error.is_not_delivered()
         )
     }
 

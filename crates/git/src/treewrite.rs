@@ -756,7 +756,7 @@ mod tests {
             let by_id = Hashed::new(&delivered, &lookup).unwrap();
             let missing = s.write_content(None, &by_id).unwrap_err();
             assert!(
-                matches!(&missing, crate::repo::Error::NotDelivered { path, .. } if path.starts_with("c/t/")),
+                matches!(&missing, crate::repo::StageError::NotDelivered { path, .. } if path.starts_with("c/t/")),
                 "{missing}"
             );
             let tree = s.write_content(None, &full)?.tree;
