@@ -519,24 +519,6 @@ impl Run {
         self.blocked
     }
 
-    /// Records an error found outside the pipeline (the front end's setup) that blocks the
-    /// environment.
-    pub fn block(&mut self, error: Diagnostic) {
-        let line = error.to_string();
-        self.diagnostics.push(error);
-        self.blocked = true;
-        match self.failures.iter_mut().find(|f| f.assignment.is_none()) {
-            Some(failure) => {
-                failure.message.push('\n');
-                failure.message.push_str(&line);
-            }
-            None => self.failures.push(Failure {
-                assignment: None,
-                message: line,
-            }),
-        }
-    }
-
     /// Assignments scheduled (on the cluster types the run renders).
     pub fn assignments(&self) -> usize {
         self.assignments
