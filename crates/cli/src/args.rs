@@ -6,10 +6,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
 use kalypso_git::promote;
+pub(crate) use kalypso_server::config::LogFormat;
 
 /// Turns a platform team's fleet model into the GitOps repositories that clusters pull from.
 ///
@@ -57,7 +59,7 @@ pub(crate) struct GlobalArgs {
     #[arg(
         long,
         global = true,
-        value_enum,
+        value_parser = log_formats(),
         value_name = "FORMAT",
         env = "KALYPSO_LOG_FORMAT"
     )]
@@ -201,7 +203,7 @@ pub(crate) enum ColorChoice {
 
 /// The control plane and GitOps tree to compare.
 #[derive(Debug, Args)]
-pub(crate) struct PlanSource {
+pub(crate) struct ComparisonArgs {
     /// The control plane: a folder (`main/`, `<env>/`, `workloads/`), or a git repository
     /// (a local path, `file://`, `https://`, `ssh://` or `git@host:` URL) read as `sync` reads
     /// it.
@@ -229,7 +231,7 @@ pub(crate) struct PlanSource {
 #[derive(Debug, Args)]
 pub(crate) struct PlanArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub(crate) output: OutputFormat,
@@ -238,7 +240,7 @@ pub(crate) struct PlanArgs {
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
 }
 
 #[derive(Debug, Args)]
@@ -320,13 +322,17 @@ pub(crate) struct ValidateArgs {
     pub(crate) git: GitArgs,
 }
 
-/// The log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
+/// The log formats `--log-format` takes (the type is `serve`'s configuration's, so that the
+/// flag and `log.format` are one setting), each with its help.
+fn log_formats() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    let help = |format: LogFormat| match format {
+        LogFormat::Text => "Human-readable lines",
+        LogFormat::Json => "One JSON object per line, for log collectors",
+    };
+    clap::builder::PossibleValuesParser::new(
+        LogFormat::NAMES.map(|(format, name)| clap::builder::PossibleValue::new(name).help(help(format))),
+    )
+    .try_map(|name| name.parse::<LogFormat>())
 }
 
 /// Where git credentials and the cache come from.
@@ -582,7 +588,7 @@ pub(crate) struct CrdsArgs {
 
 #[cfg(feature = "operator")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SourceArg {
+pub(crate) enum FeedArg {
     /// Flux brings the control plane into environment namespaces; the operator keeps the
     /// Flux objects of Environments, BaseRepos and WorkloadRegistrations (the original's way).
     Flux,
@@ -598,7 +604,7 @@ pub(crate) enum SourceArg {
 pub(crate) struct OperatorArgs {
     /// Where the control plane comes from.
     #[arg(long, env = "KALYPSO_SOURCE", value_enum, default_value = "flux")]
-    pub(crate) source: SourceArg,
+    pub(crate) source: FeedArg,
     /// Address of /healthz and /readyz (`:8081` means every interface).
     #[arg(long, value_name = "ADDR", default_value = ":8081")]
     pub(crate) health_probe_bind_address: String,
@@ -652,7 +658,7 @@ pub(crate) struct OperatorArgs {
     pub(crate) concurrency: u16,
     /// How to deliver: `pr` (pull requests, the original's way), `push`, or `auto`.
     #[arg(long, value_name = "MODE", default_value = "pr")]
-    pub(crate) delivery: String,
+    pub(crate) delivery: Mode,
     /// Where GitOps repositories are mirrored.
     #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
     pub(crate) cache_dir: Option<PathBuf>,

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use kalypso_core::tree::Tree;
 use kalypso_core::{Diagnostics, Inputs};
 use kalypso_git::auth::Credentials;
-use kalypso_git::control_plane::{ControlPlane, EnvironmentRef, Sources, short};
+use kalypso_git::control_plane::{ControlPlane, EnvironmentRef, WorkloadRepos, short};
 use kalypso_git::repo::{Repo, Transport};
 use kalypso_git::{Cache, RepoUrl, RetryPolicy};
 
@@ -72,7 +72,7 @@ pub(crate) enum ControlPlaneSource<'g> {
         /// The repository.
         control_plane: Box<ControlPlane>,
         /// Workload repositories opened so far.
-        sources: Sources,
+        sources: WorkloadRepos,
         /// How they are reached.
         transport: Transport<'g>,
         /// The working copy, when the repository is a local clone.
@@ -105,7 +105,7 @@ impl<'g> ControlPlaneSource<'g> {
         let control_plane = ControlPlane::open(url, &git.cache, &transport, &git.main_branch)?;
         Ok(ControlPlaneSource::Git {
             control_plane: Box::new(control_plane),
-            sources: Sources::new(git.cache.clone()),
+            sources: WorkloadRepos::new(git.cache.clone()),
             transport,
             clone: url.plain_path().and_then(LocalClone::open).map(Box::new),
             quiet,

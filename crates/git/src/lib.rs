@@ -50,5 +50,8 @@ pub use deliver::{Delivery, DeliverySettings, Mode};
 pub use redact::redact;
 pub use repo::{Author, Cache};
 pub use retry::RetryPolicy;
-pub use sync::{Check, EnvReport, Outcome, Pass, Settings, Syncer, Unchanged};
+pub use sync::{Check, EnvReport, Outcome, Pass, Scope, Settings, Syncer, Unchanged};
 pub use url::RepoUrl;
+
+/// The Sprig version of the templates a sync renders with ([`Settings::sprig`]).
+pub use kalypso_template::SprigVersion;

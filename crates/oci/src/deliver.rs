@@ -293,7 +293,7 @@ fn plan(
             });
         }
     }
-    if content.kept.is_some() {
+    if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
         // A failing WorkloadRegistration's folders keep what was delivered before.
         let before = previous.files(cluster_type)?;
         for (path, blob) in before.iter() {
@@ -769,9 +769,10 @@ mod tests {
             Some(b"0123456789abcdef0123456789abcdef01234567".to_vec())
         );
         // A failing registration's folder stays while it fails.
-        next.kept = Some(KeptFolders {
+        next.kept = vec![KeptFolders {
             claimed: BTreeSet::from(["app-dev".to_owned()]),
-        });
+            cluster_types: None,
+        }];
         let isolated = planned_tree(&next, &current).unwrap();
         assert_eq!(
             isolated

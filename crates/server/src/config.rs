@@ -75,6 +75,10 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The Sprig version templates run with: not in the file, the command line's
+    /// `KALYPSO_SPRIG` (checked when kalypso starts).
+    #[serde(skip)]
+    pub sprig: kalypso_git::SprigVersion,
 }
 
 /// The `delivery` section.
@@ -153,15 +157,46 @@ pub struct WebhookConfig {
     pub secret_file: Option<PathBuf>,
 }
 
-/// Log output format.
+/// Log output format: `log.format` here, `--log-format` on the command line (which wins), for
+/// every command that logs (`serve`, `hub`, `operator`, `sync`...).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
-    /// One JSON object per line (default).
+    /// One JSON object per line, for log collectors (the daemons' default).
     #[default]
     Json,
     /// Human-readable lines.
     Text,
+}
+
+impl LogFormat {
+    /// Every format with its name, as the command line and `kalypso.yaml` spell it.
+    pub const NAMES: [(LogFormat, &'static str); 2] = [(LogFormat::Text, "text"), (LogFormat::Json, "json")];
+
+    /// The format's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        LogFormat::NAMES
+            .iter()
+            .find(|(_, name)| *name == s)
+            .map(|(format, _)| *format)
+            .ok_or_else(|| format!("unknown log format {s:?} (text or json)"))
+    }
+}
+
+impl std::fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The `log` section.
@@ -239,6 +274,7 @@ impl Config {
             webhook: WebhookConfig::default(),
             retry: None,
             log: LogConfig::default(),
+            sprig: kalypso_git::SprigVersion::default(),
         }
     }
 
@@ -293,6 +329,7 @@ impl Config {
             gitops_repo: d.gitops_repo.clone(),
             extenders: defaults.extenders,
             registry: self.registry.auth(),
+            sprig: self.sprig,
         }
     }
 

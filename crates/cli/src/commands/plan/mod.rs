@@ -44,7 +44,7 @@ fn render(
     global: &Global,
 ) -> Result<(ScheduledEnvironment, RepoContent), ExitCode> {
     let current = || old.map(current_of).unwrap_or_default();
-    let run = run(inputs, env, &current, Isolation::Environment);
+    let run = run(inputs, env, &current, Isolation::Environment, global);
     report(&run.diagnostics, global);
     if run.is_blocked() {
         eprintln!(

@@ -263,7 +263,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
             "revisions": revisions,
             "isolated": report.isolated,
             "isolatedFailures": report.isolated_failures.iter().map(|f| json!({
-                "title": f.title(&report.environment),
+                "title": kalypso_git::issues::title(f, &report.environment),
                 "message": redact(&f.message),
             })).collect::<Vec<_>>(),
             "targets": targets.iter().map(|t| {
@@ -290,7 +290,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
             "assignments": report.assignments,
             "revisions": revisions,
             "failures": failures.iter().map(|f| json!({
-                "title": f.title(&report.environment),
+                "title": kalypso_git::issues::title(f, &report.environment),
                 "message": redact(&f.message),
             })).collect::<Vec<_>>(),
             "issues": issues.as_ref().map(|i| json!({"created": i.created, "updated": i.updated, "closed": i.closed})),
