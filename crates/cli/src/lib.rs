@@ -20,6 +20,7 @@ mod interrupt;
 mod local_clone;
 pub mod output;
 mod progress;
+mod remove;
 pub mod render_cache;
 mod settings;
 mod source;
