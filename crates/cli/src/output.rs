@@ -62,8 +62,9 @@ pub enum OutputError {
         out: String,
         /// `pid N`, or what is known of the holder.
         holder: String,
-        /// What the holder does: `writing to`, or `reading` (a `plan --against` that
-        /// finishes an interrupted update before it reads).
+        /// What the holder does: `writing to`, `reading` (a `plan --against` that
+        /// finishes an interrupted update before it reads), or `using` (a holder that has
+        /// not written its note yet).
         doing: &'static str,
     },
     /// The folder a lock file (and a staging folder) go into cannot be written.
@@ -250,11 +251,22 @@ impl OutputLock {
                 match file.try_lock() {
                     Ok(()) => {}
                     Err(fs::TryLockError::WouldBlock) => {
+                        // The holder writes its note (pid, and whether it reads) just after
+                        // taking the lock: an empty file is a holder that has not yet, so it
+                        // is read again a few times before being called unknown.
                         let mut text = String::new();
-                        let _ = file.read_to_string(&mut text);
-                        let (pid, reading) = match text.trim().strip_suffix(READING) {
-                            Some(pid) => (pid.trim(), true),
-                            None => (text.trim(), false),
+                        for _ in 0..10 {
+                            text.clear();
+                            let _ = file.rewind().and_then(|()| file.read_to_string(&mut text));
+                            if !text.trim().is_empty() {
+                                break;
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        let (pid, doing) = match text.trim().strip_suffix(READING) {
+                            Some(pid) => (pid.trim(), "reading"),
+                            None if text.trim().is_empty() => ("", "using"),
+                            None => (text.trim(), "writing to"),
                         };
                         let holder = match pid.parse::<u32>() {
                             Ok(pid) => format!("pid {pid}"),
@@ -264,7 +276,7 @@ impl OutputLock {
                         return Err(OutputError::Locked {
                             out: shown.to_owned(),
                             holder,
-                            doing: if reading { "reading" } else { "writing to" },
+                            doing,
                         });
                     }
                     Err(fs::TryLockError::Error(e)) => {
