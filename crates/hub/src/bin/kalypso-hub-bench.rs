@@ -83,7 +83,7 @@ fn main() {
 
 async fn serve(database: &str) {
     tracing_subscriber::fmt()
-        .with_env_filter("warn")
+        .with_env_filter("warn,sqlx::query=error")
         .with_writer(std::io::stderr)
         .init();
     let mut config = HubConfig::new(database);
