@@ -6,10 +6,12 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
 use kalypso_git::promote;
+pub(crate) use kalypso_server::config::LogFormat;
 
 /// Turns a platform team's fleet model into the GitOps repositories that clusters pull from.
 ///
@@ -57,7 +59,7 @@ pub(crate) struct GlobalArgs {
     #[arg(
         long,
         global = true,
-        value_enum,
+        value_parser = log_formats(),
         value_name = "FORMAT",
         env = "KALYPSO_LOG_FORMAT"
     )]
@@ -75,9 +77,13 @@ pub(crate) enum Command {
     /// is listed.
     ///
     /// OUT must be missing, empty or a GitOps tree (else the render is refused; `--force`
-    /// overrides). The new tree is staged beside OUT and swapped in at once, so OUT always
-    /// holds the old tree or the new one, even if kalypso is killed; one render at a time may
-    /// write to OUT (a lock file `.<OUT>.kalypso-lock` beside it).
+    /// overrides). A new tree is built beside OUT and renamed into place; an update stages
+    /// the changed files beside OUT and writes a journal (`.<OUT>.kalypso-journal`) before it
+    /// moves them in, one rename per file. Killed before that, OUT is as it was; killed while
+    /// moving them, OUT holds some new files and some old until the next kalypso command on
+    /// OUT (`render`, or `plan`/`diff`/`explain --against OUT`) finishes the update first.
+    /// Other programs should read OUT after the render has exited. One kalypso at a time may
+    /// use OUT (a lock file `.<OUT>.kalypso-lock` beside it).
     Render(RenderArgs),
     /// Check a control plane without writing anything; the exit code tells the result.
     ///
@@ -197,7 +203,7 @@ pub(crate) enum ColorChoice {
 
 /// The control plane and GitOps tree to compare.
 #[derive(Debug, Args)]
-pub(crate) struct PlanSource {
+pub(crate) struct ComparisonArgs {
     /// The control plane: a folder (`main/`, `<env>/`, `workloads/`), or a git repository
     /// (a local path, `file://`, `https://`, `ssh://` or `git@host:` URL) read as `sync` reads
     /// it.
@@ -208,7 +214,8 @@ pub(crate) struct PlanSource {
     pub(crate) env: String,
     /// The current GitOps tree: a folder, or `<REPO>#<BRANCH>` for a branch of a git
     /// repository (path or URL). Default: the environment's GitOpsRepo, when it is a local
-    /// path or `file://` URL.
+    /// path or `file://` URL. A folder is read under its render lock, after an update a
+    /// killed render left unfinished in it is finished.
     #[arg(long, value_name = "GITOPS")]
     pub(crate) against: Option<String>,
     /// Plan the promotion of the main commit environment SRC has promoted (its BaseRepo
@@ -217,12 +224,14 @@ pub(crate) struct PlanSource {
     pub(crate) promote_from: Option<String>,
     #[command(flatten, next_help_heading = "Git options")]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
 pub(crate) struct PlanArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
     /// Output format.
     #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
     pub(crate) output: OutputFormat,
@@ -231,7 +240,7 @@ pub(crate) struct PlanArgs {
 #[derive(Debug, Args)]
 pub(crate) struct DiffArgs {
     #[command(flatten)]
-    pub(crate) source: PlanSource,
+    pub(crate) source: ComparisonArgs,
 }
 
 #[derive(Debug, Args)]
@@ -313,13 +322,17 @@ pub(crate) struct ValidateArgs {
     pub(crate) git: GitArgs,
 }
 
-/// The log output format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line, for log collectors.
-    Json,
+/// The log formats `--log-format` takes (the type is `serve`'s configuration's, so that the
+/// flag and `log.format` are one setting), each with its help.
+fn log_formats() -> impl clap::builder::TypedValueParser<Value = LogFormat> {
+    let help = |format: LogFormat| match format {
+        LogFormat::Text => "Human-readable lines",
+        LogFormat::Json => "One JSON object per line, for log collectors",
+    };
+    clap::builder::PossibleValuesParser::new(
+        LogFormat::NAMES.map(|(format, name)| clap::builder::PossibleValue::new(name).help(help(format))),
+    )
+    .try_map(|name| name.parse::<LogFormat>())
 }
 
 /// Where git credentials and the cache come from.
@@ -347,6 +360,26 @@ pub(crate) struct GitArgs {
     /// Wait before the first retry (doubling up to 30s): `500ms`, `2s`.
     #[arg(long, value_name = "DURATION", default_value = "1s")]
     pub(crate) backoff: String,
+}
+
+/// Registry access for `oci://` GitOps repositories.
+#[derive(Debug, Args)]
+pub(crate) struct RegistryArgs {
+    /// Docker config file with registry credentials, as `docker login` writes it (default:
+    /// `$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`).
+    #[arg(long, env = "KALYPSO_REGISTRY_CONFIG", value_name = "FILE")]
+    pub(crate) registry_config: Option<PathBuf>,
+    /// User name of the registry token (for every registry, instead of the Docker config).
+    #[arg(long, env = kalypso_git::oci::USERNAME_ENV, value_name = "USER")]
+    pub(crate) registry_username: Option<String>,
+    /// File holding the registry token or password (default: the variable
+    /// KALYPSO_REGISTRY_TOKEN, when set).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) registry_token_file: Option<PathBuf>,
+    /// A registry reached over plain HTTP (repeatable); registries on loopback (`localhost`,
+    /// `127.0.0.1`) always are, every other one over HTTPS.
+    #[arg(long, value_name = "HOST[:PORT]")]
+    pub(crate) insecure_registry: Vec<String>,
 }
 
 /// Commit author and message.
@@ -398,6 +431,8 @@ pub(crate) struct SyncArgs {
     pub(crate) commit: CommitArgs,
     #[command(flatten)]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -524,6 +559,8 @@ pub(crate) struct HubArgs {
     pub(crate) refresh: String,
     #[command(flatten)]
     pub(crate) git: GitArgs,
+    #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
+    pub(crate) registry: RegistryArgs,
 }
 
 #[derive(Debug, Args)]
@@ -551,7 +588,7 @@ pub(crate) struct CrdsArgs {
 
 #[cfg(feature = "operator")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub(crate) enum SourceArg {
+pub(crate) enum FeedArg {
     /// Flux brings the control plane into environment namespaces; the operator keeps the
     /// Flux objects of Environments, BaseRepos and WorkloadRegistrations (the original's way).
     Flux,
@@ -567,7 +604,7 @@ pub(crate) enum SourceArg {
 pub(crate) struct OperatorArgs {
     /// Where the control plane comes from.
     #[arg(long, env = "KALYPSO_SOURCE", value_enum, default_value = "flux")]
-    pub(crate) source: SourceArg,
+    pub(crate) source: FeedArg,
     /// Address of /healthz and /readyz (`:8081` means every interface).
     #[arg(long, value_name = "ADDR", default_value = ":8081")]
     pub(crate) health_probe_bind_address: String,
@@ -621,7 +658,7 @@ pub(crate) struct OperatorArgs {
     pub(crate) concurrency: u16,
     /// How to deliver: `pr` (pull requests, the original's way), `push`, or `auto`.
     #[arg(long, value_name = "MODE", default_value = "pr")]
-    pub(crate) delivery: String,
+    pub(crate) delivery: Mode,
     /// Where GitOps repositories are mirrored.
     #[arg(long, env = "KALYPSO_CACHE_DIR", value_name = "DIR")]
     pub(crate) cache_dir: Option<PathBuf>,

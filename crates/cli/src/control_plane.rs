@@ -7,8 +7,9 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use kalypso_api::{EnvironmentSpec, Kind};
-use kalypso_core::Inputs;
-use kalypso_core::names::dns_subdomain_error;
+use kalypso_core::model::AnyObject;
+use kalypso_core::names::dns_label_error;
+use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs, Origin};
 use rayon::prelude::*;
 
 use crate::fsio::read_source_tree;
@@ -35,8 +36,14 @@ fn check_control_plane(dir: &Path) -> Result<()> {
 /// Reads the trees environment `env` is built from.
 pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
     check_control_plane(dir)?;
-    if let Some(e) = dns_subdomain_error(env) {
-        bail!("environment name {env:?} {e}");
+    // The name is a folder's: one plain path segment (whether it is a valid name is said
+    // below, against the file or folder that gives it).
+    if env.is_empty() || env.starts_with('.') || env.contains(['/', '\\', '\0']) {
+        bail!(
+            "environment name {env:?} is not the name of a folder of {}: an environment is a folder beside \
+             main/ (its branch in git)",
+            dir.display()
+        );
     }
     if env == MAIN || env == WORKLOADS {
         bail!(
@@ -72,6 +79,9 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
         workloads: Default::default(),
         ..Inputs::default()
     };
+    if let Some(note) = invalid_environment_name(&inputs, env) {
+        inputs.notes.push(note);
+    }
     let workloads_dir = dir.join(WORKLOADS);
     if workloads_dir.is_dir() {
         let entries = fs::read_dir(&workloads_dir)
@@ -93,6 +103,30 @@ pub fn read_inputs(dir: &Path, env: &str) -> Result<Inputs> {
             .collect::<Result<_, _>>()?;
     }
     Ok(inputs)
+}
+
+/// The error for an environment whose name (its folder's) is not a namespace name, unless
+/// an Environment object of that name declares it: the check of that object's name then
+/// reports it, at the object's file and field.
+fn invalid_environment_name(inputs: &Inputs, env: &str) -> Option<Diagnostic> {
+    let problem = dns_label_error(env)?;
+    let mut scratch = Diagnostics::new();
+    let declared = [&inputs.main, &inputs.environment].into_iter().any(|tree| {
+        kalypso_core::load::load_tree(tree, &mut scratch)
+            .iter()
+            .any(|o| matches!(o, AnyObject::Environment(e) if e.meta.name == env))
+    });
+    (!declared).then(|| {
+        Diagnostic::error(
+            Code::InvalidName,
+            format!(
+                "the folder {env}/ holds an environment, whose name is the name of its namespace, which \
+                 {problem}; rename the folder (and its branch in git)"
+            ),
+        )
+        .at(&Origin::new(format!("{env}/"), 0))
+        .on(Kind::Environment, env)
+    })
 }
 
 /// `path` made absolute with symbolic links resolved, also when it does not exist yet (its

@@ -1,7 +1,8 @@
 //! File-system edges: reading control-plane folders into source trees, reading a GitOps
 //! folder into a tree, and writing a new tree over it safely.
 //!
-//! Writing is all-or-nothing for the whole tree, whatever happens to the process:
+//! Writing is all or nothing for the whole tree as kalypso sees it, whatever happens to the
+//! process:
 //!
 //! - a missing or empty output folder is built beside its destination
 //!   (`.<name>.kalypso-new-<pid>`, see [`FreshTree`]) and renamed into place;
@@ -14,8 +15,13 @@
 //!
 //! A failure before the journal is written removes the staging folder and leaves the output
 //! as it was; after it, the update is carried out to the end: by this render, or after a
-//! kill by the next one, which finishes it under the lock before anything else
-//! ([`crate::output::recover`]). A name that is not UTF-8 among the paths to delete (the
+//! kill by the next kalypso command that touches the folder (a render, or a reader such as
+//! `plan --against`), which finishes it under the lock before anything else
+//! ([`crate::output::recover`], [`crate::output::settle_for_reading`]). The carrying out is
+//! not atomic for other programs: while it runs, and after a kill during it until then, the
+//! folder holds some new files and some old (a whole new version per update, switched by
+//! one rename, would be; it was measured and rejected, see the README's "Writing the output
+//! folder"). A name that is not UTF-8 among the paths to delete (the
 //! journal cannot hold it) falls back to staging the whole tree as hard links and swapping
 //! it in with `renameat2(RENAME_EXCHANGE)`. Durability against power loss is the file
 //! system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the output
@@ -347,6 +353,7 @@ impl FreshTree {
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
         }
+        crate::interrupt::staging(&staging);
         let made = fs::create_dir(&staging)
             .map_err(write_err(&staging))
             .and_then(|()| {
@@ -360,6 +367,7 @@ impl FreshTree {
             Err(e) => {
                 let _ = fs::remove_dir_all(&staging);
                 remove_empty(&made_parents);
+                crate::interrupt::staged(&staging);
                 return Err(e);
             }
         };
@@ -469,8 +477,10 @@ impl FreshTree {
 
     /// Renames the finished tree into place (replacing `dir` if it is an empty folder).
     pub fn commit(mut self) -> Result<(), FsError> {
-        fs::rename(&self.staging, &self.dir).map_err(write_err(&self.dir))?;
+        crate::interrupt::uninterrupted(|_| fs::rename(&self.staging, &self.dir))
+            .map_err(write_err(&self.dir))?;
         self.committed = true;
+        crate::interrupt::staged(&self.staging);
         Ok(())
     }
 }
@@ -480,6 +490,7 @@ impl Drop for FreshTree {
         if !self.committed {
             let _ = fs::remove_dir_all(&self.staging);
             remove_empty(&self.made_parents);
+            crate::interrupt::staged(&self.staging);
         }
     }
 }
@@ -499,36 +510,36 @@ fn swap_in(dir: &Path, leave_out: &HashSet<String>, writes: &[(&str, &[u8])]) ->
     }
     let staging = output::staging_path(dir);
     output::remove_all(&staging).map_err(write_err(&staging))?;
-    let guard = Staging(staging.clone());
+    let guard = Staging::new(staging.clone());
     let meta = fs::metadata(dir).map_err(read_err(dir))?;
     fs::create_dir(&staging).map_err(write_err(&staging))?;
     fs::set_permissions(&staging, meta.permissions()).map_err(write_err(&staging))?;
     link_tree(dir, &staging, "", leave_out)?;
     write_new_files(&staging, writes)?;
-    match rfs::renameat_with(rfs::CWD, &staging, rfs::CWD, dir, rfs::RenameFlags::EXCHANGE) {
-        Ok(()) => {}
-        Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
-            // No RENAME_EXCHANGE on this file system: park the old tree, move the new one in.
-            // A kill in between leaves `dir` missing, and the next render puts the parked
-            // tree back (`output::recover`).
-            let parked = output::parked_path(dir);
-            fs::rename(dir, &parked).map_err(write_err(dir))?;
-            if let Err(e) = fs::rename(&staging, dir) {
-                let _ = fs::rename(&parked, dir);
-                return Err(FsError::Write {
-                    path: dir.to_owned(),
-                    cause: e,
-                });
+    crate::interrupt::uninterrupted(|_| {
+        match rfs::renameat_with(rfs::CWD, &staging, rfs::CWD, dir, rfs::RenameFlags::EXCHANGE) {
+            Ok(()) => Ok(()),
+            Err(Errno::INVAL | Errno::NOSYS | Errno::NOTSUP) => {
+                // No RENAME_EXCHANGE on this file system: park the old tree, move the new one
+                // in. A kill in between leaves `dir` missing, and the next render puts the
+                // parked tree back (`output::recover`).
+                let parked = output::parked_path(dir);
+                fs::rename(dir, &parked).map_err(write_err(dir))?;
+                if let Err(e) = fs::rename(&staging, dir) {
+                    let _ = fs::rename(&parked, dir);
+                    return Err(FsError::Write {
+                        path: dir.to_owned(),
+                        cause: e,
+                    });
+                }
+                fs::rename(&parked, &staging).map_err(write_err(&parked))
             }
-            fs::rename(&parked, &staging).map_err(write_err(&parked))?;
-        }
-        Err(e) => {
-            return Err(FsError::Write {
+            Err(e) => Err(FsError::Write {
                 path: dir.to_owned(),
                 cause: e.into(),
-            });
+            }),
         }
-    }
+    })?;
     // `staging` now holds the old tree; the guard removes it.
     drop(guard);
     Ok(())
@@ -546,7 +557,7 @@ fn write_new_files(root: &Path, files: &[(&str, &[u8])]) -> Result<(), FsError> 
     by_folder.par_iter().try_for_each(|(folder, files)| {
         let target = root.join(folder);
         if !folder.is_empty() {
-            fs::create_dir_all(&target).map_err(write_err(&target))?;
+            make_folder_below(root, folder)?;
         }
         for (name, bytes) in files {
             let path = target.join(name);
@@ -555,6 +566,36 @@ fn write_new_files(root: &Path, files: &[(&str, &[u8])]) -> Result<(), FsError> 
         }
         Ok::<(), FsError>(())
     })
+}
+
+/// Makes folder `rel` below `root` and its missing parents, but never `root` itself: a
+/// staging folder removed meanwhile (by an interrupt's clean-up) is not made again.
+fn make_folder_below(root: &Path, rel: &str) -> Result<(), FsError> {
+    let target = root.join(rel);
+    match fs::create_dir(&target) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => match rel.rsplit_once('/') {
+            Some((parent, _)) => {
+                make_folder_below(root, parent)?;
+                match fs::create_dir(&target) {
+                    Err(e) if e.kind() != io::ErrorKind::AlreadyExists => Err(FsError::Write {
+                        path: target,
+                        cause: e,
+                    }),
+                    _ => Ok(()),
+                }
+            }
+            None => Err(FsError::Write {
+                path: target,
+                cause: e,
+            }),
+        },
+        Err(e) => Err(FsError::Write {
+            path: target,
+            cause: e,
+        }),
+    }
 }
 
 /// Updates the tree at `dir` in place, through a journal: the new files (`writes`) are
@@ -575,7 +616,7 @@ fn update_in_place(
     }
     let staging = output::staging_path(dir);
     output::remove_all(&staging).map_err(write_err(&staging))?;
-    let guard = Staging(staging.clone());
+    let guard = Staging::new(staging.clone());
     fs::create_dir(&staging).map_err(write_err(&staging))?;
     write_new_files(&staging, writes)?;
     let prune = if prune {
@@ -597,16 +638,33 @@ fn update_in_place(
         write: writes.iter().map(|(rel, _)| (*rel).to_owned()).collect(),
         prune,
     };
-    journal
-        .commit(dir)
-        .map_err(write_err(&output::journal_path(dir)))?;
-    // Committed: the staging folder now belongs to the journal.
-    std::mem::forget(guard);
-    journal.apply(dir).map_err(write_err(dir))
+    // Committed and carried out to the end even if an interrupt comes meanwhile (a kill is
+    // carried out by the next kalypso command on `dir`).
+    let mut guard = Some(guard);
+    let applied = crate::interrupt::uninterrupted(|_| {
+        journal
+            .commit(dir)
+            .map_err(write_err(&output::journal_path(dir)))?;
+        // Committed: the staging folder now belongs to the journal.
+        std::mem::forget(guard.take());
+        journal.apply(dir).map_err(write_err(dir))
+    });
+    // Not committed: the staging folder goes (outside the step, which holds the registry).
+    drop(guard);
+    crate::interrupt::staged(&staging);
+    applied
 }
 
 /// Removes a staging folder when dropped (after a failure, or the old tree after a swap).
 struct Staging(PathBuf);
+
+impl Staging {
+    /// The staging folder at `path` (to be made), removed when dropped or interrupted.
+    fn new(path: PathBuf) -> Staging {
+        crate::interrupt::staging(&path);
+        Staging(path)
+    }
+}
 
 impl Drop for Staging {
     fn drop(&mut self) {
@@ -618,6 +676,7 @@ impl Drop for Staging {
             });
         }
         let _ = output::remove_all(&self.0);
+        crate::interrupt::staged(&self.0);
     }
 }
 

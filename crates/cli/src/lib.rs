@@ -13,8 +13,10 @@ mod args;
 mod commands;
 pub mod control_plane;
 mod current_assignment;
+mod folder;
 pub mod fsio;
 mod hub_client;
+mod interrupt;
 mod local_clone;
 pub mod output;
 mod progress;
@@ -45,10 +47,6 @@ pub fn run(cli: Cli) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    if let Err(e) = kalypso_template::sprig_from_env() {
-        eprintln!("error: {e}");
-        return ExitCode::FAILURE;
-    }
     let Settings { global, command } = settings;
     kalypso_core::limits::install(global.limits.clone());
     let pool = match rayon::ThreadPoolBuilder::new()

@@ -1,22 +1,26 @@
 //! Output-folder safety for `kalypso render --out OUT`: what may be written over, who may
 //! write, and what an interrupted render left behind.
 //!
-//! A render changes OUT all or nothing (see [`crate::fsio`]): a new tree is built in a sibling
-//! folder `.<name>.kalypso-new-<pid>` and renamed into place; an update stages its new files
-//! there and is carried out through a journal (`.<name>.kalypso-journal`, [`Journal`]). Three
-//! things make that safe, and live here:
+//! A render changes OUT all or nothing as kalypso sees it (see [`crate::fsio`]): a new tree
+//! is built in a sibling folder `.<name>.kalypso-new-<pid>` and renamed into place; an update
+//! stages its new files there and is carried out through a journal
+//! (`.<name>.kalypso-journal`, [`Journal`]), by renames that other programs can see half
+//! done. Three things make that safe for kalypso's own readers and writers, and live here:
 //!
 //! - **A lock**: `.<name>.kalypso-lock` beside OUT, held with an exclusive `flock` for the
 //!   whole render and holding the writer's process id, so that a second render into the same
 //!   folder fails at once ("another kalypso is writing to OUT (pid N)") instead of racing the
 //!   first. The kernel releases it when the process ends, however it ends, so a killed render
-//!   never leaves a stale lock; the file itself is removed by the render that held it. The
-//!   render cache of OUT is locked the same way ([`OutputLock::acquire_cache`]).
+//!   never leaves a stale lock (its file stays until the next kalypso command takes the lock);
+//!   the file itself is removed by the command that held it. Readers of OUT (`plan`, `diff`,
+//!   `explain` with `--against OUT`) take the same lock ([`settle_for_reading`]), so that they
+//!   never read a tree a render is changing. The render cache of OUT is locked the same way
+//!   ([`OutputLock::acquire_cache`]).
 //! - **Recovery**: under the lock, [`recover`] finishes an update whose journal a killed
 //!   render wrote, removes the staging folders it left beside OUT, and puts the old tree back
 //!   if a render was killed between the two renames of the fallback swap (file systems
-//!   without `RENAME_EXCHANGE`). After a kill at any instant, OUT holds the old tree or,
-//!   once the next render has begun, the new one.
+//!   without `RENAME_EXCHANGE`). After a kill at any instant, OUT holds the old tree, or a mix
+//!   that the next render or reader turns into the new tree before anything else.
 //! - **Recognition**: the update rules delete every folder of OUT that is not a scheduled
 //!   cluster type, so [`check_gitops_tree`] refuses an OUT that is neither empty nor a GitOps
 //!   tree as kalypso or the original scheduler write it (unless `--force`).
@@ -49,7 +53,7 @@ pub const TARGET_FILES: [&str; 5] = [
 pub enum OutputError {
     /// Another process holds the lock.
     #[error(
-        "another kalypso is writing to {out} ({holder}); wait for it to finish (the lock is released when \
+        "another kalypso is {doing} {out} ({holder}); wait for it to finish (the lock is released when \
          that process ends)"
     )]
     Locked {
@@ -57,7 +61,13 @@ pub enum OutputError {
         out: String,
         /// `pid N`, or what is known of the holder.
         holder: String,
+        /// What the holder does: `writing to`, or `reading` (a `plan --against` that
+        /// finishes an interrupted update before it reads).
+        doing: &'static str,
     },
+    /// The folder a lock file (and a staging folder) go into cannot be written.
+    #[error("{0}")]
+    ReadOnly(String),
     /// The folder is not a GitOps tree.
     #[error(
         "refusing to render into {out}: it is not empty and is not a GitOps tree written by kalypso or the \
@@ -168,20 +178,22 @@ pub struct OutputLock {
 }
 
 impl OutputLock {
-    /// Locks the output folder `out` (`shown` is how the user named it); fails at once if
-    /// another process holds the lock. Missing parent folders are made (and removed on drop
-    /// if nothing was put in them).
+    /// Locks the output folder `out` (`shown` is how the user named it) to write it; fails
+    /// at once if another process holds the lock. Missing parent folders are made (and
+    /// removed on drop if nothing was put in them).
     pub fn acquire(out: &Path, shown: &str) -> Result<OutputLock, OutputError> {
-        OutputLock::lock(&sibling(out, "lock"), shown)
+        OutputLock::lock(&sibling(out, "lock"), shown, Purpose::Write)
     }
 
     /// Locks the render cache folder `cache`.
     pub fn acquire_cache(cache: &Path) -> Result<OutputLock, OutputError> {
         let shown = format!("the render cache {}", cache.display());
-        OutputLock::lock(&sibling(cache, "lock"), &shown)
+        OutputLock::lock(&sibling(cache, "lock"), &shown, Purpose::Cache)
     }
 
-    fn lock(path: &Path, shown: &str) -> Result<OutputLock, OutputError> {
+    fn lock(path: &Path, shown: &str, purpose: Purpose) -> Result<OutputLock, OutputError> {
+        // From here on, an interrupted process removes its lock file and staging folders.
+        crate::interrupt::watch();
         let (parent, _) = split(path);
         let mut made_parents = Vec::new();
         let mut missing = parent.as_path();
@@ -196,60 +208,146 @@ impl OutputLock {
             remove_empty(&made_parents);
             e
         };
+        // The folder the lock goes into (or the nearest one that exists) must be writable:
+        // said as such, rather than as a failure to create the lock file.
+        let existing = made_parents
+            .last()
+            .and_then(|p| p.parent())
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(&parent);
+        if let Err(cause) = rustix::fs::access(existing, rustix::fs::Access::WRITE_OK)
+            && matches!(
+                cause,
+                rustix::io::Errno::ACCESS | rustix::io::Errno::ROFS | rustix::io::Errno::PERM
+            )
+        {
+            return Err(made(purpose.read_only(
+                shown,
+                existing,
+                existing != parent,
+                cause == rustix::io::Errno::ROFS,
+            )));
+        }
         fs::create_dir_all(&parent)
             .map_err(io_err("cannot create", &parent))
             .map_err(made)?;
         // A lock file can be removed by its holder between our open and our lock: then we
         // hold a lock on a file nobody else sees, so check that the path is still our file.
-        let file = loop {
-            let mut file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .custom_flags(libc_nofollow())
-                .mode(0o644)
-                .open(path)
-                .map_err(io_err("cannot open the lock file", path))
-                .map_err(made)?;
-            match file.try_lock() {
-                Ok(()) => {}
-                Err(fs::TryLockError::WouldBlock) => {
-                    let mut text = String::new();
-                    let _ = file.read_to_string(&mut text);
-                    let holder = match text.trim().parse::<u32>() {
-                        Ok(pid) => format!("pid {pid}"),
-                        Err(_) => "pid unknown".to_owned(),
-                    };
-                    // Not ours: leave the file and the folders alone.
-                    return Err(OutputError::Locked {
-                        out: shown.to_owned(),
-                        holder,
-                    });
-                }
-                Err(fs::TryLockError::Error(e)) => {
-                    return Err(made(OutputError::Io {
-                        what: "cannot lock",
-                        path: path.to_owned(),
-                        cause: e,
-                    }));
-                }
-            }
-            let ours = file.metadata().map(|m| (m.dev(), m.ino())).ok();
-            let there = fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
-            if ours.is_some() && ours == there {
-                file.set_len(0)
-                    .and_then(|()| file.rewind())
-                    .and_then(|()| write!(file, "{}", std::process::id()))
-                    .map_err(io_err("cannot write the lock file", path))
+        // Taken and noted at once: a process stopped meanwhile removes it if it is ours.
+        let file = crate::interrupt::uninterrupted(|pending| {
+            loop {
+                let mut file = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .custom_flags(libc_nofollow())
+                    .mode(0o644)
+                    .open(path)
+                    .map_err(io_err("cannot open the lock file", path))
                     .map_err(made)?;
-                break file;
+                match file.try_lock() {
+                    Ok(()) => {}
+                    Err(fs::TryLockError::WouldBlock) => {
+                        let mut text = String::new();
+                        let _ = file.read_to_string(&mut text);
+                        let (pid, reading) = match text.trim().strip_suffix(READING) {
+                            Some(pid) => (pid.trim(), true),
+                            None => (text.trim(), false),
+                        };
+                        let holder = match pid.parse::<u32>() {
+                            Ok(pid) => format!("pid {pid}"),
+                            Err(_) => "pid unknown".to_owned(),
+                        };
+                        // Not ours: leave the file and the folders alone.
+                        return Err(OutputError::Locked {
+                            out: shown.to_owned(),
+                            holder,
+                            doing: if reading { "reading" } else { "writing to" },
+                        });
+                    }
+                    Err(fs::TryLockError::Error(e)) => {
+                        return Err(made(OutputError::Io {
+                            what: "cannot lock",
+                            path: path.to_owned(),
+                            cause: e,
+                        }));
+                    }
+                }
+                let ours = file.metadata().map(|m| (m.dev(), m.ino())).ok();
+                let there = fs::symlink_metadata(path).map(|m| (m.dev(), m.ino())).ok();
+                if ours.is_some() && ours == there {
+                    let suffix = if purpose == Purpose::Read { READING } else { "" };
+                    file.set_len(0)
+                        .and_then(|()| file.rewind())
+                        .and_then(|()| write!(file, "{}{suffix}", std::process::id()))
+                        .map_err(io_err("cannot write the lock file", path))
+                        .map_err(made)?;
+                    pending.locked(path, shown, &made_parents);
+                    break Ok(file);
+                }
             }
-        };
+        })?;
         Ok(OutputLock {
             file,
             path: path.to_owned(),
             made_parents,
+        })
+    }
+}
+
+/// What a lock is taken for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Purpose {
+    /// To write an output folder (`render`).
+    Write,
+    /// To read an output folder, finishing an interrupted update first (`plan --against`).
+    Read,
+    /// To use a render cache.
+    Cache,
+}
+
+/// What a lock file holds after the process id when its holder only reads.
+const READING: &str = " reading";
+
+impl Purpose {
+    /// The error for `folder`, where the lock of `shown` goes (or, if `above`, where the
+    /// missing folders it goes into would be made), being read-only (on a read-only file
+    /// system if `file_system`).
+    fn read_only(self, shown: &str, folder: &Path, above: bool, file_system: bool) -> OutputError {
+        let folder = if folder.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            folder
+        };
+        let why = if file_system {
+            "is on a read-only file system"
+        } else {
+            "is read-only (no write permission)"
+        };
+        let fix = if file_system {
+            "render into a folder on a writable file system"
+        } else {
+            "make it writable (chmod u+w), or render into a folder in a writable place"
+        };
+        let place = if above {
+            "the folder its missing parent folders would be made in"
+        } else {
+            "the folder it is in"
+        };
+        let folder = folder.display();
+        OutputError::ReadOnly(match self {
+            Purpose::Write => format!(
+                "cannot render into {shown}: {place}, {folder}, {why}, and a render writes there beside it (its \
+                 lock file, and the new tree or the changed files before they move in); {fix}"
+            ),
+            Purpose::Read => {
+                format!("cannot read {shown} safely: {place}, {folder}, {why}, so its lock cannot be taken")
+            }
+            Purpose::Cache => format!(
+                "cannot use {shown}: {place}, {folder}, {why}; choose another with --cache-dir, or render \
+                 without it (--no-cache)"
+            ),
         })
     }
 }
@@ -262,7 +360,10 @@ fn libc_nofollow() -> i32 {
 impl Drop for OutputLock {
     fn drop(&mut self) {
         // Removed while still held, so nobody can take a lock on a file about to vanish.
-        let _ = fs::remove_file(&self.path);
+        crate::interrupt::uninterrupted(|pending| {
+            let _ = fs::remove_file(&self.path);
+            pending.unlocked(&self.path);
+        });
         let _ = self.file.unlock();
         remove_empty(&self.made_parents);
     }
@@ -402,20 +503,31 @@ impl Journal {
     }
 }
 
+/// What [`recover`] did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Whether it finished an update a killed render had begun (`out` changed).
+    pub finished_update: bool,
+    /// How many leftovers (staging folders, a parked tree) it removed beside `out`.
+    pub leftovers: usize,
+}
+
 /// Cleans up after renders of `out` that were killed: finishes an update whose journal was
 /// written, removes their staging folders beside it, and puts a parked old tree back when
 /// `out` is missing (a kill between the two renames of the fallback swap). Call it holding
-/// the lock. Returns how many leftovers it removed.
-pub fn recover(out: &Path) -> Result<usize, OutputError> {
+/// the lock.
+pub fn recover(out: &Path) -> Result<Recovered, OutputError> {
+    let mut recovered = Recovered::default();
     if let Some(journal) = Journal::read(out)? {
         journal.apply(out).map_err(io_err(
             "cannot finish the update an interrupted render began in",
             out,
         ))?;
+        recovered.finished_update = true;
     }
     let (parent, name) = split(out);
     let Ok(entries) = fs::read_dir(&parent) else {
-        return Ok(0);
+        return Ok(recovered);
     };
     let mut prefix = OsString::from(".");
     prefix.push(&name);
@@ -442,14 +554,59 @@ pub fn recover(out: &Path) -> Result<usize, OutputError> {
     {
         fs::rename(&old, out).map_err(io_err("cannot restore the previous tree from", &old))?;
     }
-    let removed = staged.len() + parked.len();
+    recovered.leftovers = staged.len() + parked.len();
     for path in staged.iter().chain(&parked) {
         remove_all(path).map_err(io_err(
             "cannot remove the leftover of an interrupted render",
             path,
         ))?;
     }
-    Ok(removed)
+    Ok(recovered)
+}
+
+/// [`recover`], saying on standard error (unless `quiet`) when it finished an update that a
+/// killed render had begun in `out` (`shown` as the user named it).
+pub fn recover_noting(out: &Path, shown: &str, quiet: bool) -> Result<Recovered, OutputError> {
+    let recovered = recover(out)?;
+    if recovered.finished_update && !quiet {
+        eprintln!(
+            "note: {shown} held an update that an interrupted kalypso render had begun; it was finished first"
+        );
+    }
+    Ok(recovered)
+}
+
+/// Before the GitOps folder `dir` (`shown` as the user named it) is read as a current tree
+/// (`plan`, `diff` and `explain` with `--against DIR`): takes its lock, so that no render
+/// changes it while it is read, and finishes an update that a killed render began in it
+/// (saying so unless `quiet`), as `render` does before it writes; the reader sees the old
+/// tree or the new one, never a mix. Hold the lock returned until the tree is read.
+///
+/// When the folder holding `dir` cannot be written, no render can be writing `dir` either
+/// (a render needs its lock file there): it is read without the lock, and refused if an
+/// interrupted update is pending, which only a render that can write there can finish.
+pub fn settle_for_reading(dir: &Path, shown: &str, quiet: bool) -> Result<Option<OutputLock>, OutputError> {
+    let real = real_path(dir, shown)?;
+    match OutputLock::lock(&sibling(&real, "lock"), shown, Purpose::Read) {
+        Ok(lock) => {
+            recover_noting(&real, shown, quiet)?;
+            Ok(Some(lock))
+        }
+        Err(OutputError::ReadOnly(_)) => match fs::symlink_metadata(journal_path(&real)) {
+            Ok(_) => Err(OutputError::ReadOnly(format!(
+                "cannot read {shown}: it holds an update that an interrupted kalypso render began and did not \
+                 finish ({} is beside it), so some of its files are new and some old; the folder it is in is \
+                 read-only, so it cannot be finished here: run `kalypso render` into {shown} where that folder \
+                 can be written (it finishes the update first), then read it",
+                journal_path(&real)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            ))),
+            Err(_) => Ok(None),
+        },
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes a folder (or a file) and everything in it, making read-only folders writable first.
@@ -757,7 +914,13 @@ mod tests {
                 ".out.kalypso-new-x/keep",
             ],
         );
-        assert_eq!(recover(&out).unwrap(), 1);
+        assert_eq!(
+            recover(&out).unwrap(),
+            Recovered {
+                finished_update: false,
+                leftovers: 1
+            }
+        );
         assert!(out.join("large/README.md").exists(), "the parked tree is back");
         let mut left: Vec<String> = fs::read_dir(dir.path())
             .unwrap()

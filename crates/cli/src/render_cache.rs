@@ -1,5 +1,7 @@
 //! The render cache: what `kalypso render` last wrote into an output folder, so that the next
-//! render only re-renders and rewrites what changed.
+//! render only re-renders and rewrites what changed. It is the folder's memo
+//! ([`kalypso_core::run::RenderMemo`], see [`FolderMemo`]): the form incremental rendering
+//! takes for a folder, as the record of delivered files is for git.
 //!
 //! For every assignment the cache keeps the fingerprint of its inputs (see
 //! `kalypso_core::fingerprint`) and, for each file it wrote, the file's stat signature (size,
@@ -20,6 +22,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use kalypso_core::fingerprint::{FORMAT, Fingerprint, digest};
+use kalypso_core::run::RenderMemo;
 use rayon::prelude::*;
 
 const HEADER: &str = "kalypso-render-cache 2";
@@ -76,6 +79,22 @@ pub struct CachedAssignment {
 pub struct RenderCache {
     /// Cluster type → deployment target → entry (nested, so lookups by `&str` allocate nothing).
     entries: HashMap<String, HashMap<String, CachedAssignment>>,
+}
+
+/// The render cache of one output folder as its memo: an assignment is held when it is clean
+/// ([`RenderCache::is_clean`]).
+#[derive(Debug)]
+pub struct FolderMemo {
+    /// The cache.
+    pub cache: RenderCache,
+    /// The output folder.
+    pub out: PathBuf,
+}
+
+impl RenderMemo for FolderMemo {
+    fn holds(&self, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> bool {
+        self.cache.is_clean(&self.out, cluster_type, target, fingerprint)
+    }
 }
 
 /// The cache folder for `out` and `env` in `cache_dir`.
@@ -148,39 +167,23 @@ impl RenderCache {
             .insert(target, entry);
     }
 
-    /// The clean ones among `targets` (name and fingerprint) of one cluster type: their
-    /// fingerprints are unchanged and their files in `out` still have the recorded stamps.
-    pub fn clean_targets<'t>(
-        &self,
-        out: &Path,
-        cluster_type: &str,
-        targets: impl IntoIterator<Item = (&'t str, Fingerprint)>,
-    ) -> Vec<&'t str> {
-        let Some(known) = self.entries.get(cluster_type) else {
-            return Vec::new();
+    /// Whether assignment (`cluster_type`, `target`) is clean in `out` for `fingerprint`: its
+    /// fingerprint is unchanged and its files still have the recorded stamps.
+    pub fn is_clean(&self, out: &Path, cluster_type: &str, target: &str, fingerprint: Fingerprint) -> bool {
+        let Some(entry) = self.get(cluster_type, target) else {
+            return false;
         };
+        if entry.fingerprint != fingerprint {
+            return false;
+        }
         let mut path = out.join(cluster_type);
-        targets
-            .into_iter()
-            .filter(|(target, fingerprint)| {
-                let Some(entry) = known.get(*target) else {
-                    return false;
-                };
-                if entry.fingerprint != *fingerprint {
-                    return false;
-                }
-                path.push(target);
-                let same = entry.files.iter().all(|f| {
-                    path.push(&f.name);
-                    let same = Stamp::of(&path) == Some(f.stamp);
-                    path.pop();
-                    same
-                });
-                path.pop();
-                same
-            })
-            .map(|(target, _)| target)
-            .collect()
+        path.push(target);
+        entry.files.iter().all(|f| {
+            path.push(&f.name);
+            let same = Stamp::of(&path) == Some(f.stamp);
+            path.pop();
+            same
+        })
     }
 
     /// The entry of an assignment.
@@ -372,9 +375,7 @@ mod tests {
         target: &str,
         fingerprint: Fingerprint,
     ) -> bool {
-        !cache
-            .clean_targets(out, cluster_type, [(target, fingerprint)])
-            .is_empty()
+        cache.is_clean(out, cluster_type, target, fingerprint)
     }
 
     fn entry(fingerprint: Fingerprint, stamp: Stamp) -> CachedAssignment {

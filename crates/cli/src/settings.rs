@@ -20,6 +20,7 @@ use kalypso_git::{AuthSettings, Author, DeliverySettings, RepoUrl, RetryPolicy};
 use kalypso_hub::DashboardMode;
 
 use crate::args::{self, Cli, ColorChoice, Command, LogFormat, OutputFormat};
+use kalypso_template::{Engine, SprigVersion};
 
 /// A command-line value that cannot be used.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -35,6 +36,9 @@ pub(crate) enum SettingsError {
     /// A `--limit` (or `KALYPSO_LIMITS`) setting; the message names the limit.
     #[error("{0}")]
     Limit(LimitError),
+    /// `KALYPSO_SPRIG` names no Sprig version; the message names the variable.
+    #[error("{0}")]
+    Sprig(String),
 }
 
 fn flag_error(flag: &'static str, message: impl Into<String>) -> SettingsError {
@@ -73,14 +77,16 @@ pub(crate) struct Settings {
 impl Settings {
     /// Validates `cli`: every flag value is parsed and checked here, once.
     pub(crate) fn from_cli(cli: &Cli) -> Result<Settings, SettingsError> {
+        let command = CommandSettings::from_args(&cli.command)?;
         Ok(Settings {
             global: Global::from_args(&cli.global)?,
-            command: CommandSettings::from_args(&cli.command)?,
+            command,
         })
     }
 }
 
-/// What every command takes: threads, verbosity, limits, colour, log format.
+/// What every command takes: threads, verbosity, limits, colour, log format, the Sprig
+/// version templates run with.
 #[derive(Debug)]
 pub(crate) struct Global {
     /// Worker threads (`None`: one per CPU).
@@ -93,6 +99,10 @@ pub(crate) struct Global {
     pub(crate) color: ColorChoice,
     /// `--log-format`, when given (each command has its default).
     log_format: Option<LogFormat>,
+    /// The Sprig version `KALYPSO_SPRIG` selects. A value that names no version is refused
+    /// when kalypso starts, whatever the command, as a bad flag is: one decision for
+    /// `render`, `validate`, `sync`, `serve` and `operator` alike.
+    pub(crate) sprig: SprigVersion,
 }
 
 impl Global {
@@ -107,7 +117,13 @@ impl Global {
             limits,
             color: args.color,
             log_format: args.log_format,
+            sprig: kalypso_template::sprig_from_env().map_err(SettingsError::Sprig)?,
         })
+    }
+
+    /// The template engine of the Sprig version of the settings.
+    pub(crate) fn engine(&self) -> Engine {
+        Engine::with_sprig(self.sprig)
     }
 
     /// The log format: `--log-format`, else the command's `default`.
@@ -178,6 +194,17 @@ impl Git {
     /// The folder `--cache-dir` names, if given.
     pub(crate) fn cache_dir_given(&self) -> Option<&Path> {
         self.cache_dir.as_deref()
+    }
+}
+
+/// Registry access for `oci://` GitOps repositories (`--registry-*`).
+fn registry(args: &args::RegistryArgs) -> kalypso_git::oci::AuthSettings {
+    kalypso_git::oci::AuthSettings {
+        docker_config: args.registry_config.clone(),
+        username: args.registry_username.clone(),
+        token_file: args.registry_token_file.clone(),
+        insecure: args.insecure_registry.clone(),
+        ..kalypso_git::oci::AuthSettings::default()
     }
 }
 
@@ -308,10 +335,12 @@ pub(crate) struct Comparison {
     /// The environment whose main commit is promoted (`--promote-from`), never `env`.
     pub(crate) promote_from: Option<String>,
     pub(crate) git: Git,
+    /// Registry access, for `--against oci://…`.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Comparison {
-    fn from_args(args: &args::PlanSource) -> Result<Comparison, SettingsError> {
+    fn from_args(args: &args::ComparisonArgs) -> Result<Comparison, SettingsError> {
         if args.promote_from.as_ref() == Some(&args.env) {
             return Err(flag_error(
                 "--promote-from",
@@ -327,6 +356,7 @@ impl Comparison {
             against: args.against.clone(),
             promote_from: args.promote_from.clone(),
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -387,6 +417,8 @@ pub(crate) struct Sync {
     /// Also print the input commits.
     pub(crate) verbose: bool,
     pub(crate) git: Git,
+    /// Registry access for `oci://` GitOpsRepos.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Sync {
@@ -406,6 +438,7 @@ impl Sync {
             json: args.json,
             verbose: args.verbose,
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -585,6 +618,8 @@ pub(crate) struct Hub {
     /// How often the GitOps branches are read again (at least every second).
     pub(crate) refresh: Duration,
     pub(crate) git: Git,
+    /// Registry access for `oci://` GitOpsRepos.
+    pub(crate) registry: kalypso_git::oci::AuthSettings,
 }
 
 impl Hub {
@@ -605,6 +640,7 @@ impl Hub {
             stale_after: duration("--stale-after", &args.stale_after)?,
             refresh: duration("--refresh", &args.refresh)?.max(Duration::from_secs(1)),
             git: Git::from_args(&args.git)?,
+            registry: registry(&args.registry),
         })
     }
 }
@@ -628,7 +664,7 @@ pub(crate) struct Crds {
 #[cfg(feature = "operator")]
 #[derive(Debug)]
 pub(crate) struct Operator {
-    pub(crate) source: kalypso_operator::Source,
+    pub(crate) source: kalypso_operator::ControlPlaneFeed,
     pub(crate) health_addr: SocketAddr,
     pub(crate) metrics_addr: SocketAddr,
     /// `--leader-elect`: the Lease's name and namespace.
@@ -643,7 +679,7 @@ pub(crate) struct Operator {
     pub(crate) poll: Duration,
     /// Environments reconciled at once (at least one).
     pub(crate) concurrency: u16,
-    pub(crate) delivery: kalypso_operator::runtime::Delivery,
+    pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
 }
@@ -651,12 +687,12 @@ pub(crate) struct Operator {
 #[cfg(feature = "operator")]
 impl Operator {
     fn from_args(args: &args::OperatorArgs) -> Result<Operator, SettingsError> {
-        use kalypso_operator::Source;
+        use kalypso_operator::ControlPlaneFeed;
         Ok(Operator {
             source: match args.source {
-                args::SourceArg::Flux => Source::Flux,
-                args::SourceArg::External => Source::External,
-                args::SourceArg::Git => Source::Git,
+                args::FeedArg::Flux => ControlPlaneFeed::Flux,
+                args::FeedArg::External => ControlPlaneFeed::External,
+                args::FeedArg::Git => ControlPlaneFeed::Git,
             },
             health_addr: address("--health-probe-bind-address", &args.health_probe_bind_address)?,
             metrics_addr: address("--metrics-bind-address", &args.metrics_bind_address)?,
@@ -679,8 +715,8 @@ impl Operator {
             resync: duration("--resync", &args.resync)?,
             poll: duration("--poll", &args.poll)?,
             concurrency: args.concurrency.max(1),
-            delivery: kalypso_operator::runtime::Delivery {
-                mode: args.delivery.clone(),
+            publisher: kalypso_operator::runtime::PublisherSettings {
+                mode: args.delivery,
                 cache_dir: args.cache_dir.clone(),
                 token_env: args.token_env.clone(),
                 token_file: args.token_file.clone(),
@@ -819,6 +855,35 @@ mod tests {
         }
     }
 
+    /// What clap says about `kalypso <argv>` (values typed in `args`, refused before settings).
+    fn refused(argv: &[&str]) -> String {
+        Cli::command()
+            .try_get_matches_from(std::iter::once("kalypso").chain(argv.iter().copied()))
+            .unwrap_err()
+            .to_string()
+    }
+
+    #[test]
+    fn typed_flags_refuse_unknown_values_naming_the_flag() {
+        let error = refused(&["--log-format", "xml", "validate", "cp"]);
+        assert!(
+            error.contains("'xml'") && error.contains("--log-format"),
+            "{error}"
+        );
+        assert!(error.contains("[possible values: text, json]"), "{error}");
+        #[cfg(feature = "operator")]
+        {
+            // The operator's delivery mode is typed as sync's is (it was a string checked at start).
+            let error = refused(&["operator", "--delivery", "fax"]);
+            assert!(
+                error.contains("'fax'")
+                    && error.contains("--delivery")
+                    && error.contains("unknown delivery mode"),
+                "{error}"
+            );
+        }
+    }
+
     #[test]
     fn defaults() {
         let Settings { global, command } = settings(&["render", "cp", "--env", "dev", "--out", "o"]).unwrap();
@@ -880,7 +945,7 @@ mod tests {
         };
         assert_eq!(operator.health_addr, SocketAddr::from(([0, 0, 0, 0], 8081)));
         assert_eq!(operator.metrics_addr, SocketAddr::from(([0, 0, 0, 0], 8080)));
-        assert_eq!(operator.source, kalypso_operator::Source::Flux);
+        assert_eq!(operator.source, kalypso_operator::ControlPlaneFeed::Flux);
         assert_eq!(operator.lease, None);
         assert_eq!(operator.debounce, Duration::from_secs(3));
         assert_eq!(operator.resync, Duration::from_secs(300));
@@ -1119,6 +1184,15 @@ mod tests {
             "hub",
         ] {
             expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+        }
+        // Registry access for oci:// GitOps repositories (the token's own variable,
+        // KALYPSO_REGISTRY_TOKEN, is read by kalypso-oci, not by clap: its value is never shown).
+        let registry = [
+            "registry_config KALYPSO_REGISTRY_CONFIG",
+            "registry_username KALYPSO_REGISTRY_USERNAME",
+        ];
+        for command in ["plan", "diff", "sync", "hub"] {
+            expected.extend(registry.iter().map(|r| format!("{command} --{r}")));
         }
         if cfg!(feature = "operator") {
             expected.extend(

@@ -9,7 +9,7 @@ use anyhow::{Context, Result, anyhow, bail};
 use kalypso_core::tree::Tree;
 use kalypso_core::{Diagnostics, Inputs};
 use kalypso_git::auth::Credentials;
-use kalypso_git::control_plane::{ControlPlane, EnvironmentRef, Sources, short};
+use kalypso_git::control_plane::{ControlPlane, EnvironmentRef, WorkloadRepos, short};
 use kalypso_git::repo::{Repo, Transport};
 use kalypso_git::{Cache, RepoUrl, RetryPolicy};
 
@@ -18,13 +18,15 @@ use crate::fsio::read_tree;
 use crate::local_clone::LocalClone;
 use crate::settings;
 
-/// Git access shared by every repository one command reads.
+/// Git access shared by every repository one command reads (and registry access, for an
+/// `oci://` tree named by `--against`).
 #[derive(Debug)]
 pub(crate) struct GitAccess {
     credentials: Credentials,
     cache: Cache,
     retry: RetryPolicy,
     main_branch: String,
+    registry: kalypso_git::oci::AuthSettings,
 }
 
 impl GitAccess {
@@ -36,7 +38,14 @@ impl GitAccess {
             cache: Cache::new(settings.cache_dir()),
             retry: settings.retry,
             main_branch: settings.main_branch.clone(),
+            registry: kalypso_git::oci::AuthSettings::default(),
         })
+    }
+
+    /// The same, reaching registries as `registry` says.
+    pub(crate) fn with_registry(mut self, registry: &kalypso_git::oci::AuthSettings) -> GitAccess {
+        self.registry = registry.clone();
+        self
     }
 
     fn transport(&self) -> Transport<'_> {
@@ -63,7 +72,7 @@ pub(crate) enum ControlPlaneSource<'g> {
         /// The repository.
         control_plane: Box<ControlPlane>,
         /// Workload repositories opened so far.
-        sources: Sources,
+        sources: WorkloadRepos,
         /// How they are reached.
         transport: Transport<'g>,
         /// The working copy, when the repository is a local clone.
@@ -96,7 +105,7 @@ impl<'g> ControlPlaneSource<'g> {
         let control_plane = ControlPlane::open(url, &git.cache, &transport, &git.main_branch)?;
         Ok(ControlPlaneSource::Git {
             control_plane: Box::new(control_plane),
-            sources: Sources::new(git.cache.clone()),
+            sources: WorkloadRepos::new(git.cache.clone()),
             transport,
             clone: url.plain_path().and_then(LocalClone::open).map(Box::new),
             quiet,
@@ -240,10 +249,17 @@ fn select(control_plane: &ControlPlane, env: &str) -> Result<EnvironmentRef> {
 }
 
 /// Reads the current GitOps tree `spec` names: a folder (a working copy's `.git` is
-/// skipped), or `<REPO>#<BRANCH>`.
+/// skipped), `<REPO>#<BRANCH>`, or `oci://HOST/PATH#TAG` (the artifacts of an environment
+/// delivered to a registry, laid out as its git form: a folder per cluster type).
 pub(crate) fn read_against(spec: &str, git: &GitAccess, quiet: bool) -> Result<Tree> {
+    if kalypso_git::oci::is_oci(spec) {
+        return read_artifacts(spec, git, quiet);
+    }
     let path = Path::new(spec);
     if path.is_dir() && !is_bare_repository(path) {
+        // Locked and settled first: no render changes it while it is read, and an update a
+        // killed render began is finished (or, where it cannot be, refused).
+        let _lock = crate::output::settle_for_reading(path, spec, quiet)?;
         return read_tree(path).with_context(|| format!("reading {spec}"));
     }
     if let Some((repo, branch)) = spec.rsplit_once('#')
@@ -259,6 +275,27 @@ pub(crate) fn read_against(spec: &str, git: &GitAccess, quiet: bool) -> Result<T
         "--against {}: no such folder (name a GitOps folder, or a branch of a git repository as <REPO>#<BRANCH>)",
         kalypso_git::redact(spec)
     )
+}
+
+/// The environment delivered to `oci://HOST/PATH#TAG` (empty if nothing is there yet).
+fn read_artifacts(spec: &str, git: &GitAccess, quiet: bool) -> Result<Tree> {
+    let (location, tag) =
+        kalypso_oci::reference::parse_with_tag(spec).map_err(|e| anyhow!("--against: {e}"))?;
+    let registry = kalypso_git::oci::registry(&git.registry, &git.retry)
+        .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?;
+    match kalypso_oci::read::tree(&registry, &location, &tag)
+        .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?
+    {
+        Some((_, tree)) => Ok(tree),
+        None => {
+            if !quiet {
+                eprintln!(
+                    "note: {location} has no environment tagged {tag:?} yet; planning against an empty tree"
+                );
+            }
+            Ok(Tree::new())
+        }
+    }
 }
 
 /// The files of `branch` of repository `repo` (empty if the branch does not exist yet).

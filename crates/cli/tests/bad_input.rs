@@ -107,6 +107,9 @@ struct RunSpec {
 /// GitOps tree), `cache/` (empty), and the files of the case's `root/` if it has one.
 struct Sandbox {
     root: tempfile::TempDir,
+    /// Whether the runs go without the capabilities that let root write into read-only
+    /// folders (`setpriv`), so that a read-only folder is one for them too.
+    without_override: bool,
 }
 
 impl Sandbox {
@@ -120,6 +123,7 @@ impl Sandbox {
     fn with_seed(input: &Path, seed: bool) -> Sandbox {
         let sandbox = Sandbox {
             root: tempfile::tempdir().unwrap(),
+            without_override: false,
         };
         copy_files(input, &sandbox.dir());
         if seed {
@@ -160,8 +164,18 @@ impl Sandbox {
     fn kalypso(&self, args: &[&str], env: &std::collections::BTreeMap<String, String>) -> Run {
         let args: Vec<String> = args.iter().map(|a| self.expand(a)).collect();
         let cache = self.path().join("cache");
+        let mut command = if self.without_override {
+            let mut setpriv = Command::new("setpriv");
+            setpriv
+                .arg(format!("--bounding-set=-{WRITE_OVERRIDES}"))
+                .arg("--")
+                .arg(std::env::current_exe().unwrap());
+            setpriv
+        } else {
+            Command::new(std::env::current_exe().unwrap())
+        };
         let run = Run::of(
-            support::as_cli_child(&mut Command::new(std::env::current_exe().unwrap()), &args)
+            support::as_cli_child(&mut command, &args)
                 .envs(env)
                 .env("XDG_CACHE_HOME", &cache)
                 .env("KALYPSO_CACHE_DIR", &cache)
@@ -266,7 +280,7 @@ fn check_case(dir: &Path) -> Result<(), String> {
     if case.fails.is_none() && case.runs.is_empty() {
         return Err("case.yaml has neither `fails` nor `runs`".to_owned());
     }
-    let sandbox = Sandbox::with_seed(&dir.join("input"), case.seed);
+    let mut sandbox = Sandbox::with_seed(&dir.join("input"), case.seed);
     if dir.join("root").is_dir() {
         copy_files(&dir.join("root"), sandbox.path());
     }
@@ -283,10 +297,14 @@ fn check_case(dir: &Path) -> Result<(), String> {
     // Held until the runs are over, as another kalypso would.
     let _lock = case.locked.then(|| hold_lock(&sandbox.out()));
     let _read_only = match ReadOnly::make(&sandbox, &case.read_only) {
-        Some(guard) => guard,
+        Some((guard, without_override)) => {
+            sandbox.without_override = without_override;
+            guard
+        }
         None => {
             eprintln!(
-                "{}: skipped: the read-only folders can still be written (running as root)",
+                "{}: skipped: the read-only folders can still be written (running as root, and setpriv \
+                 cannot drop the capabilities that allow it)",
                 dir.display()
             );
             return Ok(());
@@ -348,27 +366,44 @@ fn check_case(dir: &Path) -> Result<(), String> {
     }
 }
 
+/// The capabilities that let root write into a folder without write permission.
+const WRITE_OVERRIDES: &str = "dac_override,-dac_read_search";
+
 /// Folders made read-only for a case's runs, writable again when dropped.
 struct ReadOnly(Vec<PathBuf>);
 
 impl ReadOnly {
-    /// Removes the write permission of `folders` (relative to the sandbox); `None` (with
-    /// the permissions restored) when this process can still write into them.
-    fn make(sandbox: &Sandbox, folders: &[String]) -> Option<ReadOnly> {
+    /// Removes the write permission of `folders` (relative to the sandbox), and says whether
+    /// the runs must drop the capabilities that override it (this process runs as root, and
+    /// without them a probe cannot write); `None` (with the permissions restored) when the
+    /// folders stay writable even so.
+    fn make(sandbox: &Sandbox, folders: &[String]) -> Option<(ReadOnly, bool)> {
         use std::os::unix::fs::PermissionsExt;
         let guard = ReadOnly(folders.iter().map(|f| sandbox.path().join(f)).collect());
         for folder in &guard.0 {
             let mode = fs::metadata(folder).unwrap().permissions().mode();
             fs::set_permissions(folder, fs::Permissions::from_mode(mode & !0o222)).unwrap();
         }
+        let mut without_override = false;
         for folder in &guard.0 {
             let probe = folder.join(".kalypso-write-probe");
             if fs::write(&probe, "").is_ok() {
-                let _ = fs::remove_file(probe);
-                return None;
+                let _ = fs::remove_file(&probe);
+                let still_writes = Command::new("setpriv")
+                    .arg(format!("--bounding-set=-{WRITE_OVERRIDES}"))
+                    .args(["--", "sh", "-c", "echo > \"$0\""])
+                    .arg(&probe)
+                    .stderr(std::process::Stdio::null())
+                    .status()
+                    .map_or(true, |s| s.success());
+                let _ = fs::remove_file(&probe);
+                if still_writes {
+                    return None;
+                }
+                without_override = true;
             }
         }
-        Some(guard)
+        Some((guard, without_override))
     }
 }
 

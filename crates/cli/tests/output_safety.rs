@@ -1,8 +1,10 @@
 //! Faults while `kalypso render` writes its output folder: the process killed at random
-//! instants, two renders at once, a write that exceeds the file-size limit. Each time the
-//! output folder must hold exactly the old tree or exactly the new one (once the journal of
-//! an update that was under way, if any, is finished, as the next render does first), and
-//! whatever a killed render left beside it must be gone after the next render.
+//! instants, two renders at once, readers while a render writes, a write that exceeds the
+//! file-size limit. Each time the output folder must hold exactly the old tree or exactly the
+//! new one once the journal of an update that was under way, if any, is finished, which the
+//! next kalypso command that touches the folder does first: here a reader (`diff --against`),
+//! which must then see the new tree whole; and whatever a killed render left beside the
+//! folder (lock file, staging folder, journal) must be gone after that command.
 //!
 //! The renders run in child processes (this test binary re-executed into `cli_child`, as in
 //! `bad_input.rs`), killed with SIGKILL; the control planes are generated, large enough that a
@@ -54,6 +56,36 @@ fn render_with(control_plane: &Path, out: &Path, cache: &Path, quiet: bool) -> C
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     command
+}
+
+/// A command running `kalypso diff CONTROL-PLANE --env dev --against OUT` (a reader of OUT)
+/// in a child process.
+fn reader(control_plane: &Path, out: &Path, cache: &Path) -> Command {
+    let args = [
+        "diff".to_owned(),
+        control_plane.display().to_string(),
+        "--env".to_owned(),
+        "dev".to_owned(),
+        "--against".to_owned(),
+        out.display().to_string(),
+    ];
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    support::as_cli_child(&mut command, &args)
+        .env("KALYPSO_CACHE_DIR", cache)
+        .env_remove("KALYPSO_THREADS")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    command
+}
+
+/// What a child printed on standard output, without the test harness's own lines (the child
+/// is this test binary).
+fn printed(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter(|l| !l.is_empty() && *l != "running 1 test")
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Writes a control plane into `dir`: `cluster_types` cluster types, one workload with
@@ -289,11 +321,38 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
             staged += 1;
         }
         // A kill after the update's journal was written may leave the tree part-way: the
-        // next kalypso to take the lock finishes it first, as `recover` does here.
-        if left.iter().any(|n| n.ends_with(".kalypso-journal")) {
+        // next kalypso command that touches it finishes it first. Here a reader, which must
+        // then see the new tree whole (no difference from what the new control plane
+        // renders), and leave nothing beside the folder.
+        let pending = left.iter().any(|n| n.ends_with(".kalypso-journal"));
+        let read = reader(&setup.planes[target], &setup.out(), &setup.cache())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&read.stderr);
+        assert!(
+            matches!(read.status.code(), Some(0 | 2)),
+            "reader after kill {i}: {stderr}"
+        );
+        if pending {
             journaled += 1;
-            kalypso_cli::output::recover(&setup.out()).unwrap();
+            assert_eq!(
+                read.status.code(),
+                Some(0),
+                "the reader sees the new tree: {stderr}"
+            );
+            assert_eq!(printed(&read), "");
+            assert!(
+                stderr.contains(
+                    "held an update that an interrupted kalypso render had begun; it was finished first"
+                ),
+                "{stderr}"
+            );
         }
+        assert_eq!(
+            leftovers(&parent),
+            Vec::<String>::new(),
+            "the reader after kill {i} cleaned up after it"
+        );
         let now = setup.holds(&format!("kill {i} after {delay} µs"));
         if now == before {
             old += 1;
@@ -304,7 +363,7 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
     }
     println!(
         "40 kills: {old} left the old tree, {new} the new one; {finished} renders finished first, \
-         {staged} left a staging folder, {journaled} a journal that was then finished"
+         {staged} left a staging folder, {journaled} a journal that the next reader finished"
     );
     // The next render cleans up after them all.
     let done = render(&setup.planes[1], &setup.out(), &setup.cache())
@@ -319,6 +378,66 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
         .unwrap();
     assert!(done.status.success());
     assert_eq!(setup.holds("after the kills"), 0);
+}
+
+/// A render stopped by Ctrl-C (SIGINT), SIGTERM or SIGHUP at random instants cleans up before
+/// it exits: the output folder holds the old tree or the new one at once (a committed update
+/// is carried out first), with nothing to finish, and nothing is left beside it.
+#[test]
+fn a_render_interrupted_at_any_instant_leaves_a_whole_tree_and_nothing_beside_it() {
+    use rustix::process::{Pid, Signal, kill_process};
+    let setup = Setup::new();
+    let seed = std::env::var("KALYPSO_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+                | 1
+        });
+    println!("KALYPSO_KILL_SEED={seed}");
+    let mut random = Random(seed);
+    let done = render(&setup.planes[0], &setup.out(), &setup.cache())
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    let span = u64::try_from(setup.took.as_micros()).unwrap().max(1000) * 3 / 2;
+    let parent = setup.out().parent().unwrap().to_owned();
+    let (mut old, mut new, mut finished) = (0, 0, 0);
+    for i in 0..30 {
+        // Always towards the other tree: every render has an update to make.
+        let before = setup.holds(&format!("before signal {i}"));
+        let target = 1 - before;
+        let child = render(&setup.planes[target], &setup.out(), &setup.cache())
+            .spawn()
+            .unwrap();
+        let delay = random.below(span);
+        std::thread::sleep(Duration::from_micros(delay));
+        let signal = [Signal::INT, Signal::TERM, Signal::HUP][i % 3];
+        let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+        let _ = kill_process(pid, signal);
+        let output = child.wait_with_output().unwrap();
+        if output.status.success() {
+            finished += 1;
+        }
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(
+            leftovers(&parent),
+            Vec::<String>::new(),
+            "signal {i} ({signal:?}) after {delay} µs left something beside the folder: {stderr}"
+        );
+        let now = setup.holds(&format!("signal {i} ({signal:?}) after {delay} µs"));
+        if now == before {
+            old += 1;
+        } else {
+            assert_eq!(now, target);
+            new += 1;
+        }
+    }
+    println!("30 signals: {old} left the old tree, {new} the new one; {finished} renders finished first");
 }
 
 #[test]
@@ -372,6 +491,81 @@ fn two_renders_at_once_one_fails_on_the_lock_and_the_tree_is_whole() {
         refused > 0,
         "no second render ever ran while the first held the lock"
     );
+}
+
+/// Readers of the output folder (`diff --against`) started one after the other while a render
+/// updates it: each either fails at once on the render's lock, saying so, or reads a whole
+/// tree, the old one or the new one (its diff is one of the two), never a mix. A render that
+/// starts while a reader holds the lock fails at once too, saying so, and is run again.
+#[test]
+fn readers_during_a_render_see_a_whole_tree_or_wait_for_the_lock() {
+    let setup = Setup::new();
+    let done = render(&setup.planes[0], &setup.out(), &setup.cache())
+        .output()
+        .unwrap();
+    assert!(done.status.success());
+    // What a reader from control plane B prints against A's tree (against B's: nothing).
+    let against_a = reader(&setup.planes[1], &setup.out(), &setup.cache())
+        .output()
+        .unwrap();
+    assert_eq!(against_a.status.code(), Some(2), "B differs from A's tree");
+    let out = setup.out().display().to_string();
+    let (mut refused, mut saw_a, mut saw_b, mut writer_refused) = (0, 0, 0, 0);
+    for round in 0..4 {
+        let target = (round + 1) % 2;
+        loop {
+            let mut writer = render(&setup.planes[target], &setup.out(), &setup.cache())
+                .spawn()
+                .unwrap();
+            loop {
+                let finished = writer.try_wait().unwrap().is_some();
+                let read = reader(&setup.planes[1], &setup.out(), &setup.cache())
+                    .output()
+                    .unwrap();
+                let stderr = String::from_utf8_lossy(&read.stderr);
+                match read.status.code() {
+                    Some(1) => {
+                        assert!(
+                            stderr.contains(&format!("another kalypso is writing to {out}")),
+                            "{stderr}"
+                        );
+                        refused += 1;
+                        std::thread::sleep(Duration::from_millis(20));
+                    }
+                    Some(0) => {
+                        assert_eq!(printed(&read), "");
+                        saw_b += 1;
+                    }
+                    Some(2) => {
+                        assert_eq!(printed(&read), printed(&against_a), "a reader saw a mix");
+                        saw_a += 1;
+                    }
+                    other => panic!("reader exited with {other:?}: {stderr}"),
+                }
+                if finished {
+                    break;
+                }
+            }
+            let written = writer.wait_with_output().unwrap();
+            if written.status.success() {
+                break;
+            }
+            let stderr = String::from_utf8_lossy(&written.stderr);
+            assert!(
+                stderr.contains(&format!("another kalypso is reading {out}")),
+                "{stderr}"
+            );
+            writer_refused += 1;
+            assert!(writer_refused < 50, "the render never got the lock");
+        }
+        assert_eq!(setup.holds(&format!("round {round}")), target);
+    }
+    println!(
+        "readers: {refused} refused on a render's lock, {saw_a} read tree A whole, {saw_b} tree B; \
+         {writer_refused} renders refused on a reader's lock"
+    );
+    assert!(saw_a + saw_b > 0, "no reader read a tree");
+    assert_eq!(leftovers(setup.out().parent().unwrap()), Vec::<String>::new());
 }
 
 /// The pid in a lock message (checked to be a number).

@@ -106,7 +106,7 @@ impl ConfigData {
 /// One source of config entries (a ConfigMap, or one labelled key of an Azure export) with
 /// the labels that decide whether it applies.
 #[derive(Clone, Debug)]
-struct Source {
+struct ConfigEntries {
     source: ConfigSource,
     filter: Labels,
     entries: Vec<(String, String, Value)>,
@@ -115,7 +115,7 @@ struct Source {
 /// The config sources of a namespace, prepared once: values converted, filters extracted.
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSources {
-    sources: Vec<Source>,
+    sources: Vec<ConfigEntries>,
     /// Label keys that sources match against cluster-type and target labels, sorted.
     relevant_keys: Vec<String>,
     uses_target_name: bool,
@@ -181,7 +181,7 @@ impl ConfigSources {
         };
         for (name, map) in &ns.config_maps {
             if map.labels().get(labels::PLATFORM_CONFIG).map(String::as_str) == Some("true") {
-                sources.push(Source {
+                sources.push(ConfigEntries {
                     source: ConfigSource::ConfigMap { name: name.clone() },
                     filter: map.labels().clone(),
                     entries: entries(&map.spec),
@@ -198,7 +198,7 @@ impl ConfigSources {
             for full in keys {
                 let raw = &map.spec.data[full];
                 let (filter, key) = parse_azure_key(full);
-                sources.push(Source {
+                sources.push(ConfigEntries {
                     source: ConfigSource::AzureAppConfig {
                         map: name.clone(),
                         key: full.clone(),

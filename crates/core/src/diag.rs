@@ -204,6 +204,9 @@ pub struct Diagnostic {
     pub origin: Option<Origin>,
     /// The offending object.
     pub object: Option<(Kind, String)>,
+    /// The offending object when it is of a kind the scheduler does not read (a Secret, a Flux
+    /// Kustomization) but its document is broken: its kind and name as written.
+    pub other_object: Option<(String, String)>,
     /// The offending field, as a path (`spec.clusterTypeSelector.labelSelector`).
     pub field: Option<String>,
     /// The WorkloadRegistration whose files it was found in (what fails with it when a run
@@ -220,6 +223,7 @@ impl Diagnostic {
             message: message.into(),
             origin: None,
             object: None,
+            other_object: None,
             field: None,
             registration: None,
         }
@@ -273,10 +277,12 @@ impl fmt::Display for Diagnostic {
         if let Some(origin) = &self.origin {
             write!(f, "{origin}: ")?;
         }
-        match &self.object {
-            Some((kind, name)) if name.is_empty() => write!(f, "{kind} without a name: ")?,
-            Some((kind, name)) => write!(f, "{kind} {name:?}: ")?,
-            None => {}
+        match (&self.object, &self.other_object) {
+            (Some((kind, name)), _) if name.is_empty() => write!(f, "{kind} without a name: ")?,
+            (Some((kind, name)), _) => write!(f, "{kind} {name:?}: ")?,
+            (None, Some((kind, name))) if name.is_empty() => write!(f, "{} without a name: ", escape(kind))?,
+            (None, Some((kind, name))) => write!(f, "{} {name:?}: ", escape(kind))?,
+            (None, None) => {}
         }
         if let Some(field) = &self.field {
             write!(f, "{}: ", escape(field))?;

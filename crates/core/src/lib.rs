@@ -7,9 +7,10 @@
 //!
 //! Stages, one module each: [`source`] → [`load`] → [`model`] → [`unfold`] → [`schedule`]
 //! (with [`placement`]) →
-//! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] runs them in order.
-//! [`run`] is the one driver every front end calls: it runs the stages for one environment
-//! and says what blocks delivery. [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
+//! [`config`] + [`schema`] → [`render`](mod@render) → [`tree`]; [`pipeline`] holds the stages'
+//! steps. [`run::run`] is the one driver every front end calls: it runs the stages for one
+//! environment, says what blocks delivery and hands the content to the front end's sink ([`run::Sink`]).
+//! [`plan`] and [`explain`] describe the results for people; [`warnings`] points out the
 //! parts of a control plane that have no effect.
 
 pub mod config;
@@ -38,6 +39,5 @@ mod yaml_scan;
 
 pub use diag::{Code, Diagnostic, Diagnostics, Origin, Severity};
 pub use pipeline::{
-    AssignmentFailure, AssignmentRecord, Inputs, Job, Prepared, Rendered, ScheduledEnvironment,
-    load_namespace, prepare, render,
+    AssignmentFailure, AssignmentRecord, Inputs, Job, Rendered, ScheduledEnvironment, load_namespace,
 };

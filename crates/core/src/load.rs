@@ -21,6 +21,7 @@ use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
 use crate::model::{AnyObject, Object};
 use crate::position::strip_location;
 use crate::source::{SourceFile, SourceTree};
+use crate::yaml_scan::ProblemKind;
 
 /// One YAML document of a file: its text and the line (1-based) its first line has.
 #[derive(Debug, PartialEq, Eq)]
@@ -226,17 +227,7 @@ fn load_file(tree: &SourceTree, file: &SourceFile, diagnostics: &mut Diagnostics
     let text = match std::str::from_utf8(&file.content) {
         Ok(text) => text,
         Err(e) => {
-            let line = 1 + file.content[..e.valid_up_to()]
-                .iter()
-                .filter(|b| **b == b'\n')
-                .count();
-            diagnostics.push(
-                Diagnostic::error(
-                    Code::Yaml,
-                    "file is not UTF-8 text (the first invalid byte is on this line); save it as UTF-8",
-                )
-                .at(&Origin::new(shown, u32::try_from(line).unwrap_or(0))),
-            );
+            diagnostics.push(not_utf8(&file.content, e.valid_up_to(), shown.into()));
             return Vec::new();
         }
     };
@@ -254,6 +245,45 @@ fn load_file(tree: &SourceTree, file: &SourceFile, diagnostics: &mut Diagnostics
     objects
 }
 
+/// The error of a file that is not UTF-8, whose first invalid byte is at `at`: at its line and
+/// column, naming the object of the document it is in and the field (read from the text
+/// before it).
+fn not_utf8(content: &[u8], at: usize, shown: std::sync::Arc<str>) -> Diagnostic {
+    let valid = std::str::from_utf8(&content[..at]).unwrap_or_default();
+    let line = 1 + valid.matches('\n').count();
+    let column = 1 + valid.rsplit('\n').next().unwrap_or_default().chars().count();
+    let mut d = Diagnostic::error(
+        Code::Yaml,
+        format!(
+            "the file is not UTF-8 text (byte 0x{:02X} here is not UTF-8); save it as UTF-8",
+            content[at]
+        ),
+    )
+    .at(&Origin::at(
+        &shown,
+        u32::try_from(line).unwrap_or(0),
+        u32::try_from(column).unwrap_or(0),
+    ));
+    // The document the byte is in, as far as it is valid text.
+    let lossy = String::from_utf8_lossy(content);
+    let line = u32::try_from(line).unwrap_or(u32::MAX);
+    if let Some(doc) = split_documents(&lossy)
+        .into_iter()
+        .take_while(|doc| doc.first_line <= line)
+        .last()
+    {
+        let (kind, name) = written_identity(doc.text);
+        d = Identity { kind, name }.apply(d);
+        let relative = line - doc.first_line;
+        let field = crate::yaml_scan::path_at(doc.text, relative, u32::try_from(column).unwrap_or(0) - 1)
+            .or_else(|| top_level_key(doc.text, relative));
+        if let Some(field) = field {
+            d = d.field(field);
+        }
+    }
+    d
+}
+
 /// Where the parser stopped: `origin`'s file at the error's line and column of the document,
 /// or the document's first line when the parser does not say.
 fn located(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -> Origin {
@@ -267,19 +297,234 @@ fn located(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -> O
     }
 }
 
-fn yaml_error(err: &serde_yaml_ng::Error, doc: &Document<'_>, origin: &Origin) -> Diagnostic {
-    let mut message = format!("invalid YAML: {}", strip_location(&err.to_string()));
-    let offending = err
-        .location()
-        .and_then(|l| doc.text.lines().nth(l.line().saturating_sub(1)));
-    if offending.is_some_and(|l| l[..l.len() - l.trim_start().len()].contains('\t')) {
-        message.push_str(" (a tab indents this line; YAML indentation must use spaces)");
+/// A YAML error the deserializer found that the scan did not (the scan reports the usual
+/// ones first, in its own words): at the field where it stopped, about the document's
+/// object, in words without the deserializer's wording.
+fn serde_yaml_error(
+    err: &serde_yaml_ng::Error,
+    doc: &Document<'_>,
+    origin: &Origin,
+    identity: &Identity,
+) -> Diagnostic {
+    let raw = err.to_string();
+    let raw = strip_location(&raw);
+    // serde_yaml names the path of a nested value before its message.
+    let (prefix, rest) = match raw.split_once(": ") {
+        Some((path, rest)) if !path.is_empty() && !path.contains(' ') => (Some(path), rest),
+        _ => (None, raw),
+    };
+    let at = err.location();
+    let field = prefix.map(str::to_owned).or_else(|| {
+        at.as_ref().and_then(|l| {
+            crate::yaml_scan::path_at(
+                doc.text,
+                u32::try_from(l.line().saturating_sub(1)).unwrap_or(0),
+                u32::try_from(l.column().saturating_sub(1)).unwrap_or(0),
+            )
+        })
+    });
+    let (code, message) = if rest.starts_with("recursion limit exceeded") {
+        (
+            Code::YamlLimit,
+            "lists and mappings nested more than 128 levels deep, more than kalypso's YAML reader reads (whatever \
+             the yaml-depth limit)"
+                .to_owned(),
+        )
+    } else if rest.starts_with("invalid value: ") || rest.starts_with("invalid type: ") {
+        let (_, mut message) = describe_error(field.as_deref().unwrap_or_default(), rest);
+        let tagged = at
+            .as_ref()
+            .and_then(|l| doc.text.lines().nth(l.line().saturating_sub(1)))
+            .and_then(|line| line.get(at.as_ref().map_or(0, |l| l.column().saturating_sub(1))..))
+            .filter(|value| value.starts_with('!'))
+            .map(|tag| tag.split_whitespace().next().unwrap_or_default().to_owned());
+        if let Some(tag) = tagged {
+            message.push_str(&tag_hint(&tag));
+        }
+        (Code::InvalidObject, message)
+    } else if rest.starts_with("repetition limit exceeded") {
+        (
+            Code::YamlLimit,
+            format!(
+                "aliases repeat nodes too often for kalypso's YAML reader; {}",
+                crate::limits::hint("yaml-alias-nodes")
+            ),
+        )
+    } else {
+        (
+            Code::Yaml,
+            "this is not valid YAML (check the line's indentation, and quote values with special characters)"
+                .to_owned(),
+        )
+    };
+    let mut d = identity.apply(Diagnostic::error(code, message).at(&located(err, doc, origin)));
+    if let Some(field) = field {
+        d = d.field(field);
     }
-    Diagnostic::error(Code::Yaml, message).at(&located(err, doc, origin))
+    d
 }
 
-/// What a document that is not a mapping is, for messages; `None` for an empty (`null`)
-/// document, which Flux skips too.
+/// The values the enum field at `path` of `text` takes, as serde lists them (`` `Fail` or
+/// `Ignore` ``): read by deserializing the document with that field set to a value that is
+/// none of them.
+fn variants_at<T: DeserializeOwned>(text: &str, path: &str) -> Option<String> {
+    use serde_yaml_ng::Value;
+    let mut value: Value = serde_yaml_ng::from_str(text).ok()?;
+    let mut slot = &mut value;
+    for step in path.split('.') {
+        let (key, indices) = match step.find('[') {
+            Some(i) => (&step[..i], &step[i..]),
+            None => (step, ""),
+        };
+        if !key.is_empty() {
+            slot = slot.get_mut(key)?;
+        }
+        for index in indices.split(['[', ']']).filter(|s| !s.is_empty()) {
+            slot = slot.get_mut(index.parse::<usize>().ok()?)?;
+        }
+    }
+    *slot = Value::String("\u{1}".to_owned());
+    let err = serde_path_to_error::deserialize::<_, T>(value).err()?;
+    let message = err.into_inner().to_string();
+    let (_, expected) = message
+        .split("unknown variant ")
+        .nth(1)?
+        .split_once(", expected ")?;
+    Some(expected.strip_prefix("one of ").unwrap_or(expected).to_owned())
+}
+
+/// The tag (`!!int`, `!custom`) written before the value of `field` in `text`, if any.
+fn tag_at(text: &str, field: &str) -> Option<String> {
+    let mark = crate::position::find(text, field)?;
+    let line = text.lines().nth(mark.line as usize)?;
+    let from: usize = line.char_indices().nth(mark.column as usize).map(|(i, _)| i)?;
+    let rest = &line[from..];
+    // A key's value follows its `: `; a list item is the value itself.
+    let value = match rest.split_once(": ") {
+        Some((_, value)) if !rest.starts_with('!') => value,
+        _ => rest,
+    };
+    let tag = value.split_whitespace().next()?;
+    tag.starts_with('!').then(|| tag.to_owned())
+}
+
+/// What to say about a tag on a value that does not fit its field.
+fn tag_hint(tag: &str) -> String {
+    if tag.starts_with("!!") {
+        format!(" (the tag {tag} asks for that type: remove the tag, or write a value of that type)")
+    } else {
+        format!(
+            " (the tag {tag} before the value is read as part of it: remove it, Kubernetes objects need no tags)"
+        )
+    }
+}
+
+/// Who a document is about, for diagnostics: the kind and name it gives, as written.
+#[derive(Clone, Debug, Default)]
+struct Identity {
+    kind: Option<String>,
+    name: Option<String>,
+}
+
+impl Identity {
+    /// The kind and name the scan noted, completed from the text where it did not get to
+    /// them (see [`written_identity`]).
+    fn of(scan_kind: Option<String>, scan_name: Option<String>, text: &str) -> Identity {
+        let (kind, name) = if scan_kind.is_none() || scan_name.is_none() {
+            let (kind, name) = written_identity(text);
+            (scan_kind.or(kind), scan_name.or(name))
+        } else {
+            (scan_kind, scan_name)
+        };
+        Identity { kind, name }
+    }
+
+    /// `d`, naming the object: one of the scheduler's kinds, or another kind as written.
+    fn apply(&self, mut d: Diagnostic) -> Diagnostic {
+        let Some(kind) = self.kind.as_ref().filter(|k| !k.is_empty()) else {
+            return d;
+        };
+        let name = self.name.clone().unwrap_or_default();
+        match Kind::ALL.into_iter().find(|k| k.name() == kind) {
+            Some(known) => d.object = Some((known, name)),
+            None => d.other_object = Some((kind.clone(), name)),
+        }
+        d
+    }
+}
+
+/// The `kind` and `metadata.name` a document gives in block style, read line by line: for
+/// naming the object of a document the parser cannot read to its name (a syntax error or a
+/// limit before it, a document too large to parse). `kind:` must start a line, and `name:`
+/// must be the first indented key under a `metadata:` that starts one.
+fn written_identity(text: &str) -> (Option<String>, Option<String>) {
+    let scalar = |value: &str| -> Option<String> {
+        let value = value.trim();
+        let value = match value.find(" #") {
+            Some(i) => value[..i].trim_end(),
+            None => value,
+        };
+        let unquoted = value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .or_else(|| value.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')))
+            .unwrap_or(value);
+        let plain = !unquoted.is_empty()
+            && !unquoted.starts_with(['[', '{', '&', '*', '!', '|', '>', '%', '@', '`'])
+            && !unquoted.contains(": ");
+        plain.then(|| unquoted.to_owned())
+    };
+    let (mut kind, mut name) = (None, None);
+    let mut in_metadata = false;
+    for line in text.lines() {
+        if line.trim().is_empty() || line.trim_start().starts_with('#') {
+            continue;
+        }
+        if !line.starts_with([' ', '\t']) {
+            in_metadata = line.trim_end() == "metadata:" || line.starts_with("metadata: #");
+            if kind.is_none()
+                && let Some(value) = line.strip_prefix("kind:")
+            {
+                kind = scalar(value);
+            }
+            continue;
+        }
+        if in_metadata && name.is_none() {
+            let key = line.trim_start();
+            if let Some(value) = key.strip_prefix("name:") {
+                name = scalar(value);
+            }
+        }
+    }
+    (kind, name)
+}
+
+/// The top-level key whose value takes most of `text` (a document too large to read): the
+/// field to point at.
+fn largest_top_level_key(text: &str) -> Option<String> {
+    let mut best: Option<(usize, &str)> = None;
+    let mut current: Option<(usize, &str)> = None;
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let top = !line.starts_with([' ', '\t', '#', '\n', '\r', '-']);
+        if top && let Some((key, _)) = line.split_once(':') {
+            if let Some((start, name)) = current.take()
+                && best.is_none_or(|(size, _)| offset - start > size)
+            {
+                best = Some((offset - start, name));
+            }
+            current = Some((offset, key.trim()));
+        }
+        offset += line.len();
+    }
+    if let Some((start, name)) = current
+        && best.is_none_or(|(size, _)| offset - start > size)
+    {
+        best = Some((offset - start, name));
+    }
+    best.map(|(_, name)| name.to_owned()).filter(|n| !n.is_empty())
+}
+
 /// The message for a mapping that lacks `apiVersion` or `kind` (or has them, but not as
 /// strings).
 fn missing_type_meta(api_version: Option<&str>, kind: Option<&str>, name: &str) -> String {
@@ -288,7 +533,7 @@ fn missing_type_meta(api_version: Option<&str>, kind: Option<&str>, name: &str) 
         (None, Some(_)) => "apiVersion",
         _ => "kind",
     };
-    let what = if name.is_empty() {
+    let what = if name.is_empty() || kind.is_some() {
         "document".to_owned()
     } else {
         format!("document (metadata.name {name:?})")
@@ -299,14 +544,26 @@ fn missing_type_meta(api_version: Option<&str>, kind: Option<&str>, name: &str) 
     )
 }
 
+/// What a document that is not a mapping is, for messages; `None` for a mapping or an empty
+/// (`null`) document, which Flux skips too.
 fn non_object_shape(text: &str) -> Option<&'static str> {
     match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
-        Ok(serde_yaml_ng::Value::Null) => None,
         Ok(serde_yaml_ng::Value::Sequence(_)) => Some("a list"),
-        Ok(serde_yaml_ng::Value::Mapping(_)) => Some("a mapping of the wrong shape"),
         Ok(serde_yaml_ng::Value::Tagged(_)) => Some("a tagged value"),
-        Ok(_) | Err(_) => Some("a scalar"),
+        Ok(
+            serde_yaml_ng::Value::Bool(_) | serde_yaml_ng::Value::Number(_) | serde_yaml_ng::Value::String(_),
+        ) => Some("a scalar"),
+        // A mapping, an empty document, or text the deserializer cannot read: not a shape.
+        Ok(serde_yaml_ng::Value::Mapping(_) | serde_yaml_ng::Value::Null) | Err(_) => None,
     }
+}
+
+/// Whether a document is empty (`~`, `null`, or nothing but comments), which Flux skips too.
+fn is_null_document(text: &str) -> bool {
+    matches!(
+        serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text),
+        Ok(serde_yaml_ng::Value::Null)
+    )
 }
 
 /// The kinds of `scheduler.kalypso.io` a control plane may hold, for messages.
@@ -321,28 +578,36 @@ fn known_kinds() -> String {
         .join(", ")
 }
 
-/// Checks a document against the YAML limits and for duplicate keys before it is parsed
-/// (see [`crate::yaml_scan`]); reports what it finds and returns `None` if the document must
-/// not be parsed, or the text to parse: the document's, or with its merge keys (`<<`)
-/// applied.
-fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -> Option<Option<String>> {
+/// What [`prescan`] found in a document that may be parsed: the text to parse (its own, or
+/// with its merge keys applied) and who it is about.
+struct Prescanned {
+    merged: Option<String>,
+    identity: Identity,
+}
+
+/// Checks a document against the YAML limits, for duplicate and complex keys, undefined
+/// aliases and syntax errors before it is parsed (see [`crate::yaml_scan`]); reports what it
+/// finds and returns `None` if the document must not be parsed, or the text to parse (the
+/// document's, or with its merge keys (`<<`) applied) and the object it is about.
+fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -> Option<Prescanned> {
     let limits = crate::limits::current();
-    let object = |kind: Option<&str>, name: Option<&str>| {
-        let kind = Kind::ALL.into_iter().find(|k| Some(k.name()) == kind)?;
-        Some((kind, name.unwrap_or_default().to_owned()))
-    };
     if doc.text.len() > limits.yaml_document_size {
-        let mut d = Diagnostic::error(
-            Code::YamlLimit,
-            format!(
-                "the document is {} bytes, more than the yaml-document-size limit ({} bytes); {}",
-                doc.text.len(),
-                limits.yaml_document_size,
-                crate::limits::hint("yaml-document-size")
-            ),
-        )
-        .at(origin);
-        d.object = None;
+        let (kind, name) = written_identity(doc.text);
+        let mut d = Identity { kind, name }.apply(
+            Diagnostic::error(
+                Code::YamlLimit,
+                format!(
+                    "the document is {} bytes, more than the yaml-document-size limit ({} bytes); {}",
+                    doc.text.len(),
+                    limits.yaml_document_size,
+                    crate::limits::hint("yaml-document-size")
+                ),
+            )
+            .at(origin),
+        );
+        if let Some(field) = largest_top_level_key(doc.text) {
+            d = d.field(field);
+        }
         diagnostics.push(d);
         return None;
     }
@@ -352,59 +617,80 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
             depth: limits.yaml_depth,
             alias_nodes: limits.yaml_alias_nodes,
         },
+        doc.first_line,
     );
+    let identity = Identity::of(scan.kind, scan.name, doc.text);
     if !scan.problems.is_empty() {
-        let object = object(scan.kind.as_deref(), scan.name.as_deref());
         for p in scan.problems {
-            let (code, message) = match p.limit {
-                Some(limit) => (
+            let (code, message) = match p.kind {
+                ProblemKind::Limit(limit) => (
                     Code::YamlLimit,
                     format!("{}; {}", p.message, crate::limits::hint(limit)),
                 ),
-                None => (Code::DuplicateKey, p.message),
+                ProblemKind::DuplicateKey => (Code::DuplicateKey, p.message),
+                ProblemKind::ComplexKey => (Code::InvalidObject, p.message),
+                ProblemKind::Syntax => (Code::Yaml, p.message),
             };
-            let mut d = Diagnostic::error(code, message).at(&Origin::at(
+            let mut d = identity.apply(Diagnostic::error(code, message).at(&Origin::at(
                 &origin.file,
                 doc.first_line + p.line,
                 p.column + 1,
-            ));
-            d.object = object.clone();
-            if !p.field.is_empty() {
-                d = d.field(p.field);
-            }
+            )));
+            // A problem at the top level names the top-level key it is under (or the first).
+            d = d.field(if p.field.is_empty() {
+                top_level_key(doc.text, p.line).unwrap_or_default()
+            } else {
+                p.field
+            });
             diagnostics.push(d);
         }
         return None;
     }
     if !scan.has_merge_keys {
-        return Some(None);
+        return Some(Prescanned {
+            merged: None,
+            identity,
+        });
     }
     // YAML 1.1 merge keys, which Kubernetes tools resolve: merged into the document, which
     // is then parsed as if written out (lines of later messages are those of the object).
+    // The scan checked that each refers to mappings.
     let merged = serde_yaml_ng::from_str::<serde_yaml_ng::Value>(doc.text)
         .and_then(|mut v| v.apply_merge().map(|()| v))
         .and_then(|v| serde_yaml_ng::to_string(&v));
     match merged {
-        Ok(text) => Some(Some(text)),
+        Ok(text) => Some(Prescanned {
+            merged: Some(text),
+            identity,
+        }),
         Err(e) => {
-            let mut d = Diagnostic::error(
-                Code::Yaml,
-                format!(
-                    "invalid YAML: a merge key (<<) must refer to a mapping or a list of mappings ({})",
-                    strip_location(&e.to_string())
-                ),
-            )
-            .at(origin);
-            d.object = object(scan.kind.as_deref(), scan.name.as_deref());
-            diagnostics.push(d);
+            diagnostics.push(serde_yaml_error(&e, doc, origin, &identity));
             None
         }
     }
 }
 
+/// The top-level key written last at or before 0-based `line` of a document (or its first,
+/// if none is): the field of a problem found at the top level.
+fn top_level_key(text: &str, line: u32) -> Option<String> {
+    let key = |l: &str| -> Option<String> {
+        if l.starts_with([' ', '\t', '#', '%', '-']) {
+            return None;
+        }
+        let (key, _) = l.split_once(':')?;
+        let key = key.trim().trim_matches(['"', '\'']);
+        (!key.is_empty() && !key.contains(' ')).then(|| key.to_owned())
+    };
+    let mut found = None;
+    for l in text.lines().take(line as usize + 1) {
+        found = key(l).or(found);
+    }
+    found.or_else(|| text.lines().find_map(key))
+}
+
 fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostics) -> Option<AnyObject> {
     let origin = file.at_line(content_line(doc));
-    let merged = prescan(doc, &origin, diagnostics)?;
+    let Prescanned { merged, identity } = prescan(doc, &origin, diagnostics)?;
     let merged_doc;
     let doc = match &merged {
         Some(text) => {
@@ -419,10 +705,7 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     let meta: TypeMeta = match serde_yaml_ng::from_str(doc.text) {
         Ok(m) => m,
         Err(err) => {
-            let is_syntax = err.location().is_some() && !err.to_string().contains("invalid type");
-            if is_syntax {
-                diagnostics.push(yaml_error(&err, doc, file));
-            } else if let Some(shape) = non_object_shape(doc.text) {
+            if let Some(shape) = non_object_shape(doc.text) {
                 // Flux cannot apply such a file, so the original never sees any of it.
                 diagnostics.push(
                     Diagnostic::error(
@@ -433,6 +716,8 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                     )
                     .at(&origin),
                 );
+            } else if non_object_shape(doc.text).is_none() && !is_null_document(doc.text) {
+                diagnostics.push(serde_yaml_error(&err, doc, file, &identity));
             }
             return None;
         }
@@ -449,18 +734,26 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
     let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
         // An error, not a warning: skipping the document would drop the object it was meant
         // to be (a ClusterType, a Workload...) and the render would delete its folders.
-        diagnostics.push(
-            Diagnostic::error(
-                Code::NotAnObject,
-                missing_type_meta(api_version, kind_name, &name),
-            )
-            .at(&origin)
-            .field(if api_version.is_none() {
-                "apiVersion"
-            } else {
-                "kind"
-            }),
-        );
+        let d = Diagnostic::error(
+            Code::NotAnObject,
+            missing_type_meta(api_version, kind_name, &name),
+        )
+        .at(&origin)
+        .field(if api_version.is_none() {
+            "apiVersion"
+        } else {
+            "kind"
+        });
+        // With a kind but no apiVersion, the object is named by its kind and name.
+        let d = match kind_name {
+            Some(kind) => Identity {
+                kind: Some(kind.to_owned()),
+                name: Some(name.clone()),
+            }
+            .apply(d),
+            None => d,
+        };
+        diagnostics.push(d);
         return None;
     };
     let Some(kind) = Kind::from_type_meta(api_version, kind_name) else {
@@ -490,12 +783,16 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             None
         };
         if let Some((field, message)) = problem {
-            let mut d = Diagnostic::error(Code::UnknownKind, message)
-                .at(&origin)
-                .field(field);
-            if !name.is_empty() {
-                d.object = ours.map(|k| (k, name.clone()));
+            // Named by its kind as written (one of the scheduler's, or the misspelled one).
+            let d = Identity {
+                kind: Some(kind_name.to_owned()),
+                name: Some(name.clone()),
             }
+            .apply(
+                Diagnostic::error(Code::UnknownKind, message)
+                    .at(&origin)
+                    .field(field),
+            );
             diagnostics.push(d);
         }
         return None;
@@ -668,8 +965,11 @@ fn path_string(path: &[Segment]) -> String {
 fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
     let path = (path != "." && !path.is_empty()).then_some(path);
     let mut message = strip_location(raw);
+    // serde_yaml repeats the path of the value it was reading (all of it, or the part up to
+    // an enum or a flattened struct) before its message.
     if let Some(p) = path
-        && let Some(rest) = message.strip_prefix(p).and_then(|r| r.strip_prefix(": "))
+        && let Some((prefix, rest)) = message.split_once(": ")
+        && (prefix == p || p.strip_prefix(prefix).is_some_and(|r| r.starts_with(['.', '['])))
     {
         message = rest;
     }
@@ -700,6 +1000,12 @@ fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
             format!("must have {}, found {found} item(s)", expected_words(expected)),
         );
     }
+    if message.starts_with("untagged and internally tagged enums do not support enum input") {
+        return (
+            path.map(str::to_owned),
+            "must be a plain value, found a tagged value".to_owned(),
+        );
+    }
     if message.starts_with("data did not match any variant of untagged enum Manifest") {
         return (
             path.map(str::to_owned),
@@ -709,6 +1015,7 @@ fn describe_error(path: &str, raw: &str) -> (Option<String>, String) {
     if let Some(rest) = message.strip_prefix("unknown variant ") {
         let (found, expected) = rest.split_once(", expected ").unwrap_or((rest, ""));
         let expected = expected.strip_prefix("one of ").unwrap_or(expected);
+        let found = if found == "``" { "an empty value" } else { found };
         return (
             path.map(str::to_owned),
             if expected.is_empty() {
@@ -757,6 +1064,8 @@ fn found_words(found: &str) -> String {
         "map" => "a mapping".to_owned(),
         "sequence" => "a list".to_owned(),
         "unit value" => "null".to_owned(),
+        // serde_yaml reads a tagged value (`!name value`) as an enum.
+        "enum" => "a tagged value".to_owned(),
         _ => t.to_owned(),
     }
 }
@@ -963,13 +1272,35 @@ fn parse_document<T: DeserializeOwned>(
                 Some((leaf, raw)) => (leaf, raw),
                 None => (path, inner.to_string()),
             };
-            let (field, message) = describe_error(&path, &raw);
+            let (field, mut message) = describe_error(&path, &raw);
+            // An enum field given a list or mapping: serde says it wanted a tag; say which
+            // values the field takes instead.
+            if let Some(rest) = message.strip_prefix("must be a YAML tag starting with '!', found ")
+                && let Some(variants) = field.as_deref().and_then(|f| variants_at::<T>(doc.text, f))
+            {
+                message = format!("must be one of {variants}, found {rest}");
+            }
+            if let Some(tag) = field.as_deref().and_then(|f| tag_at(doc.text, f)) {
+                message.push_str(&tag_hint(&tag));
+            }
             let mut d = Diagnostic::error(Code::InvalidObject, message).on(kind, name);
             // With a field, the file's positions are read once it is loaded (see
             // `crate::position`); without one, the parser's place is the best there is.
             d = match field {
                 Some(field) => d.at(origin).field(field),
-                None => d.at(&located(&inner, doc, origin)),
+                None => {
+                    let d = d.at(&located(&inner, doc, origin));
+                    match inner.location().and_then(|l| {
+                        crate::yaml_scan::path_at(
+                            doc.text,
+                            u32::try_from(l.line().saturating_sub(1)).unwrap_or(0),
+                            u32::try_from(l.column().saturating_sub(1)).unwrap_or(0),
+                        )
+                    }) {
+                        Some(field) => d.field(field),
+                        None => d,
+                    }
+                }
             };
             diagnostics.push(d);
             None
@@ -1032,11 +1363,59 @@ mod tests {
     fn reports_malformed_yaml_with_absolute_line() {
         let (_, d) = load("apiVersion: v1\nkind: Secret\n---\nkind: [unclosed\n");
         let shown = d.to_string();
-        assert!(
-            shown.starts_with("error[yaml]: dev/f.yaml:5:1: invalid YAML: "),
-            "{shown}"
+        assert_eq!(
+            shown.trim_end(),
+            "error[yaml]: dev/f.yaml:4:7: kind: the list opened with `[` here is not closed with `]` (the YAML \
+             stops making sense on line 5: a missing `]`, or a missing comma between two items?)"
         );
-        assert_eq!(d.len(), 1, "{shown}");
+    }
+
+    /// A document broken after the line that names its object is reported against the
+    /// object, at the field, in words that say what to fix; so is one of a kind the scheduler
+    /// does not read.
+    #[test]
+    fn broken_documents_name_their_object_and_field() {
+        let head = "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: large\n";
+        let shown = |text: &str| load(text).1.to_string().trim_end().to_owned();
+        assert_eq!(
+            shown(&format!(
+                "{head}spec:\n  reconciler: r\n  namespaceService: *nope\n"
+            )),
+            "error[yaml]: dev/f.yaml:7:21: ClusterType \"large\": spec.namespaceService: the alias *nope refers to \
+             no anchor: an alias repeats a node marked `&nope` earlier in the same document; quote a value that \
+             starts with `*`"
+        );
+        assert_eq!(
+            shown(&format!("{head}spec:\n  ? [a, b]\n  : c\n")),
+            "error[invalid-object]: dev/f.yaml:6:5: ClusterType \"large\": spec[[a, b]]: the key [a, b] is a list, \
+             but keys must be strings: a Kubernetes object is JSON, whose keys are strings (a `? ` or `[...]:` \
+             key is a complex key); quote it to make it one"
+        );
+        assert_eq!(
+            shown(&format!("{head}  labels:\n    <<: plain\n")),
+            "error[yaml]: dev/f.yaml:6:9: ClusterType \"large\": metadata.labels.<<: a merge key (<<) must refer \
+             to a mapping or a list of mappings, not to a single value"
+        );
+        assert_eq!(
+            shown(&format!(
+                "{head}spec:\n  reconciler: \"r\n  namespaceService: n\n"
+            )),
+            "error[yaml]: dev/f.yaml:6:15: ClusterType \"large\": spec.reconciler: the quoted string that starts \
+             here is not closed: its closing quote is missing (a quote inside a string is written '' in single \
+             quotes, \\\" in double quotes)"
+        );
+        assert_eq!(
+            shown(&format!("{head}  labels:\n    size: !!int large\n")),
+            "error[invalid-object]: dev/f.yaml:6:11: ClusterType \"large\": metadata.labels.size: must be an \
+             integer, found the string \"large\" (the tag !!int asks for that type: remove the tag, or write a \
+             value of that type)"
+        );
+        // The name comes before the broken part but after the kind's; a Secret's is named too.
+        assert_eq!(
+            shown("metadata:\n  name: s\n  labels: {a: [}\nkind: Secret\n"),
+            "error[yaml]: dev/f.yaml:3:16: Secret \"s\": metadata.labels.a[0]: a value is missing here (after \
+             `- `, `? `, a tag or an anchor, or between commas)"
+        );
     }
 
     #[test]
@@ -1192,7 +1571,7 @@ mod tests {
                     "error[not-an-object]: dev/f.yaml:4: kind: document (metadata.name \"large\") has no kind {tail}"
                 ),
                 format!(
-                    "error[not-an-object]: dev/f.yaml:8: apiVersion: document (metadata.name \"small\") has no apiVersion {tail}"
+                    "error[not-an-object]: dev/f.yaml:8: ClusterType \"small\": apiVersion: document has no apiVersion {tail}"
                 ),
                 format!(
                     "error[not-an-object]: dev/f.yaml:12:1: kind: document (metadata.name \"n\") has no kind {tail}"
@@ -1214,8 +1593,8 @@ mod tests {
         assert_eq!(shown.len(), 3, "{shown:#?}");
         assert!(
             shown[0].starts_with(
-                "error[unknown-kind]: dev/f.yaml:2:1: kind: unknown kind \"ClusterTyp\"; the kinds of \
-                 scheduler.kalypso.io/v1alpha1 are ClusterType, Template,"
+                "error[unknown-kind]: dev/f.yaml:2:1: ClusterTyp \"a\": kind: unknown kind \"ClusterTyp\"; the \
+                 kinds of scheduler.kalypso.io/v1alpha1 are ClusterType, Template,"
             ),
             "{shown:#?}"
         );
@@ -1311,13 +1690,16 @@ mod tests {
 
     #[test]
     fn files_that_are_not_utf8_name_the_line() {
-        let tree = SourceTree::new("dev", vec![SourceFile::new("f.yaml", &b"a: 1\nb: \xff\n"[..])]);
+        let text =
+            b"apiVersion: v1\nkind: Secret\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n\
+                     data:\n  CITY: M\xfcnchen\n";
+        let tree = SourceTree::new("dev", vec![SourceFile::new("f.yaml", &text[..])]);
         let mut d = Diagnostics::new();
         assert!(load_tree(&tree, &mut d).is_empty());
-        assert!(
-            d.to_string()
-                .starts_with("error[yaml]: dev/f.yaml:2: file is not UTF-8 text"),
-            "{d}"
+        assert_eq!(
+            d.to_string().trim_end(),
+            "error[yaml]: dev/f.yaml:9:10: ConfigMap \"c\": data.CITY: the file is not UTF-8 text (byte 0xFC here \
+             is not UTF-8); save it as UTF-8"
         );
     }
 }

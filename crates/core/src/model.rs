@@ -129,7 +129,7 @@ impl AnyObject {
 
 /// Which Flux Kustomization brings a tree into the environment's namespace.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub enum Kustomization {
     /// The environment branch (Kustomization `<env>`).
     Environment,
     /// The main branch, through the BaseRepo of this name (Kustomization `<env>-<name>`).
@@ -139,12 +139,12 @@ pub enum Delivery {
     Workload(String),
 }
 
-impl Delivery {
+impl Kustomization {
     /// The Kustomization's name, which Flux writes into `kustomize.toolkit.fluxcd.io/name`.
-    pub fn kustomization_name(&self, namespace: &str) -> String {
+    pub fn name(&self, namespace: &str) -> String {
         match self {
-            Delivery::Environment => namespace.to_owned(),
-            Delivery::Base(name) | Delivery::Workload(name) => format!("{namespace}-{name}"),
+            Kustomization::Environment => namespace.to_owned(),
+            Kustomization::Base(name) | Kustomization::Workload(name) => format!("{namespace}-{name}"),
         }
     }
 }
@@ -222,8 +222,8 @@ impl Namespace {
 
     /// Adds the objects one Flux Kustomization applies: labels them as Flux does, checks
     /// names and labels as the Kubernetes API server would, and rejects duplicate names.
-    pub fn apply(&mut self, delivery: &Delivery, objects: Vec<AnyObject>, diagnostics: &mut Diagnostics) {
-        let kustomization = delivery.kustomization_name(&self.name);
+    pub fn apply(&mut self, by: &Kustomization, objects: Vec<AnyObject>, diagnostics: &mut Diagnostics) {
+        let kustomization = by.name(&self.name);
         for mut object in objects {
             if !valid_metadata(&object, diagnostics) {
                 continue;
@@ -241,8 +241,8 @@ impl Namespace {
                     insert_unique(&mut self.registrations, kind, o, diagnostics)
                 }
                 AnyObject::Workload(o) => {
-                    let registration = match delivery {
-                        Delivery::Workload(r) => Some(r.clone()),
+                    let registration = match by {
+                        Kustomization::Workload(r) => Some(r.clone()),
                         _ => None,
                     };
                     match self.workloads.get(o.name()) {
@@ -412,17 +412,21 @@ mod tests {
     }
 
     #[test]
-    fn flux_labels_are_added_per_delivery() {
+    fn flux_labels_are_added_per_kustomization() {
         let mut ns = Namespace::new("dev");
         let mut d = Diagnostics::new();
-        ns.apply(&Delivery::Environment, vec![cluster_type("large", 1)], &mut d);
+        ns.apply(
+            &Kustomization::Environment,
+            vec![cluster_type("large", 1)],
+            &mut d,
+        );
         let w = Object::new(
             "hw",
             WorkloadSpec::default(),
             Origin::new("workloads/hw/w.yaml", 1),
         );
         ns.apply(
-            &Delivery::Workload("helloworld".into()),
+            &Kustomization::Workload("helloworld".into()),
             vec![AnyObject::Workload(w)],
             &mut d,
         );
@@ -446,7 +450,7 @@ mod tests {
             ))
         };
         ns.apply(
-            &Delivery::Base("main".into()),
+            &Kustomization::Base("main".into()),
             vec![registration("app"), registration("lost")],
             &mut d,
         );
@@ -472,7 +476,7 @@ mod tests {
         let mut ns = Namespace::new("dev");
         let mut d = Diagnostics::new();
         ns.apply(
-            &Delivery::Environment,
+            &Kustomization::Environment,
             vec![
                 cluster_type("large", 1),
                 cluster_type("large", 9),

@@ -1,8 +1,8 @@
 //! The pipeline, stage by stage: load the trees of one environment into its namespace,
 //! unfold workloads, schedule, merge config, validate, render, and lay out the GitOps tree.
 //!
-//! The CLI, the git daemon and the operator all drive these same functions; they differ
-//! only in where the inputs come from and where the tree goes.
+//! Front ends do not call these stages one by one: [`crate::run::run`] drives them for
+//! every front end, which differ only in where the inputs come from and where the tree goes.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -16,7 +16,7 @@ use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
-use crate::model::{AnyObject, Delivery, Namespace};
+use crate::model::{AnyObject, Kustomization, Namespace};
 use crate::placement::PlacementInput;
 use crate::render::{
     ClusterTypeTemplates, RenderFailure, TargetValues, TemplateSet, cluster_type_templates, render_package,
@@ -91,13 +91,13 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     let main_objects = load_tree(&inputs.main, diagnostics);
     let mut ns = Namespace::new(environment);
     diagnostics.extend_from(&inputs.notes);
-    ns.apply(&Delivery::Environment, env_objects, diagnostics);
+    ns.apply(&Kustomization::Environment, env_objects, diagnostics);
     // Main-branch content arrives through the BaseRepo named `main` (the original's only
     // promoted one); its Kustomization is `<env>-main`.
-    ns.apply(&Delivery::Base("main".to_owned()), main_objects, diagnostics);
+    ns.apply(&Kustomization::Base("main".to_owned()), main_objects, diagnostics);
     for (name, tree) in &inputs.bases {
         let objects = load_tree(tree, diagnostics);
-        ns.apply(&Delivery::Base(name.clone()), objects, diagnostics);
+        ns.apply(&Kustomization::Base(name.clone()), objects, diagnostics);
     }
     // Workload folders are small and many: they are parsed in parallel, applied in order.
     let registrations: Vec<&String> = ns.registrations.keys().collect();
@@ -113,7 +113,11 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
     for (registration, objects, found) in workloads {
         diagnostics.extend(found.in_registration(&registration));
         let mut applied = Diagnostics::new();
-        ns.apply(&Delivery::Workload(registration.clone()), objects, &mut applied);
+        ns.apply(
+            &Kustomization::Workload(registration.clone()),
+            objects,
+            &mut applied,
+        );
         diagnostics.extend(applied.in_registration(&registration));
     }
     ns.check_workload_sources(&inputs.workloads, diagnostics);
@@ -121,7 +125,7 @@ pub fn load_namespace(environment: &str, inputs: &Inputs, diagnostics: &mut Diag
 }
 
 /// An environment after scheduling: what `render`, `plan` and `explain` start from.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub struct ScheduledEnvironment {
     /// The namespace's objects.
     pub namespace: Namespace,
@@ -193,10 +197,13 @@ pub struct AssignmentFailure {
 pub struct Rendered {
     /// What goes into the GitOps tree (packages of the assignments that were rendered).
     pub content: RepoContent,
-    /// Every assignment, in tree order, with its config, provenance and fingerprint.
+    /// Every assignment rendered or held by the sink, in tree order, with its config,
+    /// provenance and fingerprint.
     pub records: Vec<AssignmentRecord>,
     /// The assignments that failed, in tree order.
     pub failures: Vec<AssignmentFailure>,
+    /// How many assignments were rendered (the others the sink held, or failed).
+    pub renders: usize,
 }
 
 /// One assignment with everything it depends on resolved, ready to render.
@@ -308,7 +315,7 @@ pub struct Prepared<'e> {
 
 /// Resolves everything the assignments of `env` need. Missing or broken templates are
 /// reported here (once per cluster type).
-pub fn prepare<'e>(
+pub(crate) fn prepare<'e>(
     env: &'e ScheduledEnvironment,
     engine: &Engine,
     diagnostics: &mut Diagnostics,
@@ -479,47 +486,57 @@ pub fn prepare<'e>(
     Prepared { env, jobs }
 }
 
+/// What a run does with one assignment, chosen before rendering.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// Render it.
+    Render,
+    /// The sink holds its files as rendered from the same inputs (its memo,
+    /// [`crate::run::RenderMemo`]): it is recorded and listed in
+    /// [`RepoContent::delivered`], not rendered.
+    Held,
+    /// Not this run's to render: its cluster type takes its content from other inputs, or
+    /// keeps its folder ([`crate::run::Request`]). Neither rendered nor recorded.
+    Excluded,
+}
+
 impl<'e> Prepared<'e> {
     /// The assignments, in tree order.
     pub fn jobs(&self) -> &[Job<'e>] {
         &self.jobs
     }
 
-    /// Renders the assignments `select` chooses (in parallel) and records every assignment.
-    /// Assignments not selected get no package: the caller already has their files (their
-    /// fingerprint is unchanged). Failures go to `diagnostics` and to `Rendered::failures`.
+    /// The environment prepared.
+    pub fn environment(&self) -> &'e ScheduledEnvironment {
+        self.env
+    }
+
+    /// Renders the assignments `choices` (one per job, in order) says to render, in
+    /// parallel, and records those it renders or the sink holds. Each package is handed to
+    /// `take` on the rendering thread as soon as it is rendered (a sink may write it at once,
+    /// rather than hold a whole fleet's files in memory); the packages `take` hands back are
+    /// kept in `Rendered::content`. Failures go to `diagnostics` and to `Rendered::failures`.
     pub fn render(
         &self,
         engine: &Engine,
         diagnostics: &mut Diagnostics,
-        select: impl Fn(&Job<'_>) -> bool + Sync,
-    ) -> Rendered {
-        self.render_with(engine, diagnostics, select, |_, package| Some(package))
-    }
-
-    /// [`Prepared::render`], handing each package to `deliver` on the rendering thread as soon
-    /// as it is rendered (to write it while other assignments are still rendering, rather
-    /// than holding a whole fleet's files in memory). The packages `deliver` hands back are
-    /// kept in `Rendered::content`.
-    pub fn render_with(
-        &self,
-        engine: &Engine,
-        diagnostics: &mut Diagnostics,
-        select: impl Fn(&Job<'_>) -> bool + Sync,
-        deliver: impl Fn(&Job<'_>, Package) -> Option<Package> + Sync,
+        choices: &[Choice],
+        take: impl Fn(&Job<'_>, Package) -> Option<Package> + Sync,
     ) -> Rendered {
         let schemas = SchemaCache::new();
         // Bytes rendered by all assignments together, against the render-output limit.
         let max_total = crate::limits::current().render_output;
         let total = std::sync::atomic::AtomicUsize::new(0);
+        let renders = std::sync::atomic::AtomicUsize::new(0);
         let results: Vec<Result<Option<Package>, Failed>> = self
             .jobs
             .par_iter()
-            .map(|job| {
+            .zip(choices)
+            .map(|(job, choice)| {
                 let Some(templates) = &job.templates else {
                     return Ok(None);
                 };
-                if !select(job) {
+                if *choice != Choice::Render {
                     return Ok(None);
                 }
                 let problems = schemas.check(&job.config, &job.schemas);
@@ -550,7 +567,8 @@ impl<'e> Prepared<'e> {
                             crate::limits::hint("render-output")
                         )));
                     }
-                    Ok(deliver(job, package))
+                    renders.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(take(job, package))
                 })
             })
             .collect();
@@ -558,24 +576,32 @@ impl<'e> Prepared<'e> {
         let env = self.env;
         let ns = &env.namespace;
         let mut schema_errors = SchemaErrors::new(env, &self.jobs, &results);
-        let mut rendered = Rendered::default();
-        for (n, (job, result)) in self.jobs.iter().zip(results).enumerate() {
+        let mut rendered = Rendered {
+            renders: renders.into_inner(),
+            ..Rendered::default()
+        };
+        for (n, ((job, result), choice)) in self.jobs.iter().zip(results).zip(choices).enumerate() {
             let a = job.assignment;
             match result {
                 Ok(package) => {
-                    if let Some(package) = package {
-                        rendered
-                            .content
-                            .packages
-                            .insert((a.cluster_type.clone(), a.deployment_target.clone()), package);
+                    if job.templates.is_none() || *choice == Choice::Excluded {
+                        continue;
                     }
-                    if job.templates.is_some() {
-                        rendered.records.push(AssignmentRecord {
-                            assignment: a.clone(),
-                            config: job.config.clone(),
-                            fingerprint: job.fingerprint,
-                        });
+                    let key = (a.cluster_type.clone(), a.deployment_target.clone());
+                    match package {
+                        Some(package) => {
+                            rendered.content.packages.insert(key, package);
+                        }
+                        None if *choice == Choice::Held => {
+                            rendered.content.delivered.insert(key);
+                        }
+                        None => {}
                     }
+                    rendered.records.push(AssignmentRecord {
+                        assignment: a.clone(),
+                        config: job.config.clone(),
+                        fingerprint: job.fingerprint,
+                    });
                 }
                 Err(Failed::Schema(problems)) => {
                     // Reported once per schema and problem, where the first assignment it
@@ -717,10 +743,4 @@ impl SchemaErrors {
         }
         errors
     }
-}
-
-/// Renders every assignment of `env`. Problems go to `diagnostics`; if any is an error the
-/// content must not be delivered (the original blocks the whole environment too).
-pub fn render(env: &ScheduledEnvironment, engine: &Engine, diagnostics: &mut Diagnostics) -> Rendered {
-    prepare(env, engine, diagnostics).render(engine, diagnostics, |_| true)
 }

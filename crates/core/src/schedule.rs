@@ -219,7 +219,7 @@ mod tests {
 
     use super::*;
     use crate::diag::Origin;
-    use crate::model::{AnyObject, Delivery, Object};
+    use crate::model::{AnyObject, Kustomization, Object};
 
     fn labels(pairs: &[(&str, &str)]) -> Labels {
         pairs
@@ -276,7 +276,7 @@ mod tests {
         let mut ns = Namespace::new("dev");
         let mut d = Diagnostics::new();
         ns.apply(
-            &Delivery::Environment,
+            &Kustomization::Environment,
             vec![
                 cluster_type("large", &[("size", "large")]),
                 cluster_type("small", &[("size", "small")]),

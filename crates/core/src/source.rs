@@ -189,31 +189,33 @@ impl SourceTree {
         let dir = parent(&file.path).to_owned();
         if visiting.contains(&dir) {
             diagnostics.push(
-                Diagnostic::error(Code::Kustomization, "the kustomizations' resources form a cycle")
-                    .at(&origin),
+                Diagnostic::error(
+                    Code::Kustomization,
+                    "the kustomizations' resources form a cycle: this folder is reached again through \
+                     its own resources",
+                )
+                .at(&origin)
+                .field("resources"),
             );
             return;
         }
-        let value: serde_yaml_ng::Value = match serde_yaml_ng::from_slice(&file.content) {
-            Ok(v) => v,
-            Err(e) => {
-                let at = e.location().map_or_else(
-                    || origin.clone(),
-                    |l| {
-                        let number = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-                        Origin::at(&origin.file, number(l.line()), number(l.column()))
-                    },
-                );
-                let message = e.to_string();
-                let message = crate::position::strip_location(&message);
-                diagnostics
-                    .push(Diagnostic::error(Code::Kustomization, format!("invalid YAML: {message}")).at(&at));
-                return;
-            }
+        if let Some(d) = kustomization_yaml_error(&file.content, &origin) {
+            diagnostics.push(d);
+            return;
+        }
+        let Ok(value) = serde_yaml_ng::from_slice::<serde_yaml_ng::Value>(&file.content) else {
+            return;
         };
         let Some(fields) = value.as_mapping() else {
             if !value.is_null() {
-                diagnostics.push(Diagnostic::error(Code::Kustomization, "expected a mapping").at(&origin));
+                diagnostics.push(
+                    Diagnostic::error(
+                        Code::Kustomization,
+                        "a kustomization must be a mapping (apiVersion, kind, resources...), not a list or a \
+                         single value",
+                    )
+                    .at(&origin),
+                );
             }
             return;
         };
@@ -245,7 +247,7 @@ impl SourceTree {
             Some(v) if v.is_null() => return,
             Some(_) => {
                 diagnostics.push(
-                    Diagnostic::error(Code::Kustomization, "expected a list of files and folders")
+                    Diagnostic::error(Code::Kustomization, "must be a list of files and folders")
                         .at(&origin)
                         .field("resources"),
                 );
@@ -257,7 +259,7 @@ impl SourceTree {
             let field = format!("resources[{i}]");
             let Some(entry) = item.as_str() else {
                 diagnostics.push(
-                    Diagnostic::error(Code::Kustomization, "expected a file or folder path")
+                    Diagnostic::error(Code::Kustomization, "must be a file or folder path (a string)")
                         .at(&origin)
                         .field(field),
                 );
@@ -305,6 +307,54 @@ impl SourceTree {
     }
 }
 
+/// The first problem of a kustomization file's YAML, if it has one: where it is, in words
+/// that say what to fix (see [`crate::yaml_scan`]).
+fn kustomization_yaml_error(content: &[u8], origin: &Origin) -> Option<Diagnostic> {
+    let Ok(text) = std::str::from_utf8(content) else {
+        return Some(
+            Diagnostic::error(
+                Code::Kustomization,
+                "the file is not UTF-8 text; save it as UTF-8",
+            )
+            .at(origin),
+        );
+    };
+    let limits = crate::limits::current();
+    let scan = crate::yaml_scan::scan(
+        text,
+        crate::yaml_scan::ScanLimits {
+            depth: limits.yaml_depth,
+            alias_nodes: limits.yaml_alias_nodes,
+        },
+        1,
+    );
+    if let Some(p) = scan.problems.into_iter().next() {
+        let d = Diagnostic::error(Code::Kustomization, p.message).at(&Origin::at(
+            &origin.file,
+            p.line + 1,
+            p.column + 1,
+        ));
+        return Some(if p.field.is_empty() { d } else { d.field(p.field) });
+    }
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        Ok(_) => None,
+        Err(e) => {
+            let at = e.location().map_or_else(
+                || origin.clone(),
+                |l| {
+                    let number = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+                    Origin::at(&origin.file, number(l.line()), number(l.column()))
+                },
+            );
+            Some(Diagnostic::error(
+                Code::Kustomization,
+                "this is not valid YAML (check the line's indentation, and quote values with special characters)",
+            )
+            .at(&at))
+        }
+    }
+}
+
 /// The kustomization keys kalypso honours: the ones that do not change objects.
 const KUSTOMIZATION_KEYS: &[&str] = &["apiVersion", "kind", "metadata", "resources", "sortOptions"];
 
@@ -348,6 +398,28 @@ struct IgnoreRules {
 }
 
 /// A fake absolute root, so that gitignore paths can be anchored without touching the disk.
+/// What is wrong with a `.sourceignore` pattern, from the glob library's message, in words
+/// that say what to fix.
+fn glob_problem(message: &str) -> String {
+    // The message names the glob first: `error parsing glob '<glob>': <problem>`.
+    let problem = message.rsplit("': ").next().unwrap_or(message);
+    if let Some(range) = problem.strip_prefix("invalid range; ") {
+        let ends: Vec<&str> = range.split(" > ").map(|e| e.trim_matches('\'')).collect();
+        if let [first, last] = ends.as_slice() {
+            return format!("the range {first}-{last} runs backwards: write {last}-{first}");
+        }
+    }
+    match problem {
+        p if p.starts_with("invalid use of **") => "** must be a whole path segment, as in a/**/b".to_owned(),
+        p if p.starts_with("unclosed character class") => "a [ is not closed with ]".to_owned(),
+        p if p.starts_with("unopened alternate group") => "a } has no { before it".to_owned(),
+        p if p.starts_with("unclosed alternate group") => "a { is not closed with }".to_owned(),
+        p if p.starts_with("nested alternate groups") => "a {...} group is inside another".to_owned(),
+        p if p.starts_with("dangling") => "it ends with a lone backslash".to_owned(),
+        _ => "it is not a gitignore pattern".to_owned(),
+    }
+}
+
 fn virtual_root() -> PathBuf {
     PathBuf::from("/kalypso-source")
 }
@@ -377,16 +449,32 @@ impl IgnoreRules {
             for (n, line) in String::from_utf8_lossy(&file.content).lines().enumerate() {
                 if let Err(e) = builder.add_line(None, line) {
                     diagnostics.push(
-                        Diagnostic::warning(Code::Sourceignore, format!("ignoring invalid pattern: {e}"))
-                            .at(&origin.at_line(u32::try_from(n + 1).unwrap_or(0))),
+                        Diagnostic::warning(
+                            Code::Sourceignore,
+                            format!(
+                                "the pattern {:?} is not valid ({}), so it is ignored: the files it was meant to \
+                                 hide are read",
+                                line.trim(),
+                                glob_problem(&e.to_string())
+                            ),
+                        )
+                        .at(&origin.at_line(u32::try_from(n + 1).unwrap_or(0))),
                     );
                 }
             }
             match builder.build() {
                 Ok(m) => matchers.push((dir, m)),
-                Err(e) => {
-                    diagnostics.push(Diagnostic::warning(Code::Sourceignore, e.to_string()).at(&origin))
-                }
+                Err(e) => diagnostics.push(
+                    Diagnostic::warning(
+                        Code::Sourceignore,
+                        format!(
+                            "the patterns cannot be used ({}), so they are ignored: the files they were meant to \
+                             hide are read",
+                            glob_problem(&e.to_string())
+                        ),
+                    )
+                    .at(&origin),
+                ),
             }
         }
         IgnoreRules { matchers }

@@ -14,6 +14,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
+
 /// File contents.
 pub type Blob = Arc<[u8]>;
 
@@ -152,18 +154,23 @@ fn join(manifests: &[Vec<u8>]) -> Blob {
 /// What the scheduler delivers for an environment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RepoContent {
-    /// Every cluster type of the environment (each gets a folder and README).
+    /// Every cluster type the content writes (each gets a folder and README).
     pub cluster_types: BTreeSet<String>,
     /// The packages, keyed by (cluster type, deployment target).
     pub packages: BTreeMap<(String, String), Package>,
     /// The promoted main commit (BaseRepo `main`'s `spec.commit`), if pinned.
     pub promoted_commit: Option<String>,
     /// Deployment-target folders kept as they are though no package is written for them
-    /// (a failing WorkloadRegistration's, see [`crate::run::Isolation`]); `None`: none.
-    pub kept: Option<KeptFolders>,
+    /// (a failing WorkloadRegistration's, see [`crate::run::Isolation`]): one entry per
+    /// group of cluster types whose workloads failed (usually one, for every cluster type).
+    pub kept: Vec<KeptFolders>,
+    /// Cluster types whose whole folders stay as the sink has them: this content writes,
+    /// deletes and renders nothing there (a run asked to keep them, see
+    /// [`crate::run::Request::keeping`]). Not in [`RepoContent::cluster_types`].
+    pub held: BTreeSet<String>,
     /// Scheduled assignments whose packages were not rendered again: their inputs did not
-    /// change since a delivery the front end remembers ([`crate::run::RenderMemo`]), and the
-    /// front end still has their files. Empty unless a run was given a memo.
+    /// change since a delivery the sink remembers ([`crate::run::RenderMemo`]), and the
+    /// sink still has their files. Empty unless the sink has a memo.
     pub delivered: BTreeSet<(String, String)>,
 }
 
@@ -172,6 +179,38 @@ impl RepoContent {
     /// among the ones delivered before.
     pub fn has_package(&self, key: &(String, String)) -> bool {
         self.packages.contains_key(key) || self.delivered.contains(key)
+    }
+
+    /// The fingerprint of what this content puts in a tree: its cluster types, the path and
+    /// bytes of every file of its packages, the promoted commit, and the folders it keeps.
+    /// Equal contents have equal fingerprints whoever rendered them, and a change of any
+    /// byte changes it (the operator compares it with what it delivered last). Assignments
+    /// in [`RepoContent::delivered`] count by name only: fill their packages in first.
+    pub fn fingerprint(&self) -> Fingerprint {
+        let mut hash = Hasher::new();
+        hash.str(FORMAT);
+        hash.strs(self.cluster_types.iter().map(String::as_str));
+        for ((ct, dt), package) in &self.packages {
+            hash.str(ct).str(dt);
+            for (file, blob) in package.files() {
+                hash.str(file).bytes(blob);
+            }
+        }
+        hash.strs(
+            self.delivered
+                .iter()
+                .flat_map(|(ct, dt)| [ct.as_str(), dt.as_str()]),
+        );
+        hash.str(self.promoted_commit.as_deref().unwrap_or_default());
+        for kept in &self.kept {
+            hash.strs(kept.claimed.iter().map(String::as_str));
+            match &kept.cluster_types {
+                Some(cts) => hash.strs(cts.iter().map(String::as_str)),
+                None => hash.str("*"),
+            };
+        }
+        hash.strs(self.held.iter().map(String::as_str));
+        hash.finish()
     }
 }
 
@@ -183,6 +222,19 @@ impl RepoContent {
 pub struct KeptFolders {
     /// The deployment targets of the healthy workloads (and those declared on branches).
     pub claimed: BTreeSet<String>,
+    /// The cluster types whose folders this is about; `None`: every cluster type of the
+    /// content (a run of one control-plane version). A content composed of several versions
+    /// has one per version that isolated a registration.
+    pub cluster_types: Option<BTreeSet<String>>,
+}
+
+impl KeptFolders {
+    /// Whether the folders of `cluster_type` are subject to this.
+    pub fn applies_to(&self, cluster_type: &str) -> bool {
+        self.cluster_types
+            .as_ref()
+            .is_none_or(|cts| cts.contains(cluster_type))
+    }
 }
 
 /// The original's rules for what survives in an existing tree, for one layout: which cluster
@@ -191,7 +243,8 @@ pub struct KeptFolders {
 pub struct Rules<'a> {
     cluster_types: BTreeSet<&'a str>,
     scheduled: BTreeMap<&'a str, BTreeSet<&'a str>>,
-    kept: Option<&'a KeptFolders>,
+    kept: &'a [KeptFolders],
+    held: Option<&'a BTreeSet<String>>,
 }
 
 impl<'a> Rules<'a> {
@@ -203,7 +256,8 @@ impl<'a> Rules<'a> {
         let mut rules = Rules {
             cluster_types: cluster_types.into_iter().collect(),
             scheduled: BTreeMap::new(),
-            kept: None,
+            kept: &[],
+            held: None,
         };
         for (ct, dt) in scheduled {
             rules.scheduled.entry(ct).or_default().insert(dt);
@@ -221,19 +275,26 @@ impl<'a> Rules<'a> {
                 .chain(&content.delivered)
                 .map(|(ct, dt)| (ct.as_str(), dt.as_str())),
         )
-        .keeping(content.kept.as_ref())
+        .keeping(&content.kept)
+        .holding(&content.held)
     }
 
     /// These rules, also keeping the folders `kept` names.
-    pub fn keeping(mut self, kept: Option<&'a KeptFolders>) -> Rules<'a> {
+    pub fn keeping(mut self, kept: &'a [KeptFolders]) -> Rules<'a> {
         self.kept = kept;
         self
     }
 
+    /// These rules, also keeping the whole folders of the cluster types `held`.
+    pub fn holding(mut self, held: &'a BTreeSet<String>) -> Rules<'a> {
+        self.held = Some(held);
+        self
+    }
+
     /// Whether an existing file at `path` survives: root files and anything under a
-    /// dot-folder do; under a folder that is not a cluster type nothing does; in a cluster
-    /// type's folder its `README.md` does, and anything inside a scheduled target's folder
-    /// (stale files included) does; nothing else does.
+    /// dot-folder or a held cluster type's folder do; under a folder that is not a cluster
+    /// type nothing does; in a cluster type's folder its `README.md` does, and anything
+    /// inside a scheduled target's folder (stale files included) does; nothing else does.
     pub fn keeps(&self, path: &str) -> bool {
         let mut segments = path.split('/');
         let first = segments.next().unwrap_or_default();
@@ -241,22 +302,32 @@ impl<'a> Rules<'a> {
             return true;
         };
         first.starts_with('.')
+            || self.holds(first)
             || (self.cluster_types.contains(first)
                 && ((second == README && segments.next().is_none()) || self.keeps_folder(first, second)))
     }
 
     /// Whether the folder of deployment target `target` in cluster type `cluster_type`
-    /// survives (with every file in it): the target is scheduled there, or its folder is kept.
+    /// survives (with every file in it): the target is scheduled there, its folder is kept,
+    /// or its cluster type is held.
     pub fn keeps_folder(&self, cluster_type: &str, target: &str) -> bool {
         self.is_scheduled(cluster_type, target)
-            || self.kept.is_some_and(|kept| {
-                self.cluster_types.contains(cluster_type) && !kept.claimed.contains(target)
-            })
+            || self.holds(cluster_type)
+            || (self.cluster_types.contains(cluster_type)
+                && self
+                    .kept
+                    .iter()
+                    .any(|kept| kept.applies_to(cluster_type) && !kept.claimed.contains(target)))
     }
 
-    /// Whether `name` is a cluster type of the layout.
+    /// Whether `name` is a cluster type of the layout (written or held).
     pub fn is_cluster_type(&self, name: &str) -> bool {
-        self.cluster_types.contains(name)
+        self.cluster_types.contains(name) || self.holds(name)
+    }
+
+    /// Whether the folder of cluster type `name` is held as it is.
+    pub fn holds(&self, name: &str) -> bool {
+        self.held.is_some_and(|held| held.contains(name))
     }
 
     /// Whether `target` is scheduled on `cluster_type`.
@@ -380,7 +451,8 @@ mod tests {
             cluster_types: ["large".to_owned(), "small".to_owned()].into(),
             packages: [(("large".to_owned(), "t".to_owned()), package("new", &[]))].into(),
             promoted_commit: Some("abc".to_owned()),
-            kept: None,
+            kept: Vec::new(),
+            held: BTreeSet::new(),
             delivered: BTreeSet::new(),
         };
         let applied = apply(&base, &content);
@@ -401,6 +473,41 @@ mod tests {
         assert_eq!(&applied.tree.get("large/t/reconciler.yaml").unwrap()[..], b"new");
         assert_eq!(&applied.tree.get("large/t/namespace.yaml").unwrap()[..], b"");
         assert_eq!(&applied.tree.get(PROMOTED_COMMIT_PATH).unwrap()[..], b"abc");
+    }
+
+    #[test]
+    fn a_held_cluster_type_keeps_its_folder_as_it_is() {
+        let base = tree(&[
+            ("large/README.md", "edited by hand"),
+            ("large/t/reconciler.yaml", "old"),
+            ("large/gone/reconciler.yaml", "unscheduled, but held"),
+            ("large/stray.txt", "x"),
+            ("small/t/reconciler.yaml", "old"),
+            ("retired/t/reconciler.yaml", "a cluster type of no one"),
+        ]);
+        let content = RepoContent {
+            cluster_types: ["small".to_owned()].into(),
+            packages: [(("small".to_owned(), "t".to_owned()), package("new", &[]))].into(),
+            held: ["large".to_owned(), "retired".to_owned()].into(),
+            ..RepoContent::default()
+        };
+        let applied = apply(&base, &content);
+        for (path, text) in [
+            ("large/README.md", "edited by hand"),
+            ("large/t/reconciler.yaml", "old"),
+            ("large/gone/reconciler.yaml", "unscheduled, but held"),
+            ("large/stray.txt", "x"),
+            ("retired/t/reconciler.yaml", "a cluster type of no one"),
+            ("small/t/reconciler.yaml", "new"),
+        ] {
+            assert_eq!(
+                applied.tree.get(path).map(|b| &b[..]),
+                Some(text.as_bytes()),
+                "{path}"
+            );
+        }
+        assert!(applied.tree.get("small/README.md").is_some());
+        assert_eq!(applied.tree.len(), 8, "{:?}", paths(&applied.tree));
     }
 
     #[test]

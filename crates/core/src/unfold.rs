@@ -198,7 +198,7 @@ mod tests {
     use kalypso_api::{DeploymentTargetDetail, WorkloadRegistrationSpec, WorkloadSpec};
 
     use super::*;
-    use crate::model::{AnyObject, Delivery, Object};
+    use crate::model::{AnyObject, Kustomization, Object};
 
     fn detail(name: &str, env: &str, labels: &[(&str, &str)]) -> DeploymentTargetDetail {
         DeploymentTargetDetail {
@@ -226,7 +226,7 @@ mod tests {
             Origin::new("main/r.yaml", 1),
         );
         ns.apply(
-            &Delivery::Base("main".into()),
+            &Kustomization::Base("main".into()),
             vec![AnyObject::WorkloadRegistration(reg)],
             &mut d,
         );
@@ -241,7 +241,7 @@ mod tests {
         w.meta.labels.insert("type".into(), "application".into());
         w.meta.labels.insert("purpose".into(), "from-workload".into());
         ns.apply(
-            &Delivery::Workload("helloworld".into()),
+            &Kustomization::Workload("helloworld".into()),
             vec![AnyObject::Workload(w)],
             &mut d,
         );

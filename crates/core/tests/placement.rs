@@ -18,7 +18,7 @@ use kalypso_api::{
     FailurePolicy, LabelSelector, LabelValue, Labels, Prioritizer, SchedulerExtenderSpec,
     SchedulingPolicySpec, SpreadConstraint,
 };
-use kalypso_core::model::{AnyObject, Delivery, Namespace, Object};
+use kalypso_core::model::{AnyObject, Kustomization, Namespace, Object};
 use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, PlacementInput};
 use kalypso_core::schedule::{Schedule, schedule_with};
 use kalypso_core::unfold::deployment_targets;
@@ -141,7 +141,7 @@ fn fleet(rng: &mut Rng) -> (Vec<AnyObject>, Limits) {
 fn namespace(objects: Vec<AnyObject>) -> Namespace {
     let mut ns = Namespace::new("dev");
     let mut d = Diagnostics::new();
-    ns.apply(&Delivery::Environment, objects, &mut d);
+    ns.apply(&Kustomization::Environment, objects, &mut d);
     assert!(!d.has_errors(), "{d}");
     ns
 }

@@ -2,8 +2,9 @@
 //! against the router served on 127.0.0.1 over the demo fleet in a `MemorySource`.
 //!
 //! They need Debian's `chromium` and `chromium-driver` packages (or `KALYPSO_CHROMIUM` and
-//! `KALYPSO_CHROMEDRIVER` pointing at the binaries). Without them the tests fail with a clear
-//! message, unless `KALYPSO_SKIP_BROWSER_TESTS=1` is set. Nothing is downloaded. Each test
+//! `KALYPSO_CHROMEDRIVER` pointing at the binaries). Without them the tests are skipped, and the
+//! test run says so in one line; with `KALYPSO_TEST_REQUIRE_SERVICES=1` (as CI runs them) they
+//! fail instead. Nothing is downloaded. Each test
 //! saves screenshots of the pages it visits under `target/dashboard-screenshots/`.
 
 use std::sync::Arc;

@@ -92,6 +92,8 @@ pub enum Error {
     },
 }
 
+crate::repo::operation_errors_into!(Error);
+
 fn known_list(known: &[String]) -> String {
     if known.is_empty() {
         String::new()
@@ -216,7 +218,7 @@ impl Error {
 
 /// Workload repositories opened during one pass, each fetched at most once per branch.
 #[derive(Debug)]
-pub struct Sources {
+pub struct WorkloadRepos {
     cache: Cache,
     repos: HashMap<String, Repo>,
     fetched: HashMap<String, Vec<String>>,
@@ -225,10 +227,10 @@ pub struct Sources {
     listed: Arc<HashMap<String, BTreeMap<String, Oid>>>,
 }
 
-impl Sources {
+impl WorkloadRepos {
     /// No repository opened yet.
-    pub fn new(cache: Cache) -> Sources {
-        Sources {
+    pub fn new(cache: Cache) -> WorkloadRepos {
+        WorkloadRepos {
             cache,
             repos: HashMap::new(),
             fetched: HashMap::new(),
@@ -238,10 +240,10 @@ impl Sources {
 
     /// No repository opened yet; the branches `listed` (by cache name) were just seen at
     /// these heads, so mirrors already at them are not fetched again.
-    pub fn with_listing(cache: Cache, listed: Arc<HashMap<String, BTreeMap<String, Oid>>>) -> Sources {
-        Sources {
+    pub fn with_listing(cache: Cache, listed: Arc<HashMap<String, BTreeMap<String, Oid>>>) -> WorkloadRepos {
+        WorkloadRepos {
             listed,
-            ..Sources::new(cache)
+            ..WorkloadRepos::new(cache)
         }
     }
 
@@ -436,7 +438,7 @@ impl ControlPlane {
     pub fn resolve(
         &self,
         env: &EnvironmentRef,
-        sources: &mut Sources,
+        sources: &mut WorkloadRepos,
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
         self.resolve_at(env, None, sources, transport)
@@ -450,7 +452,7 @@ impl ControlPlane {
         &self,
         env: &EnvironmentRef,
         main_commit: Option<&str>,
-        sources: &mut Sources,
+        sources: &mut WorkloadRepos,
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
         let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
@@ -571,7 +573,7 @@ impl ControlPlane {
                 .source_tree(head, &w.path, &format!("workloads/{name}"))
                 .map_err(|error| Error::Workload {
                     what: what.clone(),
-                    error,
+                    error: error.into(),
                 })?;
             inputs.workloads.insert(name.clone(), tree);
             revisions.workloads.insert(name.clone(), head.to_string());

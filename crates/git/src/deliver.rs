@@ -18,6 +18,7 @@
 //!   repository) are ever closed, and only those older than the one it keeps.
 
 use git2::Oid;
+use kalypso_core::placement::{CurrentAssignment, current_from_folders};
 use kalypso_core::tree::RepoContent;
 use serde::Deserialize;
 
@@ -110,6 +111,8 @@ pub enum Error {
         base: String,
     },
 }
+
+crate::repo::operation_errors_into!(Error);
 
 impl Error {
     /// Whether the failure may go away by itself: network trouble, GitHub being unavailable
@@ -290,6 +293,9 @@ pub enum Delivery {
         /// What would change.
         changes: Changes,
     },
+    /// Delivered to an OCI registry (`oci://` GitOpsRepos): the artifacts pushed (none when
+    /// nothing changed), or in a dry run those that would be (see [`crate::oci`]).
+    Artifacts(Box<kalypso_oci::Report>),
 }
 
 /// Where and how one GitOps branch is delivered to.
@@ -382,6 +388,26 @@ fn message(ctx: &Context<'_>, about: Option<&Provenance>, changes: &Changes) -> 
         Some(about) => format!("{}\n\n{}\n", ctx.settings.message, about.describe(changes)),
         None => ctx.settings.message.clone(),
     }
+}
+
+/// Where the GitOps branch `branch` of `url` (fetched into the cache first) has each
+/// deployment target: what `Steady` placement keeps before a process has placed anything.
+/// A branch that does not exist has none.
+pub fn placement(
+    cache: &Cache,
+    transport: &Transport<'_>,
+    url: &RepoUrl,
+    branch: &str,
+) -> Result<CurrentAssignment, repo::Error> {
+    let repo = Repo::open_mirror(url, cache)?;
+    repo.fetch_branches(transport, &[branch], &[])?;
+    let folders = match repo.branch(branch)? {
+        Some(head) => repo.target_folders(head)?,
+        None => Vec::new(),
+    };
+    Ok(current_from_folders(
+        folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+    ))
 }
 
 /// Delivers `content` (every package rendered: nothing [`RepoContent::delivered`]) to `dest`.
@@ -692,6 +718,7 @@ fn close_pulls(
                     target: None,
                 }],
             )
+            .map_err(repo::Error::from)
         });
         if let Err(e) = deleted {
             tracing::warn!(branch = %pull.head.name, error = %e, "cannot delete the branch of a closed pull request");

@@ -8,7 +8,7 @@
 //! reading nothing. The ids are content addresses, true whatever a branch holds now; what
 //! can go wrong is only that an object is missing from a mirror (a GitOps repository new
 //! to the environment, a cache rebuilt, a branch rewritten and cleaned by its host), and
-//! then the environment is rendered in full ([`crate::repo::Error::NotDelivered`]).
+//! then the environment is rendered in full ([`crate::repo::StageError::NotDelivered`]).
 //!
 //! `serve` keeps them in memory between passes; every delivery also writes them to
 //! `<cache>/state/<control plane>/<environment>.files` (a compact binary file with a
@@ -54,8 +54,11 @@ pub struct DeliveredFiles {
 
 /// The fingerprints, for a run to skip the assignments that kept theirs.
 impl RenderMemo for DeliveredFiles {
-    fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<InputFingerprint> {
-        Some(self.assignments.get(cluster_type)?.get(target)?.fingerprint)
+    fn holds(&self, cluster_type: &str, target: &str, fingerprint: InputFingerprint) -> bool {
+        self.assignments
+            .get(cluster_type)
+            .and_then(|targets| targets.get(target))
+            .is_some_and(|entry| entry.fingerprint == fingerprint)
     }
 }
 
@@ -68,6 +71,11 @@ impl DeliveredFiles {
     /// Whether nothing is remembered.
     pub fn is_empty(&self) -> bool {
         self.assignments.values().all(HashMap::is_empty)
+    }
+
+    /// The fingerprint of the inputs of an assignment's last delivery.
+    pub fn fingerprint(&self, cluster_type: &str, target: &str) -> Option<InputFingerprint> {
+        Some(self.assignments.get(cluster_type)?.get(target)?.fingerprint)
     }
 
     /// The ids of the files of an assignment's last delivery.
@@ -88,7 +96,8 @@ impl DeliveredFiles {
     }
 
     /// The files after delivering `hashed`, rendered from `records`: the packages rendered
-    /// by their new ids, the assignments not rendered again as they were.
+    /// by their new ids, the assignments not rendered again and the cluster types held as
+    /// they were.
     pub fn after(&self, records: &[AssignmentRecord], hashed: &Hashed<'_>) -> DeliveredFiles {
         let fingerprints: HashMap<(&str, &str), u128> = records
             .iter()
@@ -114,6 +123,12 @@ impl DeliveredFiles {
                 (fingerprints.get(&(ct.as_str(), dt.as_str())), self.files(ct, dt))
             {
                 next.insert(ct, dt, fingerprint, files.into());
+            }
+        }
+        // The cluster types the run held keep their folders, and so their record.
+        for ct in &hashed.content().held {
+            if let Some(targets) = self.assignments.get(ct) {
+                next.assignments.insert(ct.clone(), targets.clone());
             }
         }
         next

@@ -3,12 +3,13 @@
 //! updated when the error changes, closed when the assignment renders again.
 //!
 //! The original remembered issue numbers in Assignment status; kalypso keeps no state, so
-//! it finds its issues by title among the open ones. [`plan`] decides, from the open issues
-//! and the current failures, what to create, update and close; [`apply`] carries it out.
+//! it finds its issues by title among the open ones ([`title`], the original's words).
+//! [`actions`] decides, from the open issues and the current failures, what to create,
+//! update and close; [`apply`] carries it out.
 
 use crate::github::{self, GitHub, Issue};
 use crate::redact::redact;
-use kalypso_core::run::{Failure, is_issue_title_of};
+use kalypso_core::run::Failure;
 
 /// GitHub refuses longer issue texts (65,536 characters); keep a margin.
 const MAX_BODY: usize = 60_000;
@@ -48,6 +49,33 @@ pub struct IssueReport {
     pub closed: Vec<u64>,
 }
 
+/// The title of `failure`'s issue in `environment`, as the original writes it (typo
+/// included) for an assignment.
+pub fn title(failure: &Failure, environment: &str) -> String {
+    match &failure.assignment {
+        Some((target, cluster_type)) => assignment_title(environment, target, cluster_type),
+        None => environment_title(environment),
+    }
+}
+
+/// The original's issue title for the failure of assignment (`target`, `cluster_type`).
+pub fn assignment_title(environment: &str, target: &str, cluster_type: &str) -> String {
+    format!(
+        "Can't generate manifests for deplyment target {target} in cluster type {cluster_type} in {environment} environment"
+    )
+}
+
+/// The title of the issue for the problems of `environment` not tied to one assignment.
+pub fn environment_title(environment: &str) -> String {
+    format!("Can't generate manifests in {environment} environment")
+}
+
+/// Whether `title` is one of the titles kalypso gives issues of `environment`.
+pub fn is_title_of(title: &str, environment: &str) -> bool {
+    title.starts_with("Can't generate manifests ")
+        && title.ends_with(&format!(" in {environment} environment"))
+}
+
 /// The issue text for `failure`: redacted, and short enough for GitHub.
 pub fn body(failure: &Failure) -> String {
     let mut text = redact(&failure.message);
@@ -63,11 +91,11 @@ pub fn body(failure: &Failure) -> String {
 }
 
 /// The actions that bring the open issues of `environment` in line with `failures`.
-pub fn plan(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<Action> {
+pub fn actions(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<Action> {
     let mut actions = Vec::new();
     let mut wanted = Vec::new();
     for failure in failures {
-        let title = failure.title(environment);
+        let title = title(failure, environment);
         let body = body(failure);
         match open.iter().find(|i| i.title == title) {
             Some(issue) if issue.body.as_deref().map(str::trim) == Some(body.trim()) => {}
@@ -83,7 +111,7 @@ pub fn plan(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<Acti
         wanted.push(title);
     }
     for issue in open {
-        if is_issue_title_of(&issue.title, environment) && !wanted.contains(&issue.title) {
+        if is_title_of(&issue.title, environment) && !wanted.contains(&issue.title) {
             actions.push(Action::Close { number: issue.number });
         }
     }
@@ -94,7 +122,7 @@ pub fn plan(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<Acti
 pub fn apply(github: &GitHub, environment: &str, failures: &[Failure]) -> Result<IssueReport, github::Error> {
     let open = github.open_issues()?;
     let mut report = IssueReport::default();
-    for action in plan(environment, &open, failures) {
+    for action in actions(environment, &open, failures) {
         match action {
             Action::Create { title, body } => {
                 report.created.push(create_once(github, &title, &body)?);
@@ -161,16 +189,12 @@ mod tests {
 
     #[test]
     fn creates_updates_and_closes_by_title() {
-        let t = |dt: &str, ct: &str| kalypso_core::run::issue_title("dev", dt, ct);
+        let t = |dt: &str, ct: &str| assignment_title("dev", dt, ct);
         let open = vec![
             issue(1, &t("a", "large"), "old error"),
             issue(2, &t("b", "large"), "same error"),
             issue(3, &t("gone", "small"), "fixed since"),
-            issue(
-                4,
-                &kalypso_core::run::issue_title("stage", "a", "large"),
-                "other environment",
-            ),
+            issue(4, &assignment_title("stage", "a", "large"), "other environment"),
             issue(5, "Something a human wrote", "keep"),
         ];
         let failures = vec![
@@ -179,7 +203,7 @@ mod tests {
             failure("c", "small", "brand new"),
         ];
         assert_eq!(
-            plan("dev", &open, &failures),
+            actions("dev", &open, &failures),
             [
                 Action::Update {
                     number: 1,
@@ -194,13 +218,37 @@ mod tests {
         );
         // Fixed everywhere: every issue of the environment closes, nothing else.
         assert_eq!(
-            plan("dev", &open, &[]),
+            actions("dev", &open, &[]),
             [
                 Action::Close { number: 1 },
                 Action::Close { number: 2 },
                 Action::Close { number: 3 }
             ]
         );
+    }
+
+    #[test]
+    fn titles_are_the_originals_per_assignment_and_one_per_environment() {
+        let failures = [
+            failure("app-dev", "small", "config data validation failed"),
+            failure("app-qa", "drone", "Template \"x\" does not exist"),
+            Failure {
+                assignment: None,
+                message: "bad yaml".into(),
+            },
+        ];
+        let titles: Vec<String> = failures.iter().map(|f| title(f, "dev")).collect();
+        assert_eq!(
+            titles,
+            [
+                "Can't generate manifests for deplyment target app-dev in cluster type small in dev environment",
+                "Can't generate manifests for deplyment target app-qa in cluster type drone in dev environment",
+                "Can't generate manifests in dev environment",
+            ]
+        );
+        assert!(titles.iter().all(|t| is_title_of(t, "dev")));
+        assert!(!is_title_of(&titles[0], "stage"));
+        assert!(!is_title_of("Something a human wrote", "dev"));
     }
 
     #[test]

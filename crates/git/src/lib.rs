@@ -14,7 +14,8 @@
 //!   [`treewrite`]: the GitOps tree built incrementally from the previous commit's;
 //! - [`control_plane`]: environments, their branches, the promoted main commit, workload
 //!   folders → [`kalypso_core::Inputs`];
-//! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge;
+//! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge; [`oci`]:
+//!   `oci://` GitOpsRepos, delivered as Flux artifacts by `kalypso_oci`;
 //! - [`sync`]: one pass over a control plane, each environment run by
 //!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`state`]: what each
 //!   environment was last delivered from, so that a sync with nothing moved is one branch
@@ -31,6 +32,7 @@ pub mod extenders;
 pub mod github;
 pub mod issues;
 mod local_push;
+pub mod oci;
 mod pack;
 pub mod promote;
 pub mod redact;
@@ -48,5 +50,8 @@ pub use deliver::{Delivery, DeliverySettings, Mode};
 pub use redact::redact;
 pub use repo::{Author, Cache};
 pub use retry::RetryPolicy;
-pub use sync::{Check, EnvReport, Outcome, Pass, Settings, Syncer, Unchanged};
+pub use sync::{Check, EnvReport, Outcome, Pass, Scope, Settings, Syncer, Unchanged};
 pub use url::RepoUrl;
+
+/// The Sprig version of the templates a sync renders with ([`Settings::sprig`]).
+pub use kalypso_template::SprigVersion;

@@ -63,7 +63,8 @@ pub(crate) fn push(
         odb: mirror.odb()?,
         held,
     };
-    let mut plan = Vec::new();
+    // The branches to move: (reference, new head, old head).
+    let mut moves = Vec::new();
     let mut send = Vec::new();
     // Trees already walked (a fleet's files are mostly unique, and a set of them would cost
     // more than the duplicates it saves: those go when `send` is sorted).
@@ -89,7 +90,7 @@ pub(crate) fn push(
         };
         send.push(*new);
         new_objects(&objects, commit.tree_id(), parent_tree, &mut send, &mut walked)?;
-        plan.push((reference, *new, old));
+        moves.push((reference, *new, old));
     }
     send.sort_unstable();
     send.dedup();
@@ -102,7 +103,7 @@ pub(crate) fn push(
         }
         pack.finish()?;
     }
-    for (reference, new, old) in plan {
+    for (reference, new, old) in moves {
         let moved = match old {
             Some(old) => target.reference_matching(&reference, new, true, old, "kalypso push"),
             None => target.reference(&reference, new, false, "kalypso push"),

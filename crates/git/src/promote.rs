@@ -77,6 +77,8 @@ pub enum Error {
     },
 }
 
+crate::repo::operation_errors_into!(Error);
+
 /// What to promote, and how to commit it.
 #[derive(Clone, Debug)]
 pub struct Request {
@@ -255,7 +257,7 @@ fn promote_once(
         branch: env.branch.clone(),
         repo: url.redacted(),
     })?;
-    let prefix = normalize_path(&env.path).map_err(|reason| repo::Error::InvalidPath {
+    let prefix = normalize_path(&env.path).map_err(|reason| repo::ReadError::InvalidPath {
         path: env.path.clone(),
         repo: url.redacted(),
         reason,

@@ -14,21 +14,21 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use git2::Oid;
 
-use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient, current_from_folders};
-use kalypso_core::run::{Failure, Isolation, RunContext};
-use kalypso_core::{Code, Diagnostics};
-use kalypso_template::Engine;
+use kalypso_core::Diagnostics;
+use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient};
+use kalypso_core::run::{Failure, Input, Isolation, RenderMemo, Request, Run, RunContext, Sink};
+use kalypso_template::{Engine, SprigVersion};
 use tokio::runtime::Handle;
 
 use crate::auth::{self, AuthSettings, Credentials};
 use crate::control_plane::{
-    self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, Sources,
+    self, ControlPlane, DEFAULT_MAIN_BRANCH, EnvironmentRef, Resolved, Revisions, WorkloadRepos,
 };
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use crate::delivered::DeliveredFiles;
 use crate::extenders::HttpExtenders;
 use crate::issues::{self, IssueReport};
-use crate::repo::{Cache, Repo, Transport};
+use crate::repo::{Cache, Transport};
 use crate::retry::RetryPolicy;
 use crate::state::{self, BranchAt, EnvState, Environments, Fingerprint, Store};
 use crate::treewrite::Hashed;
@@ -65,6 +65,24 @@ pub enum Error {
         /// The environment.
         environment: String,
     },
+    /// Delivery to an OCI registry failed.
+    #[error("environment {environment}: GitOpsRepo {name:?}: {error}")]
+    Oci {
+        /// The environment.
+        environment: String,
+        /// The GitOpsRepo.
+        name: String,
+        /// Why (its message is part of this error's).
+        error: Box<kalypso_oci::Error>,
+    },
+    /// The registry client cannot be made (its credentials cannot be loaded).
+    #[error("environment {environment}: cannot reach OCI registries: {reason}")]
+    Registry {
+        /// The environment.
+        environment: String,
+        /// Why.
+        reason: String,
+    },
     /// A GitOpsRepo is unusable.
     #[error("environment {environment}: GitOpsRepo {name:?}: {reason}")]
     GitOpsRepo {
@@ -84,6 +102,7 @@ impl Error {
             Error::ControlPlane(e) => e.is_transient(),
             Error::Delivery { error, .. } => error.is_transient(),
             Error::Issues { error, .. } => error.is_transient(),
+            Error::Oci { error, .. } => error.is_transient(),
             _ => false,
         }
     }
@@ -94,10 +113,10 @@ impl Error {
         matches!(
             self,
             Error::Delivery {
-                error: deliver::Error::Repo(crate::repo::Error::NotDelivered { .. }),
+                error: deliver::Error::Repo(error),
                 ..
-            }
-        )
+            } if error.is_not_delivered()
+        ) || matches!(self, Error::Oci { error, .. } if matches!(**error, kalypso_oci::Error::NotDelivered { .. }))
     }
 
     /// Whether a repository looks damaged on disk: for the cache's mirrors,
@@ -129,6 +148,10 @@ pub struct Settings {
     pub gitops_repo: Option<String>,
     /// Makes the calls to the SchedulerExtenders of policies with placement fields.
     pub extenders: Extenders,
+    /// The Sprig version templates run with (the command line's `KALYPSO_SPRIG`).
+    pub sprig: SprigVersion,
+    /// Credentials and plain-HTTP registries for `oci://` GitOpsRepos.
+    pub registry: kalypso_oci::AuthSettings,
 }
 
 /// The client that calls scheduler extenders (HTTP by default).
@@ -157,6 +180,8 @@ impl Default for Settings {
             delivery: DeliverySettings::default(),
             gitops_repo: None,
             extenders: Extenders::default(),
+            sprig: SprigVersion::default(),
+            registry: kalypso_oci::AuthSettings::default(),
         }
     }
 }
@@ -278,9 +303,13 @@ pub struct Syncer {
     credentials: Credentials,
     cache: Cache,
     runtime: Handle,
+    /// The template engine of the settings' Sprig version.
+    engine: Engine,
     /// The files of each environment's last delivery, so that later passes render only
     /// the assignments whose inputs changed (read from the cache on a process's first pass).
     delivered: Mutex<HashMap<String, DeliveredFiles>>,
+    /// The registry client of `oci://` GitOpsRepos, made when one is first met.
+    registry: crate::oci::Lazy,
 }
 
 impl Syncer {
@@ -290,10 +319,12 @@ impl Syncer {
         let credentials = Credentials::load(&settings.auth)?;
         Ok(Syncer {
             cache: Cache::new(&settings.cache_dir),
+            engine: Engine::with_sprig(settings.sprig),
             settings,
             credentials,
             runtime,
             delivered: Mutex::default(),
+            registry: crate::oci::Lazy::default(),
         })
     }
 
@@ -321,7 +352,7 @@ impl Syncer {
         )?;
         Ok(Pass {
             syncer: self,
-            sources: Sources::with_listing(self.cache.clone(), check.listed.clone()),
+            sources: WorkloadRepos::with_listing(self.cache.clone(), check.listed.clone()),
             transport,
             control_plane,
             store,
@@ -361,10 +392,7 @@ impl Syncer {
         let s = &self.settings;
         Fingerprint::of(&format!(
             "main branch {:?}\ndelivery {:?}\ngitops repo {:?}\nsprig {:?}\n",
-            s.main_branch,
-            s.delivery,
-            s.gitops_repo,
-            std::env::var_os(kalypso_template::SPRIG_ENV),
+            s.main_branch, s.delivery, s.gitops_repo, s.sprig,
         ))
     }
 
@@ -421,8 +449,20 @@ impl Syncer {
                 Err(error) => tracing::debug!(%error, "cannot list the branches; syncing in full"),
             }
         }
-        let remotes = urls.len();
+        // OCI GitOpsRepos: the index each tag holds now (one HEAD each, see crate::oci).
+        let oci_heads = crate::oci::index_heads(
+            states.iter().flat_map(|(_, state)| state.targets.values()),
+            || {
+                self.registry
+                    .get(&self.settings.registry, &self.settings.retry)
+                    .ok()
+            },
+        );
+        let remotes = urls.len() + oci_heads.len();
         let head = |url: &str, branch: &str| -> Option<Option<String>> {
+            if crate::oci::is_oci(url) {
+                return oci_heads.get(&(url.to_owned(), branch.to_owned())).cloned();
+            }
             let url = RepoUrl::parse(url).ok()?;
             let heads = listed.get(&url.cache_name())?;
             Some(heads.get(branch).map(Oid::to_string))
@@ -452,9 +492,12 @@ impl Syncer {
                     name: target.clone(),
                     repo: RepoUrl::parse(&b.url).map_or_else(|_| b.url.clone(), |u| u.redacted()),
                     branch: b.branch.clone(),
-                    delivery: Delivery::UpToDate {
-                        head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
-                        closed: Vec::new(),
+                    delivery: match crate::oci::unchanged(b) {
+                        Some(report) => Delivery::Artifacts(Box::new(report)),
+                        None => Delivery::UpToDate {
+                            head: b.commit.as_deref().and_then(|c| Oid::from_str(c).ok()),
+                            closed: Vec::new(),
+                        },
                     },
                 })
                 .collect();
@@ -479,13 +522,56 @@ impl Syncer {
     }
 }
 
+/// Which content each cluster type of an environment gets from a delivery
+/// ([`Pass::deliver_scoped`]): by default, every cluster type the content of the inputs
+/// delivered. A progressive rollout gives the cluster types of the waves it has reached the new
+/// inputs and keeps the others' folders as the GitOps branch has them; rolling back gives the
+/// reached cluster types the inputs they had before (another control-plane commit, resolved
+/// as any other).
+#[derive(Debug, Default)]
+pub struct Scope<'r> {
+    /// Cluster types rendered from other inputs.
+    others: Vec<(&'r Resolved, BTreeSet<String>)>,
+    /// Cluster types whose folders stay as they are.
+    keep: BTreeSet<String>,
+}
+
+impl<'r> Scope<'r> {
+    /// Renders `cluster_types` from `resolved` (the environment at another commit) rather
+    /// than from the inputs delivered.
+    pub fn rendering_from(mut self, cluster_types: BTreeSet<String>, resolved: &'r Resolved) -> Scope<'r> {
+        self.others.push((resolved, cluster_types));
+        self
+    }
+
+    /// Keeps the folders of `cluster_types` on the GitOps branches exactly as they are.
+    pub fn keeping(mut self, cluster_types: impl IntoIterator<Item = String>) -> Scope<'r> {
+        self.keep.extend(cluster_types);
+        self
+    }
+
+    /// Whether every cluster type gets the content of the inputs delivered.
+    pub fn is_whole(&self) -> bool {
+        self.others.is_empty() && self.keep.is_empty()
+    }
+
+    /// The core's request for `resolved` in this scope.
+    fn request<'a>(&'a self, resolved: &'a Resolved) -> Request<'a> {
+        let mut request = Request::new(&resolved.environment.name, &resolved.inputs);
+        for (other, cluster_types) in &self.others {
+            request = request.rendering_from(cluster_types.clone(), Input::Trees(&other.inputs));
+        }
+        request.keeping(self.keep.iter().cloned())
+    }
+}
+
 /// One pass over a fetched control plane.
 #[derive(Debug)]
 pub struct Pass<'s> {
     syncer: &'s Syncer,
     transport: Transport<'s>,
     control_plane: ControlPlane,
-    sources: Sources,
+    sources: WorkloadRepos,
     store: Store,
     fingerprint: Fingerprint,
 }
@@ -530,6 +616,15 @@ impl Pass<'_> {
     /// assignments whose inputs changed since the last delivery are rendered; if a file of
     /// that delivery is missing from the cache, the environment is rendered in full.
     pub fn deliver(&self, resolved: &Resolved) -> Result<EnvReport, Error> {
+        self.deliver_scoped(resolved, &Scope::default())
+    }
+
+    /// [`Pass::deliver`] with `scope` saying which cluster types get the content of
+    /// `resolved`, which the content of other inputs, and which keep their folders on the
+    /// GitOps branches as they are: one commit in which only some cluster types change. A
+    /// delivery that is not of the whole environment records no delivery state (the next
+    /// sync renders again, see [`crate::state`]).
+    pub fn deliver_scoped(&self, resolved: &Resolved, scope: &Scope<'_>) -> Result<EnvReport, Error> {
         let name = resolved.environment.name.clone();
         let span = tracing::info_span!("environment", environment = %name);
         let _enter = span.enter();
@@ -546,11 +641,11 @@ impl Pass<'_> {
                     .map(|path| DeliveredFiles::load(path, &self.fingerprint))
                     .unwrap_or_default()
             });
-        let (result, last) = match self.render_and_deliver(resolved, &last) {
+        let (result, last) = match self.render_and_deliver(resolved, scope, &last) {
             Err(error) if error.is_not_delivered() && !last.is_empty() => {
                 tracing::warn!(%error, "rendering the environment in full");
                 let none = DeliveredFiles::default();
-                (self.render_and_deliver(resolved, &none), none)
+                (self.render_and_deliver(resolved, scope, &none), none)
             }
             other => (other, last),
         };
@@ -575,161 +670,103 @@ impl Pass<'_> {
         Ok(report)
     }
 
-    /// [`Pass::deliver`] after the delivery of `last`: the report, and the files delivered
-    /// when every GitOps repository got them.
+    /// [`Pass::deliver`] after the delivery of `last`: the core's driver with the
+    /// environment's GitOps branches as its sink; the report, and the files delivered when
+    /// every GitOps repository got them.
     fn render_and_deliver(
         &self,
         resolved: &Resolved,
+        scope: &Scope<'_>,
         last: &DeliveredFiles,
     ) -> Result<(EnvReport, Option<DeliveredFiles>), Error> {
         let name = resolved.environment.name.clone();
         let settings = &self.syncer.settings;
         let targets = self.targets(resolved)?;
+        let oci_targets = self.oci_targets(resolved)?;
+        if !oci_targets.is_empty() && !scope.is_whole() {
+            return Err(Error::GitOpsRepo {
+                environment: name,
+                name: oci_targets[0].name.clone(),
+                reason: "an OCI GitOpsRepo is delivered whole: some cluster types cannot keep their \
+                         artifacts while others change"
+                    .to_owned(),
+            });
+        }
         let extenders = Watched {
             inner: &*self.syncer.settings.extenders.0,
             called: AtomicBool::new(false),
         };
-        let mut run = {
-            // Steady keeps targets where the last pass of this process placed them, or, on a
-            // process's first pass, where the GitOps branch has them.
-            let remembered = last.placed_by_this_process();
-            let current = || {
-                if let Some(remembered) = &remembered {
-                    return remembered.clone();
-                }
-                targets
-                    .first()
-                    .map(|(_, url, branch, _)| self.delivered_assignment(url, branch))
-                    .unwrap_or_default()
-            };
-            let engine = Engine::from_env();
-            let engine_error = engine.as_ref().err().cloned();
-            let engine = engine.unwrap_or_else(|_| Engine::new());
-            let context = RunContext {
-                current: &current,
-                extenders: &extenders,
-                isolation: Isolation::Registration,
-                ..RunContext::new(&engine)
-            };
-            let mut run = kalypso_core::run::run(&name, &resolved.inputs, &context, last);
-            if let Some(e) = engine_error {
-                run.block(kalypso_core::Diagnostic::error(Code::SprigVersion, e));
-            }
-            run
+        let context = RunContext {
+            extenders: &extenders,
+            isolation: Isolation::Registration,
+            ..RunContext::new(&self.syncer.engine)
         };
-        tracing::debug!(
-            assignments = run.assignments(),
-            rendered = run.rendered_now,
-            "rendered (the other assignments are unchanged since the last pass)"
-        );
-        let ctx = Context {
-            cache: &self.syncer.cache,
-            transport: &self.transport,
-            credentials: &self.syncer.credentials,
-            settings: &settings.delivery,
-            runtime: &self.syncer.runtime,
+        let mut branches = Branches {
+            pass: self,
+            resolved,
+            targets: &targets,
+            oci_targets: &oci_targets,
+            last,
         };
-        // Issues go to the first GitOps repository, as in the original, in `pr` mode only.
-        let issue_repo = targets
-            .first()
-            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !settings.delivery.dry_run)
-            .map(|(_, url, _, _)| url.clone());
-        let report_issues = |failures: &[Failure]| -> Result<Option<IssueReport>, Error> {
-            let Some(url) = &issue_repo else {
-                return Ok(None);
-            };
-            let github = ctx.github(url).map_err(|error| Error::Delivery {
-                environment: name.clone(),
-                error,
-            })?;
-            issues::apply(&github, &name, failures)
-                .map(Some)
-                .map_err(|error| Error::Issues {
-                    environment: name.clone(),
-                    error,
-                })
-        };
-        let assignments = run.assignments();
-        let rendered = run.rendered_now;
-        if run.is_blocked() {
-            let issues = report_issues(&run.failures)?;
-            let report = EnvReport {
-                environment: name.clone(),
-                revisions: resolved.revisions.clone(),
-                assignments,
-                rendered,
-                diagnostics: run.diagnostics,
-                isolated: BTreeSet::new(),
-                isolated_failures: Vec::new(),
-                outcome: Outcome::Failed {
-                    failures: run.failures,
-                    issues,
-                },
-            };
-            return Ok((report, None));
-        }
-        // What delivering does not need goes first: the scheduled environment (its
-        // assignments counted above).
-        drop(run.environment);
-        let hashed = Hashed::new(&run.rendered.content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
-            let repo = targets.first().map(|(_, url, _, _)| url.redacted());
-            Error::Delivery {
-                environment: name.clone(),
-                error: deliver::Error::Repo(crate::repo::Error::not_delivered(
-                    unknown,
-                    repo.unwrap_or_default(),
-                )),
-            }
-        })?;
-        // The record of this delivery, made now so that the assignments' records can go.
-        let delivered = last.after(&run.rendered.records, &hashed);
-        drop(std::mem::take(&mut run.rendered.records));
-        let mut reports = Vec::new();
-        for (target_name, url, branch, mode) in &targets {
-            let dest = Destination {
-                url,
-                branch,
-                mode: *mode,
-            };
-            let about = deliver::Provenance {
-                environment: name.clone(),
-                main: resolved.revisions.main.clone(),
-                environment_commit: resolved.revisions.environment.clone(),
-                workloads: resolved.revisions.workloads.len(),
-            };
-            let delivery = deliver::deliver_with(&ctx, &dest, &hashed, Some(&about)).map_err(|error| {
-                Error::Delivery {
-                    environment: name.clone(),
-                    error,
-                }
-            })?;
-            reports.push(TargetReport {
-                name: target_name.clone(),
-                repo: url.redacted(),
-                branch: branch.clone(),
-                delivery,
-            });
-        }
-        // Open or update the issues of the isolated failures, close those of earlier ones.
-        report_issues(&run.failures)?;
+        let (run, delivered) = kalypso_core::run::run(scope.request(resolved), &context, &mut branches);
+        let (outcome, next) = delivered?;
+        let delivered = matches!(outcome, Outcome::Delivered(_));
         let report = EnvReport {
-            environment: name.clone(),
+            environment: name,
             revisions: resolved.revisions.clone(),
-            assignments,
-            rendered,
+            assignments: run.assignments(),
+            rendered: run.rendered_now,
             diagnostics: run.diagnostics,
-            isolated: run.isolated,
-            isolated_failures: run.failures,
-            outcome: Outcome::Delivered(reports),
+            isolated: if delivered { run.isolated } else { BTreeSet::new() },
+            isolated_failures: if delivered { run.failures } else { Vec::new() },
+            outcome,
         };
         let recordable = report.is_success()
+            && scope.is_whole()
             && !settings.delivery.dry_run
             && !extenders.called.load(Ordering::SeqCst)
             && targets.iter().all(|(_, _, _, mode)| *mode == Mode::Push);
         if recordable {
             self.record(resolved, &report);
         }
-        Ok((report, Some(delivered)))
+        Ok((report, next))
+    }
+
+    /// What delivery needs from this pass.
+    fn context(&self) -> Context<'_> {
+        Context {
+            cache: &self.syncer.cache,
+            transport: &self.transport,
+            credentials: &self.syncer.credentials,
+            settings: &self.syncer.settings.delivery,
+            runtime: &self.syncer.runtime,
+        }
+    }
+
+    /// Opens, updates and closes the issues of environment `name` to match `failures`, in
+    /// the first GitOps repository of `targets`, in `pr` mode only (as the original).
+    fn report_issues(
+        &self,
+        name: &str,
+        targets: &[(String, RepoUrl, String, Mode)],
+        failures: &[Failure],
+    ) -> Result<Option<IssueReport>, Error> {
+        let Some((_, url, _, _)) = targets
+            .first()
+            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
+        else {
+            return Ok(None);
+        };
+        let github = self.context().github(url).map_err(|error| Error::Delivery {
+            environment: name.to_owned(),
+            error,
+        })?;
+        issues::apply(&github, name, failures)
+            .map(Some)
+            .map_err(|error| Error::Issues {
+                environment: name.to_owned(),
+                error,
+            })
     }
 
     /// Records what `report` delivered from `resolved`, so that the next sync can see that
@@ -756,10 +793,21 @@ impl Pass<'_> {
                 commit: Some(source.commit.to_string()),
             });
         }
-        let Ok(destinations) = self.targets(resolved) else {
+        let (Ok(destinations), Ok(oci_destinations)) = (self.targets(resolved), self.oci_targets(resolved))
+        else {
             return;
         };
         let mut targets = BTreeMap::new();
+        // OCI GitOpsRepos come after the git ones in the report (see render_and_deliver).
+        for (target, t) in oci_destinations
+            .iter()
+            .zip(delivered.iter().skip(destinations.len()))
+        {
+            let Some(at) = crate::oci::delivered_at(target, &t.delivery) else {
+                return;
+            };
+            targets.insert(target.name.clone(), at);
+        }
         for ((name, url, branch, _), t) in destinations.iter().zip(delivered) {
             let head = match &t.delivery {
                 Delivery::Committed { commit, .. } => Some(*commit),
@@ -797,24 +845,60 @@ impl Pass<'_> {
     /// Where the GitOps branch `branch` of `url` has each deployment target (nothing when it
     /// cannot be read: placement then starts afresh, and says so in the log).
     fn delivered_assignment(&self, url: &RepoUrl, branch: &str) -> CurrentAssignment {
-        let read = || -> Result<CurrentAssignment, crate::repo::Error> {
-            let repo = Repo::open_mirror(url, &self.syncer.cache)?;
-            repo.fetch_branches(&self.transport, &[branch], &[])?;
-            let folders = match repo.branch(branch)? {
-                Some(head) => repo.target_folders(head)?,
-                None => Vec::new(),
-            };
-            Ok(current_from_folders(
-                folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
-            ))
-        };
-        read().unwrap_or_else(|error| {
+        deliver::placement(&self.syncer.cache, &self.transport, url, branch).unwrap_or_else(|error| {
             tracing::warn!(%error, "cannot read the GitOps branch for Steady placement; placing afresh");
             CurrentAssignment::new()
         })
     }
 
-    /// The GitOps destinations of `resolved`: (name, repository, branch, mode).
+    /// The registry client, made on first use.
+    fn registry(&self, environment: &str) -> Result<&kalypso_oci::Registry, Error> {
+        let settings = &self.syncer.settings;
+        self.syncer
+            .registry
+            .get(&settings.registry, &settings.retry)
+            .map_err(|reason| Error::Registry {
+                environment: environment.to_owned(),
+                reason,
+            })
+    }
+
+    /// What the artifacts of `resolved` say they come from: the control plane, the
+    /// environment branch's commit (the revision, `<branch>@sha1:<commit>`) and its time.
+    fn provenance(&self, resolved: &Resolved) -> kalypso_oci::Provenance {
+        let repo = self.control_plane.repo();
+        let commit = &resolved.revisions.environment;
+        let created = Oid::from_str(commit)
+            .ok()
+            .and_then(|oid| repo.commit_time(oid).ok())
+            .unwrap_or(0);
+        kalypso_oci::Provenance {
+            environment: resolved.environment.name.clone(),
+            source: repo.url().redacted(),
+            branch: resolved.environment.branch.clone(),
+            commit: commit.clone(),
+            created: kalypso_oci::deliver::rfc3339(created),
+            main_commit: resolved.revisions.main.clone(),
+        }
+    }
+
+    /// The GitOpsRepos of `resolved` that are OCI locations (see [`crate::oci`]).
+    fn oci_targets(&self, resolved: &Resolved) -> Result<Vec<crate::oci::OciTarget>, Error> {
+        let settings = &self.syncer.settings;
+        crate::oci::targets(
+            &resolved.gitops,
+            settings.gitops_repo.as_deref(),
+            settings.delivery.mode,
+        )
+        .map_err(|(name, reason)| Error::GitOpsRepo {
+            environment: resolved.environment.name.clone(),
+            name,
+            reason,
+        })
+    }
+
+    /// The git GitOps destinations of `resolved` (OCI ones aside): (name, repository,
+    /// branch, mode).
     fn targets(&self, resolved: &Resolved) -> Result<Vec<(String, RepoUrl, String, Mode)>, Error> {
         let environment = &resolved.environment.name;
         if resolved.gitops.is_empty() {
@@ -826,6 +910,7 @@ impl Pass<'_> {
         resolved
             .gitops
             .iter()
+            .filter(|g| !crate::oci::is_oci(settings.gitops_repo.as_deref().unwrap_or(&g.repo)))
             .map(|g| {
                 let invalid = |reason: String| Error::GitOpsRepo {
                     environment: environment.clone(),
@@ -841,5 +926,134 @@ impl Pass<'_> {
                 Ok((g.name.clone(), url, g.branch.clone(), mode))
             })
             .collect()
+    }
+}
+
+/// The GitOps branches of one environment as the sink of the core's driver: placement reads
+/// where they have each deployment target, the record of the last delivery's files is the
+/// memo, and a finished run is hashed once and delivered to each branch (failures reported
+/// as issues in `pr` mode).
+struct Branches<'p> {
+    pass: &'p Pass<'p>,
+    resolved: &'p Resolved,
+    /// (name, repository, branch, mode) of each git GitOpsRepo.
+    targets: &'p [(String, RepoUrl, String, Mode)],
+    /// The GitOpsRepos that are OCI locations, delivered after the git ones.
+    oci_targets: &'p [crate::oci::OciTarget],
+    last: &'p DeliveredFiles,
+}
+
+impl Sink for Branches<'_> {
+    /// How the environment ended, and the files delivered when every branch got them.
+    type Delivered = (Outcome, Option<DeliveredFiles>);
+    type Error = Error;
+
+    /// Steady keeps targets where the last pass of this process placed them, or, on a
+    /// process's first pass, where the (first) GitOps branch has them.
+    fn current_assignment(&self) -> CurrentAssignment {
+        if let Some(remembered) = self.last.placed_by_this_process() {
+            return remembered;
+        }
+        match (self.targets.first(), self.oci_targets.first()) {
+            (Some((_, url, branch, _)), _) => self.pass.delivered_assignment(url, branch),
+            (None, Some(target)) => self
+                .pass
+                .registry(&self.resolved.environment.name)
+                .map(|registry| crate::oci::current_assignment(registry, target))
+                .unwrap_or_default(),
+            (None, None) => CurrentAssignment::default(),
+        }
+    }
+
+    fn memo(&self) -> &dyn RenderMemo {
+        self.last
+    }
+
+    fn deliver(&mut self, run: &mut Run) -> Result<Self::Delivered, Error> {
+        let (pass, resolved, targets, last) = (self.pass, self.resolved, self.targets, self.last);
+        let settings = &pass.syncer.settings;
+        let name = &resolved.environment.name;
+        tracing::debug!(
+            assignments = run.assignments(),
+            rendered = run.rendered_now,
+            "rendered (the other assignments are unchanged since the last pass)"
+        );
+        if run.is_blocked() {
+            let issues = pass.report_issues(name, targets, &run.failures)?;
+            let failures = std::mem::take(&mut run.failures);
+            return Ok((Outcome::Failed { failures, issues }, None));
+        }
+        // What delivering does not need goes first: the scheduled environment.
+        drop(std::mem::take(&mut run.environment));
+        let content = &run.rendered.content;
+        let hashed = Hashed::new(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
+            let repo = targets.first().map(|(_, url, _, _)| url.redacted());
+            Error::Delivery {
+                environment: name.clone(),
+                error: deliver::Error::Repo(crate::repo::Error::not_delivered(
+                    unknown,
+                    repo.unwrap_or_default(),
+                )),
+            }
+        })?;
+        // The record of this delivery, made now so that the assignments' records can go.
+        let delivered = last.after(&run.rendered.records, &hashed);
+        drop(std::mem::take(&mut run.rendered.records));
+        let ctx = pass.context();
+        let mut reports = Vec::new();
+        for (target_name, url, branch, mode) in targets {
+            let dest = Destination {
+                url,
+                branch,
+                mode: *mode,
+            };
+            let about = deliver::Provenance {
+                environment: name.clone(),
+                main: resolved.revisions.main.clone(),
+                environment_commit: resolved.revisions.environment.clone(),
+                workloads: resolved.revisions.workloads.len(),
+            };
+            let delivery = deliver::deliver_with(&ctx, &dest, &hashed, Some(&about)).map_err(|error| {
+                Error::Delivery {
+                    environment: name.clone(),
+                    error,
+                }
+            })?;
+            reports.push(TargetReport {
+                name: target_name.clone(),
+                repo: url.redacted(),
+                branch: branch.clone(),
+                delivery,
+            });
+        }
+        if !self.oci_targets.is_empty() {
+            let registry = pass.registry(name)?;
+            let provenance = pass.provenance(resolved);
+            for target in self.oci_targets {
+                let report = crate::oci::deliver(
+                    registry,
+                    target,
+                    &hashed,
+                    last,
+                    &provenance,
+                    settings.delivery.dry_run,
+                )
+                .map_err(|error| Error::Oci {
+                    environment: name.clone(),
+                    name: target.name.clone(),
+                    error: Box::new(error),
+                })?;
+                reports.push(TargetReport {
+                    name: target.name.clone(),
+                    repo: target.location.to_string(),
+                    branch: target.tag.clone(),
+                    delivery: Delivery::Artifacts(Box::new(report)),
+                });
+            }
+        }
+        drop(hashed);
+        // Open or update the issues of the isolated failures, close those of earlier ones.
+        pass.report_issues(name, targets, &run.failures)?;
+        Ok((Outcome::Delivered(reports), Some(delivered)))
     }
 }

@@ -301,6 +301,7 @@ enum Keep {
 fn keep_under(rules: &Rules<'_>, segments: &[&str]) -> Keep {
     match segments {
         [first, ..] if first.starts_with('.') => Keep::All,
+        [ct] if rules.holds(ct) => Keep::All,
         [ct] if rules.is_cluster_type(ct) => Keep::Some,
         [_] => Keep::None,
         [ct, target] if rules.keeps_folder(ct, target) => Keep::All,
@@ -755,7 +756,7 @@ mod tests {
             let by_id = Hashed::new(&delivered, &lookup).unwrap();
             let missing = s.write_content(None, &by_id).unwrap_err();
             assert!(
-                matches!(&missing, crate::repo::Error::NotDelivered { path, .. } if path.starts_with("c/t/")),
+                matches!(&missing, crate::repo::StageError::NotDelivered { path, .. } if path.starts_with("c/t/")),
                 "{missing}"
             );
             let tree = s.write_content(None, &full)?.tree;

@@ -164,7 +164,11 @@ fn without_any_base_repo_the_main_tip_is_read_with_a_warning() {
     assert!(!resolved.inputs.main.files().is_empty());
     let engine = kalypso_template::Engine::new();
     let context = kalypso_core::run::RunContext::new(&engine);
-    let outcome = kalypso_core::run::run("dev", &resolved.inputs, &context, &kalypso_core::run::NoMemo);
+    let (outcome, _) = kalypso_core::run::run(
+        kalypso_core::run::Request::new("dev", &resolved.inputs),
+        &context,
+        &mut kalypso_core::run::Collect::default(),
+    );
     let warnings: Vec<String> = outcome.diagnostics.warnings().map(ToString::to_string).collect();
     assert!(
         warnings

@@ -194,7 +194,7 @@ fn render_errors_block_delivery_in_push_mode() {
     };
     assert!(issues.is_none(), "push mode opens no issues");
     assert_eq!(
-        failures[0].title("dev"),
+        kalypso_git::issues::title(&failures[0], "dev"),
         "Can't generate manifests for deplyment target app-dev-target in cluster type large in dev environment"
     );
     assert!(failures[0].message.contains("no-such-template"));

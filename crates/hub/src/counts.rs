@@ -5,7 +5,7 @@
 //! position). Relative to any GitOps commit at position `p`, every cluster of a group is in the
 //! same state ([`group_state`]), so the gate of any commit — the head or an older one — is a
 //! sum over a few hundred rows of `cluster_counts`, never a scan of `clusters`. The table is
-//! kept by triggers on `clusters` (migrations `0003_cluster_counts`) in the same transaction as
+//! kept by triggers on `clusters` (migrations `0004_cluster_counts`) in the same transaction as
 //! every change of a cluster, whoever makes it; [`check`] verifies it against a recount on
 //! start and repairs it (a database restored from a backup, or edited by hand).
 //!

@@ -55,6 +55,9 @@ pub struct CommitInfo {
     pub promoted: Option<String>,
     /// Cluster type → deployment target → what it runs.
     pub cluster_types: BTreeMap<String, BTreeMap<String, Target>>,
+    /// For an index of an OCI environment: cluster type → its artifact's manifest digest
+    /// (`sha256:<hex>`), what its clusters report (see [`crate::oci`]). Empty for git.
+    pub artifacts: BTreeMap<String, String>,
 }
 
 fn yaml_docs(text: &str) -> Vec<serde_yaml_ng::Value> {
@@ -182,6 +185,7 @@ impl<'r> TreeReader<'r> {
             committed_at: commit.committer().when().seconds() * 1000,
             promoted,
             cluster_types,
+            artifacts: BTreeMap::new(),
         })
     }
 }
@@ -317,6 +321,8 @@ pub struct GitSettings {
     pub retry: RetryPolicy,
     /// The control plane's main branch.
     pub main_branch: String,
+    /// Registry access, for environments delivered to OCI registries (`oci://` GitOpsRepos).
+    pub registry: kalypso_git::oci::AuthSettings,
 }
 
 /// An environment's GitOps branch, fetched: its head and history.
@@ -456,21 +462,25 @@ fn read_all(
         let Some(target) = targets.into_iter().next() else {
             continue;
         };
-        let history = (|| -> Result<Option<History>, String> {
-            let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
-            let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
-            repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
-                .map_err(|e| e.to_string())?;
-            let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
-                return Ok(None);
-            };
-            let git = Repository::open(git_dir(&url, &cache)).map_err(|e| e.to_string())?;
-            let empty = HashMap::new();
-            let known = known.get(&env.name).unwrap_or(&empty);
-            read_history(&git, head, known)
-                .map(Some)
-                .map_err(|e| e.to_string())
-        })();
+        let empty = HashMap::new();
+        let known_here = known.get(&env.name).unwrap_or(&empty);
+        let history = if crate::oci::is_oci(&target.repo) {
+            read_oci_history(settings, &target.repo, &target.branch, known_here)
+        } else {
+            (|| -> Result<Option<History>, String> {
+                let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
+                let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
+                repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
+                    .map_err(|e| e.to_string())?;
+                let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
+                    return Ok(None);
+                };
+                let git = Repository::open(git_dir(&url, &cache)).map_err(|e| e.to_string())?;
+                read_history(&git, head, known_here)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            })()
+        };
         match history {
             Ok(history) => out.push(EnvHistory {
                 name: env.name.clone(),
@@ -490,6 +500,89 @@ fn read_all(
         }
     }
     Ok(out)
+}
+
+/// What each layer's deployment targets run, by layer digest (read once per process: most
+/// indexes of an OCI environment share most of their artifacts).
+static OCI_LAYERS: std::sync::Mutex<Option<HashMap<kalypso_oci::Digest, LayerTargets>>> =
+    std::sync::Mutex::new(None);
+/// The deployment targets of a layer, by name.
+type LayerTargets = Arc<BTreeMap<String, Target>>;
+/// The most layers whose targets are remembered.
+const MAX_OCI_LAYERS: usize = 4096;
+
+/// The new indexes of an OCI environment as GitOps commits (see [`crate::oci`]): an index's
+/// digest (hex) is the commit id, its cluster types' targets are read from their layers.
+fn read_oci_history(
+    settings: &GitSettings,
+    repo: &str,
+    tag: &str,
+    known: &HashMap<String, i64>,
+) -> Result<Option<History>, String> {
+    let registry = crate::oci::registry(&settings.registry, &settings.retry)?;
+    let location = kalypso_oci::Location::parse(repo).map_err(|e| e.to_string())?;
+    let Some((base, snapshots)) = crate::oci::read_indexes(&registry, &location, tag, known)? else {
+        return Ok(None);
+    };
+    let mut commits = Vec::with_capacity(snapshots.len());
+    for snapshot in &snapshots {
+        let mut cluster_types = BTreeMap::new();
+        let mut artifacts = BTreeMap::new();
+        for (ct, entry) in &snapshot.index.cluster_types {
+            let cached = OCI_LAYERS
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .as_ref()
+                .and_then(|m| m.get(&entry.layer).cloned());
+            let targets = match cached {
+                Some(targets) => targets,
+                None => {
+                    let files = crate::oci::layer(&registry, &location, ct, entry)?;
+                    let mut targets: BTreeMap<String, Target> = BTreeMap::new();
+                    for (path, blob) in &files {
+                        let Some((dt, name)) = path.split_once('/') else {
+                            continue;
+                        };
+                        if dt.starts_with('.') || name.contains('/') {
+                            continue;
+                        }
+                        let text = String::from_utf8_lossy(blob);
+                        let target = targets.entry(dt.to_owned()).or_default();
+                        match name {
+                            "namespace.yaml" => target.workload = parse_namespace(&text),
+                            "reconciler.yaml" => target.source = parse_reconciler(&text),
+                            _ => {}
+                        }
+                    }
+                    let targets = Arc::new(targets);
+                    let mut layers = OCI_LAYERS
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    let layers = layers.get_or_insert_with(HashMap::new);
+                    if layers.len() >= MAX_OCI_LAYERS {
+                        layers.clear();
+                    }
+                    layers.insert(entry.layer.clone(), targets.clone());
+                    targets
+                }
+            };
+            cluster_types.insert(ct.clone(), (*targets).clone());
+            artifacts.insert(ct.clone(), entry.manifest.to_string());
+        }
+        commits.push(CommitInfo {
+            sha: snapshot.digest.hex().to_owned(),
+            parent: snapshot.parent().map(|p| p.hex().to_owned()),
+            committed_at: snapshot
+                .manifest
+                .annotation(kalypso_oci::artifact::CREATED)
+                .and_then(crate::model::parse_time)
+                .unwrap_or(0),
+            promoted: snapshot.index.promoted_commit.clone(),
+            cluster_types,
+            artifacts,
+        });
+    }
+    Ok(Some(History { base, commits }))
 }
 
 fn now_ms() -> i64 {
@@ -563,9 +656,23 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
         tx.commit().await?;
         return Ok(0);
     };
+    let is_oci = crate::oci::is_oci(&env.repo);
+    let mut open_artifacts = crate::oci::OpenArtifacts::new();
+    if is_oci {
+        for row in sqlx::query(
+            "SELECT cluster_type, digest, from_position FROM oci_artifacts WHERE environment = $1 AND to_position IS NULL",
+        )
+        .bind(&env.name)
+        .fetch_all(&mut *tx)
+        .await?
+        {
+            open_artifacts.insert(row.try_get(0)?, (row.try_get(1)?, row.try_get(2)?));
+        }
+    }
     if history.base.is_none() {
         // From the root: whatever was open belongs to a history this branch no longer has.
         open.clear();
+        open_artifacts.clear();
     }
     let first = history.base.as_ref().map_or(0, |(_, p)| p + 1);
     let mut new_shas = Vec::new();
@@ -630,14 +737,130 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
                 }
             }
         }
+        if is_oci {
+            store_artifacts(
+                &mut tx,
+                &env.name,
+                crate::oci::diff_artifacts(&mut open_artifacts, &commit.artifacts, position),
+            )
+            .await?;
+        }
         new_shas.push(commit.sha.clone());
     }
     // Reports that named these commits before the hub knew them now decide their clusters'
     // platform state.
     let from = (!new_shas.is_empty()).then_some(first);
     apply_pending_reports(&mut tx, &env.name, from).await?;
+    if is_oci && !new_shas.is_empty() {
+        apply_oci_reports(&mut tx, &env.name).await?;
+    }
     tx.commit().await?;
     Ok(history.commits.len())
+}
+
+/// Stores the artifact interval changes of one index (see [`crate::oci`]).
+async fn store_artifacts(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+    ops: Vec<crate::oci::ArtifactOp>,
+) -> Result<(), DbError> {
+    for op in ops {
+        match op {
+            crate::oci::ArtifactOp::Open {
+                cluster_type,
+                digest,
+                position,
+            } => {
+                sqlx::query(
+                    "INSERT INTO oci_artifacts (environment, cluster_type, digest, from_position) VALUES ($1, $2, $3, $4) \
+                     ON CONFLICT (environment, cluster_type, from_position) DO NOTHING",
+                )
+                .bind(environment)
+                .bind(cluster_type)
+                .bind(digest)
+                .bind(position)
+                .execute(&mut **tx)
+                .await?;
+            }
+            crate::oci::ArtifactOp::Close {
+                cluster_type,
+                from,
+                position,
+            } => {
+                sqlx::query(
+                    "UPDATE oci_artifacts SET to_position = $1 WHERE environment = $2 AND cluster_type = $3 \
+                     AND from_position = $4 AND to_position IS NULL",
+                )
+                .bind(position)
+                .bind(environment)
+                .bind(cluster_type)
+                .bind(from)
+                .execute(&mut **tx)
+                .await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// After new indexes of an OCI environment: every cluster reporting an artifact gets the
+/// position that artifact stands at now (an artifact its cluster type still has moves on to
+/// the new head; one the refresh just learnt of counts at last), in one update (see
+/// [`set_platform_states`]). This reads the environment's artifact reports, once per refresh
+/// that found new indexes.
+async fn apply_oci_reports(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+) -> Result<(), DbError> {
+    let rows = sqlx::query(
+        "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, c.cluster_type \
+         FROM latest l JOIN clusters c ON c.id = l.cluster_id \
+         WHERE c.environment = $1 AND l.drives = 1 AND l.commit_sha LIKE 'sha256:%' \
+         AND (c.reported_at IS NULL OR c.reported_at <= l.event_time)",
+    )
+    .bind(environment)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut artifact_positions: HashMap<(String, String), Option<i64>> = HashMap::new();
+    // Per cluster, the newest report decides (as when they arrived one by one).
+    let mut newest: BTreeMap<i64, PlatformState> = BTreeMap::new();
+    for row in rows {
+        let digest: String = row.try_get(3)?;
+        let cluster_type: String = row.try_get(6)?;
+        let key = (cluster_type, digest);
+        let position = match artifact_positions.get(&key) {
+            Some(p) => *p,
+            None => {
+                let p = crate::oci::artifact_position(&mut **tx, environment, &key.0, &key.1).await?;
+                artifact_positions.insert(key.clone(), p);
+                p
+            }
+        };
+        let Some(position) = position else {
+            continue;
+        };
+        let state: String = row.try_get(1)?;
+        let candidate: PlatformState = (
+            row.try_get(0)?,
+            ClusterState::parse_among(&state, &ClusterState::REPORTED)
+                .unwrap_or(ClusterState::Reconciling)
+                .as_str()
+                .to_owned(),
+            row.try_get(2)?,
+            key.1,
+            row.try_get(4)?,
+            row.try_get(5)?,
+            position,
+        );
+        match newest.get(&candidate.0) {
+            Some(stored) if stored.5 > candidate.5 => {}
+            _ => {
+                newest.insert(candidate.0, candidate);
+            }
+        }
+    }
+    let states: Vec<PlatformState> = newest.into_values().collect();
+    set_platform_states(tx, &states, now_ms()).await
 }
 
 /// The driving reports of `$1`'s commits at position `$2` or later.

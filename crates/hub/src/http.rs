@@ -538,7 +538,7 @@ pub(crate) async fn get_gate(
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("commit"),
-            format!("{commit:?} is not a commit id (4 to 40 hex digits)"),
+            format!("{commit:?} is not a commit id (4 to 64 hex digits)"),
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
@@ -572,7 +572,7 @@ pub(crate) async fn get_commit(
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
             Some("sha"),
-            format!("{sha:?} is not a commit id (4 to 40 hex digits)"),
+            format!("{sha:?} is not a commit id (4 to 64 hex digits)"),
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;

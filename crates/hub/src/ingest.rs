@@ -356,10 +356,29 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
             .and_then(|p| p.get(&r.commit))
             .copied()
     };
+    // An OCI environment's clusters report artifacts of their cluster type: their position
+    // moves on with every index that keeps them, so it is looked up each time and never
+    // remembered (see `crate::oci`).
+    let mut artifact_positions: HashMap<(&str, &str, &str), i64> = HashMap::new();
+    for &i in platform.values() {
+        let r = &batch[i].report;
+        if !is_artifact(r) {
+            continue;
+        }
+        let key = (r.environment.as_str(), r.cluster_type.as_str(), r.commit.as_str());
+        if artifact_positions.contains_key(&key) {
+            continue;
+        }
+        if let Some(position) =
+            crate::oci::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
+        {
+            artifact_positions.insert(key, position);
+        }
+    }
     let mut wanted: Vec<(&str, &str)> = platform
         .values()
         .map(|&i| &batch[i].report)
-        .filter(|r| known(positions, r).is_none())
+        .filter(|r| !is_artifact(r) && known(positions, r).is_none())
         .map(|r| (r.environment.as_str(), r.commit.as_str()))
         .collect();
     wanted.sort_unstable();
@@ -389,7 +408,15 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         }
     }
     for (&entry, &index) in &platform {
-        if let Some(position) = known(positions, &batch[index].report) {
+        let r = &batch[index].report;
+        let position = if is_artifact(r) {
+            artifact_positions
+                .get(&(r.environment.as_str(), r.cluster_type.as_str(), r.commit.as_str()))
+                .copied()
+        } else {
+            known(positions, r)
+        };
+        if let Some(position) = position {
             entries[entry].platform = Some((index, position));
         }
     }
@@ -478,6 +505,11 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
     }
     tx.commit().await?;
     Ok(outcomes)
+}
+
+/// Whether a report names an OCI artifact (`sha256:<hex>`) rather than a git commit.
+fn is_artifact(report: &Report) -> bool {
+    report.commit.starts_with("sha256:")
 }
 
 /// A report that becomes its cluster's platform state: (cluster id, state, revision, commit,

@@ -14,7 +14,9 @@
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
 //! - [`counts`]: the incremental aggregates every count is read from, their staleness sweep
 //!   and their check on start;
-//! - [`gitops`]: reading the GitOps branches' history; [`query`]: the correlation queries;
+//! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
+//!   delivered to OCI registries, and what their clusters' artifact digests stand for;
+//!   [`query`]: the correlation queries;
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
@@ -28,6 +30,7 @@ pub mod gitops;
 pub mod http;
 pub mod ingest;
 pub mod model;
+pub mod oci;
 pub mod openapi;
 #[cfg(test)]
 mod plans;

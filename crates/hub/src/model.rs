@@ -35,7 +35,8 @@ pub struct Report {
     pub state: ClusterState,
     /// The revision as reported (`dev@sha1:<hex>`), or empty.
     pub revision: String,
-    /// The commit of the revision (40 lower-case hex digits), or empty.
+    /// The commit of the revision (40 lower-case hex digits), the artifact of an OCI revision
+    /// (`sha256:<64 hex>`), or empty.
     pub commit: String,
     /// What happened.
     pub message: String,
@@ -65,9 +66,19 @@ impl BadInput {
 }
 
 /// The commit a revision names: `<branch>@sha1:<hex>` (Flux 2), `sha1:<hex>`, a bare
-/// 40-hex id, or `<branch>/<hex>` (older Flux). `None` for anything else.
+/// 40-hex id, or `<branch>/<hex>` (older Flux); or the artifact an OCI revision names,
+/// `<tag>@sha256:<64 hex>` (Flux's `OCIRepository`) or `sha256:<64 hex>`, as
+/// `sha256:<hex>`. `None` for anything else.
 pub fn parse_revision(revision: &str) -> Option<String> {
     let r = revision.trim();
+    let oci = r
+        .rsplit_once("@sha256:")
+        .map(|(_, hex)| hex)
+        .or_else(|| r.strip_prefix("sha256:"));
+    if let Some(hex) = oci {
+        return (hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()))
+            .then(|| format!("sha256:{}", hex.to_ascii_lowercase()));
+    }
     let hex = if let Some((_, digest)) = r.rsplit_once("@sha1:") {
         digest
     } else if let Some(digest) = r.strip_prefix("sha1:") {
@@ -328,7 +339,8 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
                 BadInput::new(
                     field,
                     format!(
-                        "{text:?} is not a git revision (<branch>@sha1:<40 hex>, sha1:<40 hex> or <40 hex>)"
+                        "{text:?} is not a git revision (<branch>@sha1:<40 hex>, sha1:<40 hex> or <40 hex>) \
+                         nor an OCI one (<tag>@sha256:<64 hex>)"
                     ),
                 )
             })?;
@@ -440,6 +452,15 @@ mod tests {
         assert_eq!(parse_revision(&format!("main/{SHA}")).as_deref(), Some(SHA));
         assert_eq!(parse_revision("dev@sha1:abc"), None);
         assert_eq!(parse_revision("latest@sha256:0123"), None);
+        let digest = "ab".repeat(32);
+        assert_eq!(
+            parse_revision(&format!("dev@sha256:{}", digest.to_uppercase())),
+            Some(format!("sha256:{digest}"))
+        );
+        assert_eq!(
+            parse_revision(&format!("sha256:{digest}")),
+            Some(format!("sha256:{digest}"))
+        );
         assert_eq!(parse_revision(""), None);
     }
 

@@ -106,10 +106,11 @@ impl CommitRow {
 
 const COMMIT_COLUMNS: &str = "environment, sha, position, committed_at, promoted_commit";
 
-/// A commit id or prefix as given in a URL: lower-case hex, 4 to 40 digits.
+/// A commit id or prefix as given in a URL: lower-case hex, 4 to 64 digits (a git commit
+/// has 40; the index of an OCI environment, a SHA-256 digest, 64).
 pub fn commit_pattern(text: &str) -> Option<String> {
     let t = text.trim().to_ascii_lowercase();
-    (t.len() >= 4 && t.len() <= 40 && t.bytes().all(|b| b.is_ascii_hexdigit())).then_some(t)
+    (t.len() >= 4 && t.len() <= 64 && t.bytes().all(|b| b.is_ascii_hexdigit())).then_some(t)
 }
 
 /// The GitOps commit of `environment` that `sha` names: a GitOps commit (full or prefix), or
@@ -664,8 +665,12 @@ pub async fn commit(db: &Db, sha: &str, staleness: Staleness, limit: i64) -> Res
                 let sql = format!(
                     "SELECT MAX(t) FROM (SELECT r.cluster_id, MIN(r.event_time) AS t FROM reports r \
                  JOIN clusters c ON c.id = r.cluster_id \
-                 JOIN gitops_commits g ON g.environment = c.environment AND g.sha = r.commit_sha \
-                 WHERE c.environment = $1 AND r.state = 'compliant' AND r.drives = 1 AND g.position >= $2 \
+                 WHERE c.environment = $1 AND r.state = 'compliant' AND r.drives = 1 \
+                 AND (EXISTS (SELECT 1 FROM gitops_commits g WHERE g.environment = c.environment \
+                      AND g.sha = r.commit_sha AND g.position >= $2) \
+                   OR EXISTS (SELECT 1 FROM oci_artifacts a WHERE a.environment = c.environment \
+                      AND a.cluster_type = c.cluster_type AND a.digest = r.commit_sha \
+                      AND (a.to_position IS NULL OR a.to_position > $2))) \
                  AND c.last_seen >= $3 AND c.cluster_type IN ({}) GROUP BY r.cluster_id) firsts",
                     placeholders(4, types.len())
                 );

@@ -157,6 +157,7 @@ fn repos(dir: &Path) -> Repos {
             auth: AuthSettings::default(),
             retry: RetryPolicy::default(),
             main_branch: "main".to_owned(),
+            registry: Default::default(),
         },
         gitops,
         commits,

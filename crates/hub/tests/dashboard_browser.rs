@@ -5,8 +5,9 @@
 //! pages, escaping and the 404 page.
 //!
 //! They need Debian's `chromium` and `chromium-driver` packages (or `KALYPSO_CHROMIUM` and
-//! `KALYPSO_CHROMEDRIVER` pointing at the binaries). Without them the tests fail with a clear
-//! message, unless `KALYPSO_SKIP_BROWSER_TESTS=1` is set. Screenshots are saved under
+//! `KALYPSO_CHROMEDRIVER` pointing at the binaries). Without them the tests are skipped, and the
+//! test run says so in one line; with `KALYPSO_TEST_REQUIRE_SERVICES=1` (as CI runs them) they
+//! fail instead. Screenshots are saved under
 //! `target/dashboard-screenshots/hub-*.png`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
 
@@ -136,6 +137,7 @@ fn repos(dir: &Path) -> (GitSettings, Commits) {
         auth: AuthSettings::default(),
         retry: RetryPolicy::default(),
         main_branch: "main".to_owned(),
+        registry: Default::default(),
     };
     (settings, commits)
 }

@@ -70,10 +70,8 @@ async fn fresh_postgres(base: &str) -> String {
 /// The databases every scenario runs on: SQLite in `dir`, and PostgreSQL when configured.
 async fn databases(dir: &Path, label: &str) -> Vec<String> {
     let mut out = vec![format!("sqlite://{}", dir.join(format!("{label}.db")).display())];
-    if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
-        && !base.trim().is_empty()
-    {
-        out.push(fresh_postgres(base.trim()).await);
+    if let Some(base) = kalypso_testkit::postgres_url("the hub's scenarios on PostgreSQL") {
+        out.push(fresh_postgres(&base).await);
     }
     out
 }
@@ -679,6 +677,7 @@ fn git_config(url: &str, repos: &Repos) -> HubConfig {
         auth: AuthSettings::default(),
         retry: RetryPolicy::default(),
         main_branch: "main".to_owned(),
+        registry: Default::default(),
     });
     config
 }
@@ -1069,5 +1068,241 @@ async fn replicas_refreshing_together_store_the_history_once() {
     for (i, url) in databases(tmp.path(), "refresh").await.into_iter().enumerate() {
         let dir = tmp.path().join(format!("repos{i}"));
         concurrent_refresh_scenario(&url, &dir).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// An environment delivered to an OCI registry
+
+/// Syncs `dev` of `control_plane` with kalypso-git (its GitOpsRepo is an `oci://` location).
+async fn sync_dev(control_plane: &Path, cache: &Path) {
+    let control_plane = control_plane.to_owned();
+    let cache = cache.to_owned();
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || {
+        let settings = kalypso_git::Settings {
+            cache_dir: cache,
+            ..kalypso_git::Settings::default()
+        };
+        let syncer = kalypso_git::Syncer::new(settings, handle).unwrap();
+        let url = kalypso_git::RepoUrl::parse(&control_plane.display().to_string()).unwrap();
+        let mut pass = syncer.pass(&url).unwrap();
+        let envs = pass.environments(&["dev".to_owned()]).unwrap();
+        let report = pass.sync(&envs[0]).unwrap();
+        assert!(report.is_success(), "{:?}", report.outcome);
+    })
+    .await
+    .unwrap();
+}
+
+/// The manifest digest of each cluster type and the index's hex, as the registry has them.
+async fn artifacts(location: &str) -> (String, std::collections::BTreeMap<String, String>) {
+    let location = kalypso_oci::Location::parse(location).unwrap();
+    tokio::task::spawn_blocking(move || {
+        let registry = kalypso_oci::Registry::new(
+            &kalypso_oci::AuthSettings::default(),
+            kalypso_oci::Retry::default(),
+        )
+        .unwrap();
+        let snapshot = kalypso_oci::read::index(&registry, &location, "dev", kalypso_oci::Access::Pull)
+            .unwrap()
+            .unwrap();
+        let digests = snapshot
+            .index
+            .cluster_types
+            .iter()
+            .map(|(ct, e)| (ct.clone(), e.manifest.to_string()))
+            .collect();
+        (snapshot.digest.hex().to_owned(), digests)
+    })
+    .await
+    .unwrap()
+}
+
+/// A Flux Kustomization event with an OCI revision (`dev@sha256:<hex>`).
+fn flux_oci(name: &str, cluster: &str, cluster_type: &str, digest: &str, time: &str) -> Vec<u8> {
+    let mut v: Value = serde_json::from_str(&fixture(name)).unwrap();
+    v["metadata"]["cluster"] = cluster.into();
+    v["metadata"]["clusterType"] = cluster_type.into();
+    v["metadata"]["revision"] = format!("dev@{digest}").into();
+    v["timestamp"] = time.into();
+    serde_json::to_vec(&v).unwrap()
+}
+
+async fn oci_scenario(url: &str, dir: &Path, registry: &kalypso_testkit::TestRegistry, path: &str) {
+    let repos = kalypso_testkit::ExampleRepos::create(dir);
+    let location = registry.location(path);
+    let mut dev = kalypso_testkit::text_files_under(&repos.folder.join("dev"));
+    kalypso_testkit::replace_in(
+        &mut dev,
+        "gitops-repo.yaml",
+        &format!("file://{}", repos.gitops.display()),
+        &location,
+    );
+    kalypso_testkit::commit_files(&repos.control_plane, "dev", "", &dev);
+    sync_dev(&repos.control_plane, &dir.join("sync-cache")).await;
+    let (first_index, first) = artifacts(&location).await;
+
+    let mut config = HubConfig::new(url);
+    config.refresh = Duration::from_secs(3600);
+    config.git = Some(GitSettings {
+        control_plane: repos.control_plane.display().to_string(),
+        cache_dir: dir.join("hub-cache"),
+        auth: AuthSettings::default(),
+        retry: RetryPolicy::default(),
+        main_branch: "main".to_owned(),
+        registry: Default::default(),
+    });
+    let hub = start(config).await;
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let mut c = hub.client();
+
+    // The environment as its index and artifacts say: the cluster types, their targets
+    // (read from the layers), the promoted control-plane commit.
+    let env = get(&mut c, "/api/v1/environments/dev").await;
+    assert_eq!(env["gitopsRepo"], location.as_str());
+    assert_eq!(env["latest"]["commit"], first_index.as_str());
+    assert_eq!(env["latest"]["controlPlaneCommit"], repos.main_commit.as_str());
+    let types: Vec<&str> = env["clusterTypes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["command-center", "drone", "large", "small"]);
+    let drone = &env["clusterTypes"][1];
+    assert!(
+        drone["deploymentTargets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["workload"] == "hello-world-app"),
+        "{drone}"
+    );
+
+    // Clusters report their own cluster type's artifact, as Flux's OCIRepository names it.
+    let gate = |sha: &str| format!("/api/v1/environments/dev/gate?commit={sha}");
+    for (cluster, ct) in [("drone-1", "drone"), ("large-1", "large")] {
+        let r = post(
+            &mut c,
+            "/api/v1/events/flux",
+            &flux_oci(
+                "kustomization-succeeded.json",
+                cluster,
+                ct,
+                &first[ct],
+                "2026-11-26T08:00:00Z",
+            ),
+        )
+        .await;
+        assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    }
+    let g = get(&mut c, &gate(&repos.main_commit)).await;
+    assert_eq!(g["gitopsCommit"], first_index.as_str());
+    assert_eq!(g["verdict"], "compliant", "{g}");
+    assert_eq!((g["compliant"].clone(), g["total"].clone()), (json!(2), json!(2)));
+    let cluster = get(&mut c, "/api/v1/clusters/dev/drone-1").await;
+    assert_eq!(cluster["commit"], first["drone"].as_str());
+    assert_eq!(cluster["state"], "compliant");
+
+    // large's config changes: a new index, where only large's artifact is new.
+    kalypso_testkit::replace_in(
+        &mut dev,
+        "cluster-types/west-us/large/large-config.yaml",
+        "MAX_REPLICAS: \"20\"",
+        "MAX_REPLICAS: \"30\"",
+    );
+    kalypso_testkit::commit_files(&repos.control_plane, "dev", "", &dev);
+    sync_dev(&repos.control_plane, &dir.join("sync-cache")).await;
+    let (second_index, second) = artifacts(&location).await;
+    assert_eq!(second["drone"], first["drone"]);
+    assert_ne!(second["large"], first["large"]);
+    // A cluster may report the new artifact before the hub has read the new index: it
+    // counts once the refresh reads it.
+    post(
+        &mut c,
+        "/api/v1/events/flux",
+        &flux_oci(
+            "kustomization-progressing.json",
+            "large-1",
+            "large",
+            &second["large"],
+            "2026-11-26T08:05:00Z",
+        ),
+    )
+    .await;
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let g = get(&mut c, &gate(&second_index)).await;
+    assert_eq!(g["gitopsCommit"], second_index.as_str());
+    assert_eq!(g["verdict"], "pending", "{g}");
+    let states: Vec<(String, String)> = g["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap().to_owned(),
+                c["state"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    // drone-1 runs drone's artifact, which the new index kept: it is at the new index.
+    assert_eq!(
+        states,
+        [
+            ("large-1".to_owned(), "reconciling".to_owned()),
+            ("drone-1".to_owned(), "compliant".to_owned())
+        ]
+    );
+    post(
+        &mut c,
+        "/api/v1/events/flux",
+        &flux_oci(
+            "kustomization-succeeded.json",
+            "large-1",
+            "large",
+            &second["large"],
+            "2026-11-26T08:06:00Z",
+        ),
+    )
+    .await;
+    let g = get(&mut c, &gate(&second_index)).await;
+    assert_eq!(g["verdict"], "compliant", "{g}");
+    // The first index is contained in the second: its gate is compliant too.
+    let g = get(&mut c, &gate(&first_index)).await;
+    assert_eq!(g["verdict"], "compliant", "{g}");
+    let commit = get(&mut c, &format!("/api/v1/commits/{second_index}")).await;
+    assert!(
+        commit["environments"][0]["leadTimeSeconds"].is_number(),
+        "{commit}"
+    );
+    // A cluster still on large's first artifact is behind the second index.
+    post(
+        &mut c,
+        "/api/v1/events/flux",
+        &flux_oci(
+            "kustomization-succeeded.json",
+            "large-2",
+            "large",
+            &first["large"],
+            "2026-11-26T08:07:00Z",
+        ),
+    )
+    .await;
+    let g = get(&mut c, &gate(&second_index)).await;
+    assert_eq!(g["verdict"], "pending", "{g}");
+    assert_eq!(g["clusters"][0]["name"], "large-2");
+    assert_eq!(g["clusters"][0]["state"], "behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_environment_is_correlated_by_artifact_digest() {
+    let Some(registry) = kalypso_testkit::TestRegistry::start("the hub's OCI test") else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, url) in databases(tmp.path(), "oci").await.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("repos{i}"));
+        oci_scenario(&url, &dir, &registry, &format!("hub{i}/gitops")).await;
     }
 }

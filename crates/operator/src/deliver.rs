@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use kalypso_api::GitOpsRepoSpec;
+use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::run::Failure;
 use kalypso_core::tree::RepoContent;
 use tokio::time::Instant;
@@ -101,6 +102,13 @@ pub trait Publisher: Send + Sync + 'static {
     /// Delivers `request`. Blocking work must not run on the caller's task.
     fn publish(&self, request: PublishRequest) -> BoxFuture<'static, Result<Published, PublishError>>;
 
+    /// Where the GitOps branch of `spec` has each deployment target (what `Steady` placement
+    /// keeps before the operator has run an environment); `None` when it cannot tell.
+    fn placement(&self, spec: &GitOpsRepoSpec) -> BoxFuture<'static, Option<CurrentAssignment>> {
+        let _ = spec;
+        Box::pin(async { None })
+    }
+
     /// Opens, updates and closes the issues of `request.environment` so that they match
     /// `request.failures`. Publishers without issues do nothing.
     fn report(&self, request: ReportRequest) -> BoxFuture<'static, Result<(), PublishError>> {
@@ -111,19 +119,15 @@ pub trait Publisher: Send + Sync + 'static {
 
 /// A fingerprint of a set of failures, to report each set once.
 pub fn failures_fingerprint(failures: &[Failure]) -> String {
-    use sha2::{Digest, Sha256};
-    let mut h = Sha256::new();
+    let mut h = kalypso_core::fingerprint::Hasher::new();
     for f in failures {
-        if let Some((target, cluster_type)) = &f.assignment {
-            h.update(target.as_bytes());
-            h.update([0]);
-            h.update(cluster_type.as_bytes());
-        }
-        h.update([1]);
-        h.update(f.message.as_bytes());
-        h.update([2]);
+        match &f.assignment {
+            Some((target, cluster_type)) => h.strs([target.as_str(), cluster_type.as_str()]),
+            None => h.strs([]),
+        };
+        h.str(&f.message);
     }
-    hex::encode(h.finalize())
+    format!("{:032x}", h.finish())
 }
 
 /// What to do with content whose hash is `hash`.

@@ -20,12 +20,11 @@ use kalypso_api::{
     Assignment, AssignmentPackage, AssignmentPackageSpec, AssignmentSpec, DeploymentTarget, Kind, Labels,
     labels,
 };
-use kalypso_core::run::{Failure, Isolation, RunContext};
+use kalypso_core::run::{Failure, InMemory, Isolation, Request, RunContext};
 use kalypso_core::tree::RepoContent;
 use kalypso_core::{Diagnostic, Diagnostics, ScheduledEnvironment};
 use kalypso_template::Engine;
 use kube::{Resource, ResourceExt};
-use sha2::{Digest, Sha256};
 
 use crate::conditions::Desired;
 use crate::controller::StatusTarget;
@@ -63,7 +62,8 @@ pub struct ObjectStatus {
 pub struct Content {
     /// What goes into the tree.
     pub content: RepoContent,
-    /// A stable hash of it (hex SHA-256), stored in `GitOpsRepo.status.repoContentHash`.
+    /// Its fingerprint ([`RepoContent::fingerprint`], 32 hex digits), stored in
+    /// `GitOpsRepo.status.repoContentHash`.
     pub hash: String,
     /// How many assignments it holds.
     pub assignments: usize,
@@ -71,7 +71,7 @@ pub struct Content {
 
 /// Whether the environment can be delivered.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Delivery {
+pub enum Deliverable {
     /// Every object is fine: this is the content.
     Ready(Content),
     /// These problems block delivery (each names its object).
@@ -90,7 +90,7 @@ pub struct DesiredState {
     /// The `Ready` condition of each object.
     pub statuses: Vec<ObjectStatus>,
     /// The content to deliver, or why not.
-    pub delivery: Delivery,
+    pub delivery: Deliverable,
     /// Warnings (not blocking), for logs.
     pub warnings: Vec<String>,
     /// Assignments and their packages (only with [`Options::assignments`]).
@@ -147,32 +147,6 @@ impl ByObject {
     }
 }
 
-/// A hex SHA-256 of the content: cluster types, every file of every package, and the
-/// promoted commit, each length-prefixed so that no two contents hash alike.
-pub fn content_hash(content: &RepoContent) -> String {
-    let mut h = Sha256::new();
-    let mut put = |bytes: &[u8]| {
-        h.update((bytes.len() as u64).to_le_bytes());
-        h.update(bytes);
-    };
-    for ct in &content.cluster_types {
-        put(b"ct");
-        put(ct.as_bytes());
-    }
-    for ((ct, dt), package) in &content.packages {
-        for (file, blob) in package.files() {
-            put(b"file");
-            put(format!("{ct}/{dt}/{file}").as_bytes());
-            put(blob);
-        }
-    }
-    if let Some(commit) = &content.promoted_commit {
-        put(b"promoted");
-        put(commit.as_bytes());
-    }
-    hex::encode(h.finalize())
-}
-
 fn plural(n: usize, one: &str) -> String {
     if n == 1 {
         format!("1 {one}")
@@ -181,8 +155,17 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
-/// Computes the desired of `snapshot`'s namespace with the shared pipeline.
-pub fn desired_state(snapshot: &Snapshot, engine: &Engine, options: Options) -> DesiredState {
+/// Computes the desired of `snapshot`'s namespace with the core's driver. `memo` is what the
+/// operator keeps of the namespace's last run: the assignments whose inputs did not change
+/// are not rendered again (their packages come from it), and `Steady` placement keeps
+/// targets where that run placed them (or, before a first run, where `memo` was seeded from
+/// the GitOps branch).
+pub fn desired_state(
+    snapshot: &Snapshot,
+    engine: &Engine,
+    options: Options,
+    memo: &mut InMemory,
+) -> DesiredState {
     let namespace = snapshot.namespace.clone();
     let (ns, missing) = snapshot.to_namespace();
     // A failing workload fails alone, as a failing Flux Kustomization of one workload
@@ -194,7 +177,8 @@ pub fn desired_state(snapshot: &Snapshot, engine: &Engine, options: Options) -> 
         isolation: Isolation::Registration,
         ..RunContext::new(engine)
     };
-    let run = kalypso_core::run::run_namespace(ns, &context);
+    // The memo fills in the packages it held: the content is complete.
+    let (run, _) = kalypso_core::run::run(Request::loaded(ns), &context, memo);
     let (env, rendered, diagnostics) = (&run.environment, &run.rendered, &run.diagnostics);
     let by = ByObject::new(diagnostics);
 
@@ -258,13 +242,13 @@ pub fn desired_state(snapshot: &Snapshot, engine: &Engine, options: Options) -> 
     }
     let warnings = diagnostics.warnings().map(ToString::to_string).collect();
     let delivery = if problems.is_empty() {
-        Delivery::Ready(Content {
-            hash: content_hash(&rendered.content),
+        Deliverable::Ready(Content {
+            hash: format!("{:032x}", rendered.content.fingerprint()),
             assignments: rendered.records.len(),
             content: rendered.content.clone(),
         })
     } else {
-        Delivery::Blocked(problems)
+        Deliverable::Blocked(problems)
     };
 
     let mut failures = run.failures.clone();
@@ -534,8 +518,8 @@ mod tests {
     #[test]
     fn a_healthy_environment_is_ready_to_deliver() {
         let s = hello_world_snapshot();
-        let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Ready(content) = &p.delivery else {
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let Deliverable::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
         assert_eq!(content.assignments, 1);
@@ -546,7 +530,7 @@ mod tests {
             &pkg.reconciler[..],
             b"kind: Reconciler\nname: hw-dev\nns: dev-large-hw-dev\n"
         );
-        assert_eq!(content.hash.len(), 64);
+        assert_eq!(content.hash.len(), 32);
 
         // The target is derived from the Workload and owned by it.
         assert_eq!(p.targets.len(), 1);
@@ -582,11 +566,11 @@ mod tests {
     #[test]
     fn hash_is_stable_and_follows_content() {
         let s = hello_world_snapshot();
-        let a = desired_state(&s, &engine(), Options::default());
-        let b = desired_state(&s, &engine(), Options::default());
+        let a = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let b = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         let hash = |p: &DesiredState| match &p.delivery {
-            Delivery::Ready(c) => c.hash.clone(),
-            Delivery::Blocked(p) => panic!("{p:?}"),
+            Deliverable::Ready(c) => c.hash.clone(),
+            Deliverable::Blocked(p) => panic!("{p:?}"),
         };
         assert_eq!(hash(&a), hash(&b));
         let mut changed = hello_world_snapshot();
@@ -595,7 +579,12 @@ mod tests {
             .push(Arc::new(platform_config("extra", &[("REGION", "west")])));
         assert_ne!(
             hash(&a),
-            hash(&desired_state(&changed, &engine(), Options::default()))
+            hash(&desired_state(
+                &changed,
+                &engine(),
+                Options::default(),
+                &mut InMemory::default()
+            ))
         );
     }
 
@@ -603,8 +592,8 @@ mod tests {
     fn a_broken_template_blocks_delivery_and_is_reported_on_its_objects() {
         let mut s = hello_world_snapshot();
         s.templates = vec![Arc::new(template("reconciler", &["{{ .Broken "]))];
-        let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Blocked(problems) = &p.delivery else {
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let Deliverable::Blocked(problems) = &p.delivery else {
             panic!("not blocked");
         };
         assert!(!problems.is_empty());
@@ -618,9 +607,14 @@ mod tests {
         assert!(summarize(problems).contains("block delivery"));
         assert!(!p.failures.is_empty(), "reported as issues");
         assert!(
-            desired_state(&hello_world_snapshot(), &engine(), Options::default())
-                .failures
-                .is_empty(),
+            desired_state(
+                &hello_world_snapshot(),
+                &engine(),
+                Options::default(),
+                &mut InMemory::default()
+            )
+            .failures
+            .is_empty(),
             "nothing to report when everything renders"
         );
     }
@@ -637,8 +631,8 @@ mod tests {
         s.registrations.push(Arc::new(registration("broken", "team-b")));
         s.workloads
             .push(Arc::new(workload("bad", "broken", &[("dev", "dev")])));
-        let p = desired_state(&s, &engine(), Options::default());
-        let Delivery::Ready(content) = &p.delivery else {
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let Deliverable::Ready(content) = &p.delivery else {
             panic!("blocked: {:?}", p.delivery);
         };
         let delivered: Vec<&str> = content
@@ -648,7 +642,9 @@ mod tests {
             .map(|(_, dt)| dt.as_str())
             .collect();
         assert_eq!(delivered, ["hw-dev"]);
-        let kept = content.content.kept.as_ref().expect("kept folders");
+        let [kept] = &content.content.kept[..] else {
+            panic!("one group of kept folders: {:?}", content.content.kept);
+        };
         assert!(!kept.claimed.contains("bad-dev"));
         assert_eq!(p.failures.len(), 1, "{:?}", p.failures);
         assert!(p.failures[0].message.contains("bad workload"));
@@ -671,7 +667,7 @@ mod tests {
         });
         s.policies = vec![Arc::new(p)];
         let on = |desired: &DesiredState| -> Vec<String> {
-            let Delivery::Ready(content) = &desired.delivery else {
+            let Deliverable::Ready(content) = &desired.delivery else {
                 panic!("blocked: {:?}", desired.delivery);
             };
             content
@@ -682,7 +678,7 @@ mod tests {
                 .collect()
         };
         // No decision read: the selector's matches, and a warning that says so.
-        let undecided = desired_state(&s, &engine(), Options::default());
+        let undecided = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         assert_eq!(on(&undecided), ["large", "small"]);
         assert!(
             undecided
@@ -692,7 +688,7 @@ mod tests {
         );
         // OCM decided `small`.
         s.placement_decisions = BTreeMap::from([("all".to_owned(), BTreeSet::from(["small".to_owned()]))]);
-        let decided = desired_state(&s, &engine(), Options::default());
+        let decided = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         assert_eq!(on(&decided), ["small"]);
         assert!(
             !decided
@@ -710,7 +706,7 @@ mod tests {
             .push(Arc::new(owned_target(&w, "hw-old", "dev")));
         s.deployment_targets
             .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
-        let p = desired_state(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         assert_eq!(p.stale_targets, ["hw-old"]);
         // The existing derived target gets a status; the stale one does not.
         let names: Vec<_> = p
@@ -729,7 +725,7 @@ mod tests {
         s.deployment_targets
             .push(Arc::new(owned_target(&w, "hw-dev", "dev")));
         s.registrations.clear();
-        let p = desired_state(&s, &engine(), Options::default());
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         assert!(p.stale_targets.is_empty());
         assert!(p.targets.is_empty());
         let workload = p
@@ -738,18 +734,23 @@ mod tests {
             .find(|s| s.kind == Kind::Workload)
             .expect("workload");
         assert!(!workload.desired.status);
-        assert!(matches!(p.delivery, Delivery::Blocked(_)));
+        assert!(matches!(p.delivery, Deliverable::Blocked(_)));
     }
 
     #[test]
     fn assignments_are_objects_only_when_asked_for() {
         let s = hello_world_snapshot();
         assert!(
-            desired_state(&s, &engine(), Options::default())
+            desired_state(&s, &engine(), Options::default(), &mut InMemory::default())
                 .assignments
                 .is_empty()
         );
-        let p = desired_state(&s, &engine(), Options { assignments: true });
+        let p = desired_state(
+            &s,
+            &engine(),
+            Options { assignments: true },
+            &mut InMemory::default(),
+        );
         assert_eq!(p.assignments.len(), 1);
         let (a, pkg) = &p.assignments[0];
         assert_eq!(a.name_any(), "hw-hw-dev-large");

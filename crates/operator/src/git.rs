@@ -9,6 +9,8 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use kalypso_api::GitOpsRepoSpec;
+use kalypso_core::placement::CurrentAssignment;
 use kalypso_git::auth::Credentials;
 use kalypso_git::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use kalypso_git::issues;
@@ -64,7 +66,8 @@ impl GitPublisher {
 
 fn published(delivery: Delivery) -> Published {
     match delivery {
-        Delivery::UpToDate { .. } | Delivery::DryRun { .. } => Published::UpToDate,
+        // The operator delivers to git only (`oci://` GitOpsRepos are `sync`'s and `serve`'s).
+        Delivery::UpToDate { .. } | Delivery::DryRun { .. } | Delivery::Artifacts(_) => Published::UpToDate,
         Delivery::Committed { commit, .. } => Published::Pushed {
             commit: commit.to_string(),
         },
@@ -126,15 +129,27 @@ impl Publisher for GitPublisher {
                 })
                 .await
                 .map_err(|e| failure(format!("the delivery thread failed: {e}"), true))?;
-            result.map(published).map_err(|e| {
-                let transient = match &e {
-                    deliver::Error::Repo(r) => r.is_transient(),
-                    deliver::Error::GitHub(g) => g.is_transient(),
-                    deliver::Error::Contended { .. } => true,
-                    _ => false,
-                };
-                failure(e.to_string(), transient)
-            })
+            result
+                .map(published)
+                .map_err(|e| failure(e.to_string(), e.is_transient()))
+        })
+    }
+
+    /// Reads the branch into the publisher's cache (the same mirror it delivers through).
+    fn placement(&self, spec: &GitOpsRepoSpec) -> BoxFuture<'static, Option<CurrentAssignment>> {
+        let publisher = self.clone();
+        let (repo, branch) = (spec.repo.clone(), spec.branch.clone());
+        Box::pin(async move {
+            let url = RepoUrl::parse(&repo).ok()?;
+            let result = publisher
+                .blocking(move |ctx| deliver::placement(ctx.cache, ctx.transport, &url, &branch))
+                .await
+                .ok()?;
+            result
+                .map_err(|error| {
+                    tracing::warn!(error = %kalypso_git::redact(&error.to_string()), "cannot read the GitOps branch for Steady placement; placing afresh");
+                })
+                .ok()
         })
     }
 
@@ -186,7 +201,7 @@ mod tests {
         let request = PublishRequest {
             environment: "dev".into(),
             gitops_repo: "dev".into(),
-            spec: kalypso_api::GitOpsRepoSpec {
+            spec: GitOpsRepoSpec {
                 repo: "https://github.com/org/gitops".into(),
                 branch: " ".into(),
                 path: String::new(),

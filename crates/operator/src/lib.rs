@@ -36,4 +36,4 @@ mod fixtures;
 /// The field manager of every write, and the reporting controller of Events.
 pub const FIELD_MANAGER: &str = "kalypso-scheduler";
 
-pub use run::{Backends, Config, Error, Source, run};
+pub use run::{Backends, Config, ControlPlaneFeed, Error, run};

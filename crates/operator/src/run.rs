@@ -33,7 +33,7 @@ use crate::stores::Stores;
 
 /// Where the control plane comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Source {
+pub enum ControlPlaneFeed {
     /// Flux applies it into environment namespaces; the operator keeps the Flux objects
     /// (the original's way).
     #[default]
@@ -65,7 +65,7 @@ impl std::fmt::Debug for Backends {
 #[derive(Clone, Debug)]
 pub struct Config {
     /// Where the control plane comes from.
-    pub source: Source,
+    pub source: ControlPlaneFeed,
     /// `/healthz` and `/readyz` address.
     pub health_addr: SocketAddr,
     /// `/metrics` address (may equal `health_addr`: one server then).
@@ -88,12 +88,14 @@ pub struct Config {
     pub instance: Option<String>,
     /// How often each environment is synchronised (git source).
     pub poll: Duration,
+    /// The Sprig version templates run with (the command line's `KALYPSO_SPRIG`).
+    pub sprig: kalypso_template::SprigVersion,
 }
 
 impl Default for Config {
     fn default() -> Config {
         Config {
-            source: Source::Flux,
+            source: ControlPlaneFeed::Flux,
             health_addr: SocketAddr::from(([0, 0, 0, 0], 8081)),
             metrics_addr: SocketAddr::from(([0, 0, 0, 0], 8080)),
             leader_elect: None,
@@ -105,6 +107,7 @@ impl Default for Config {
             concurrency: 4,
             instance: None,
             poll: Duration::from_secs(60),
+            sprig: kalypso_template::SprigVersion::default(),
         }
     }
 }
@@ -126,9 +129,6 @@ pub enum Error {
     /// The Flux API versions could not be settled (no Flux, or discovery failed).
     #[error("{0}")]
     Flux(String),
-    /// `KALYPSO_SPRIG` names no Sprig version.
-    #[error("{0}")]
-    Sprig(String),
     /// Another instance took over.
     #[error("lost leadership; exiting so that this instance restarts as a follower")]
     LostLeadership,
@@ -140,7 +140,7 @@ pub async fn run(
     backends: Backends,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let engine = Arc::new(Engine::from_env().map_err(Error::Sprig)?);
+    let engine = Arc::new(Engine::with_sprig(config.sprig));
     if let Some(warning) = kalypso_template::sprig_warning(engine.sprig()) {
         tracing::warn!("{warning}");
     }
@@ -150,7 +150,7 @@ pub async fn run(
         .await
         .map_err(Error::CrdsMissing)?;
     let mut config = config;
-    if config.source == Source::Flux {
+    if config.source == ControlPlaneFeed::Flux {
         config.flux = crate::flux::resolve_api_versions(&client, &config.flux)
             .await
             .map_err(Error::Flux)?;
@@ -165,6 +165,7 @@ pub async fn run(
     let (stop_tx, stop_rx) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
+        tracing::info!("shutting down");
         stop_tx.send_replace(true);
     });
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -265,7 +266,7 @@ async fn controllers(
         .debounce(Duration::from_millis(500));
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
 
-    if config.source == Source::Flux {
+    if config.source == ControlPlaneFeed::Flux {
         let ctx = Arc::new(sources::Context {
             shared: shared.clone(),
             flux: config.flux.clone(),
@@ -295,7 +296,7 @@ async fn controllers(
         source_controller!(WorkloadRegistration);
     }
 
-    if config.source == Source::Git {
+    if config.source == ControlPlaneFeed::Git {
         if let Some(syncer) = backends.syncer {
             let ctx = Arc::new(gitsource::Context {
                 shared,
@@ -331,6 +332,7 @@ async fn controllers(
         retry_after: config.retry_after,
         blocked: Mutex::default(),
         reported: Mutex::default(),
+        memos: Mutex::default(),
     });
     let trigger = futures::stream::select_all(triggers);
     tasks.push(

@@ -1,22 +1,22 @@
-//! The process around [`crate::run()`]: logging, the tokio runtime, the git publisher and the
-//! shutdown signal — what `kalypso operator` calls, so that the command line needs no async
-//! code of its own.
+//! The process around [`crate::run()`]: the tokio runtime and the git publisher — what
+//! `kalypso operator` calls, so that the command line needs no async code of its own (it
+//! installs the logs and gives the shutdown signal, as for `serve` and `hub`).
 
+use std::future::Future;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use kalypso_git::AuthSettings;
 use kalypso_git::deliver::{DeliverySettings, Mode};
-use tracing_subscriber::EnvFilter;
 
 use crate::git::GitPublisher;
-use crate::run::{Backends, Config, Source, run};
+use crate::run::{Backends, Config, ControlPlaneFeed, run};
 
-/// How the operator delivers to GitOps repositories.
+/// How the operator's git publisher reaches GitOps repositories.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Delivery {
-    /// `pr`, `push` or `auto`.
-    pub mode: String,
+pub struct PublisherSettings {
+    /// Pull requests, pushes, or `auto` (push for local repositories).
+    pub mode: Mode,
     /// Where repositories are mirrored (default: the user cache).
     pub cache_dir: Option<PathBuf>,
     /// Environment variable holding the GitHub token.
@@ -27,21 +27,9 @@ pub struct Delivery {
     pub github_api_url: Option<String>,
 }
 
-/// Log output.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogFormat {
-    /// One JSON object per line.
-    Json,
-    /// Human-readable.
-    Text,
-}
-
 /// Why the operator could not start or stopped with an error.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// A setting is invalid.
-    #[error("invalid setting: {0}")]
-    Setting(String),
     /// The runtime could not start.
     #[error("cannot start the async runtime: {0}")]
     Runtime(#[source] std::io::Error),
@@ -56,69 +44,35 @@ pub enum Error {
     Run(#[from] crate::run::Error),
 }
 
-/// Installs the global log subscriber (`RUST_LOG` wins over `level`).
-pub fn init_logging(format: LogFormat, level: Option<&str>) -> Result<(), String> {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level.unwrap_or("info")))
-        .map_err(|e| format!("invalid log level: {e}"))?;
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.try_init(),
-    }
-    .map_err(|e| e.to_string())
-}
-
-/// Resolves when the process gets SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-    tracing::info!("shutting down");
-}
-
-/// The delivery settings of `delivery`.
-pub fn delivery_settings(delivery: &Delivery) -> Result<(DeliverySettings, AuthSettings, PathBuf), Error> {
-    let mode: Mode = delivery.mode.parse().map_err(Error::Setting)?;
+/// The delivery settings of `publisher`: how commits are made, the credentials, the cache.
+pub fn delivery_settings(publisher: &PublisherSettings) -> (DeliverySettings, AuthSettings, PathBuf) {
     let mut settings = DeliverySettings {
-        mode,
+        mode: publisher.mode,
         ..DeliverySettings::default()
     };
-    if let Some(url) = &delivery.github_api_url {
+    if let Some(url) = &publisher.github_api_url {
         settings.github_api_url = url.clone();
     }
     let auth = AuthSettings {
-        token_env: Some(delivery.token_env.clone()),
-        token_file: delivery.token_file.clone(),
+        token_env: Some(publisher.token_env.clone()),
+        token_file: publisher.token_file.clone(),
         ..AuthSettings::default()
     };
-    let cache = delivery
+    let cache = publisher
         .cache_dir
         .clone()
         .unwrap_or_else(kalypso_git::Cache::default_dir);
-    Ok((settings, auth, cache))
+    (settings, auth, cache)
 }
 
-/// Runs the operator on a new multi-threaded runtime until SIGTERM/SIGINT.
-pub fn block_on(config: Config, delivery: Delivery) -> Result<(), Error> {
-    let (settings, auth, cache) = delivery_settings(&delivery)?;
+/// Runs the operator on a new multi-threaded runtime until `shutdown` resolves (the command
+/// line gives the signal every long-running command stops on: SIGTERM or SIGINT).
+pub fn block_on(
+    config: Config,
+    publisher: PublisherSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let (settings, auth, cache) = delivery_settings(&publisher);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_name("kalypso-operator")
@@ -126,24 +80,25 @@ pub fn block_on(config: Config, delivery: Delivery) -> Result<(), Error> {
         .map_err(Error::Runtime)?;
     let publisher = GitPublisher::new(cache.clone(), &auth, settings.clone(), runtime.handle().clone())?;
     let syncer = match config.source {
-        Source::Git => {
+        ControlPlaneFeed::Git => {
             let sync_settings = kalypso_git::Settings {
                 cache_dir: cache,
                 auth,
                 delivery: settings,
+                sprig: config.sprig,
                 ..kalypso_git::Settings::default()
             };
             Some(Arc::new(
                 kalypso_git::Syncer::new(sync_settings, runtime.handle().clone()).map_err(Error::Sync)?,
             ))
         }
-        Source::Flux | Source::External => None,
+        ControlPlaneFeed::Flux | ControlPlaneFeed::External => None,
     };
     let backends = Backends {
         publisher: Arc::new(publisher),
         syncer,
     };
-    runtime.block_on(run(config, backends, shutdown_signal()))?;
+    runtime.block_on(run(config, backends, shutdown))?;
     Ok(())
 }
 
@@ -153,22 +108,17 @@ mod tests {
 
     #[test]
     fn delivery_settings_follow_the_flags() {
-        let d = Delivery {
-            mode: "push".into(),
+        let publisher = PublisherSettings {
+            mode: Mode::Push,
             cache_dir: Some("/tmp/c".into()),
             token_env: "TOKEN".into(),
             token_file: None,
             github_api_url: Some("https://ghe.example/api/v3".into()),
         };
-        let (settings, auth, cache) = delivery_settings(&d).expect("valid");
+        let (settings, auth, cache) = delivery_settings(&publisher);
         assert_eq!(settings.mode, Mode::Push);
         assert_eq!(settings.github_api_url, "https://ghe.example/api/v3");
         assert_eq!(auth.token_env.as_deref(), Some("TOKEN"));
         assert_eq!(cache, PathBuf::from("/tmp/c"));
-        let bad = Delivery {
-            mode: "fax".into(),
-            ..d
-        };
-        assert!(matches!(delivery_settings(&bad), Err(Error::Setting(_))));
     }
 }

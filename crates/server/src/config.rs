@@ -59,6 +59,9 @@ pub struct Config {
     /// Credentials.
     #[serde(default)]
     pub auth: AuthSettings,
+    /// Registry access for `oci://` GitOpsRepos.
+    #[serde(default)]
+    pub registry: RegistryConfig,
     /// How to deliver.
     #[serde(default)]
     pub delivery: DeliveryConfig,
@@ -72,6 +75,10 @@ pub struct Config {
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
+    /// The Sprig version templates run with: not in the file, the command line's
+    /// `KALYPSO_SPRIG` (checked when kalypso starts).
+    #[serde(skip)]
+    pub sprig: kalypso_git::SprigVersion,
 }
 
 /// The `delivery` section.
@@ -101,6 +108,43 @@ pub struct DeliveryConfig {
     pub message: Option<String>,
 }
 
+/// The `registry` section: credentials and plain-HTTP registries for `oci://` GitOpsRepos.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RegistryConfig {
+    /// Docker config file (default: `$DOCKER_CONFIG/config.json`, else
+    /// `~/.docker/config.json`).
+    #[serde(default)]
+    pub docker_config: Option<PathBuf>,
+    /// User name of the token (default: `KALYPSO_REGISTRY_USERNAME`).
+    #[serde(default)]
+    pub username: Option<String>,
+    /// File holding a token for every registry (wins over the Docker config).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// Environment variable holding the token (default `KALYPSO_REGISTRY_TOKEN`).
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// Registries (`host[:port]`) reached over plain HTTP besides loopback ones.
+    #[serde(default)]
+    pub insecure: Vec<String>,
+}
+
+impl RegistryConfig {
+    /// The registry settings of a sync.
+    pub fn auth(&self) -> kalypso_git::oci::AuthSettings {
+        let defaults = kalypso_git::oci::AuthSettings::default();
+        kalypso_git::oci::AuthSettings {
+            docker_config: self.docker_config.clone(),
+            username: self.username.clone(),
+            token: None,
+            token_file: self.token_file.clone(),
+            token_env: self.token_env.clone().or(defaults.token_env),
+            insecure: self.insecure.clone(),
+        }
+    }
+}
+
 /// The `webhook` section.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -113,15 +157,46 @@ pub struct WebhookConfig {
     pub secret_file: Option<PathBuf>,
 }
 
-/// Log output format.
+/// Log output format: `log.format` here, `--log-format` on the command line (which wins), for
+/// every command that logs (`serve`, `hub`, `operator`, `sync`...).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
-    /// One JSON object per line (default).
+    /// One JSON object per line, for log collectors (the daemons' default).
     #[default]
     Json,
     /// Human-readable lines.
     Text,
+}
+
+impl LogFormat {
+    /// Every format with its name, as the command line and `kalypso.yaml` spell it.
+    pub const NAMES: [(LogFormat, &'static str); 2] = [(LogFormat::Text, "text"), (LogFormat::Json, "json")];
+
+    /// The format's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            LogFormat::Json => "json",
+            LogFormat::Text => "text",
+        }
+    }
+}
+
+impl std::str::FromStr for LogFormat {
+    type Err = String;
+    fn from_str(s: &str) -> Result<LogFormat, String> {
+        LogFormat::NAMES
+            .iter()
+            .find(|(_, name)| *name == s)
+            .map(|(format, _)| *format)
+            .ok_or_else(|| format!("unknown log format {s:?} (text or json)"))
+    }
+}
+
+impl std::fmt::Display for LogFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 /// The `log` section.
@@ -194,10 +269,12 @@ impl Config {
             cache_dir: None,
             main_branch: None,
             auth: AuthSettings::default(),
+            registry: RegistryConfig::default(),
             delivery: DeliveryConfig::default(),
             webhook: WebhookConfig::default(),
             retry: None,
             log: LogConfig::default(),
+            sprig: kalypso_git::SprigVersion::default(),
         }
     }
 
@@ -251,6 +328,8 @@ impl Config {
             },
             gitops_repo: d.gitops_repo.clone(),
             extenders: defaults.extenders,
+            registry: self.registry.auth(),
+            sprig: self.sprig,
         }
     }
 

@@ -23,7 +23,7 @@
 //! removed when the environment's task next starts (it holds the mirrors' lock, so no other
 //! process is writing them).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::future::Future;
 use std::path::Path;
@@ -31,9 +31,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kalypso_git::control_plane::short;
+use kalypso_core::Diagnostics;
+use kalypso_git::control_plane::{Resolved, short};
 use kalypso_git::sync::TargetReport;
-use kalypso_git::{Delivery, Outcome, RepoUrl, RetryPolicy, Revisions, Settings, Syncer};
+use kalypso_git::{
+    Check, Delivery, EnvReport, Outcome, Pass, RepoUrl, RetryPolicy, Revisions, Settings, Syncer, Unchanged,
+};
 use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::watch;
@@ -508,11 +511,11 @@ fn lock_mirrors(dir: &Path) -> Result<File, String> {
 }
 
 impl WorkerState {
-    /// One poll; updates the environment's status and metrics.
+    /// One poll; updates the environment's status and metrics. Its steps: the syncer of the
+    /// environment (made at the first poll), the branch listing that may end the poll, the
+    /// inputs resolved, and the delivery, each reported as it ends.
     fn poll(&mut self, shared: &Shared, worker: &Worker) -> EnvPoll {
         let name = worker.name.as_str();
-        let state = &shared.state;
-        let metrics = state.metrics();
         let step = |s: &'static str| {
             *worker.step.lock().unwrap_or_else(PoisonError::into_inner) = Some(s);
             !shared.stopping.load(Ordering::SeqCst)
@@ -520,105 +523,29 @@ impl WorkerState {
         if !step("reading the control plane") {
             return EnvPoll::Stopped;
         }
-        metrics.polls.inc();
-        state.update_status(name, |s| s.polls += 1);
-        if self.syncer.is_none() {
-            if !valid_name(name) {
-                return input_failed(
-                    &mut self.failures,
-                    shared,
-                    name,
-                    format!("environment name {name:?} cannot name a cache folder"),
-                );
-            }
-            let dir = shared.settings.cache_dir.join("serve").join(name);
-            let lock = match lock_mirrors(&dir) {
-                Ok(lock) => lock,
-                Err(e) => return input_failed(&mut self.failures, shared, name, e),
-            };
-            let settings = Settings {
-                cache_dir: dir,
-                ..shared.settings.clone()
-            };
-            match Syncer::new(settings, shared.runtime.clone()) {
-                Ok(syncer) => {
-                    self.syncer = Some(syncer);
-                    self.lock = Some(lock);
-                }
-                Err(e) => return input_failed(&mut self.failures, shared, name, e.to_string()),
-            }
+        shared.state.metrics().polls.inc();
+        shared.state.update_status(name, |s| s.polls += 1);
+        if let Err(poll) = self.start(shared, name) {
+            return poll;
         }
         let Some(syncer) = &self.syncer else {
             return EnvPoll::Stopped;
         };
-        let url = &shared.control_plane;
         // One branch listing per repository: when nothing the environment was last
         // delivered from moved, the poll ends here, without a fetch.
-        let check = syncer.check(url, std::slice::from_ref(&worker.name));
+        let check = syncer.check(&shared.control_plane, std::slice::from_ref(&worker.name));
         if let Some(unchanged) = check.unchanged(name) {
-            state.set_ready();
             tracing::debug!(environment = name, remotes = check.remotes, "no branch moved");
-            self.failures = 0;
-            if self.last_result.is_none() {
-                // The first poll of this process: what the last delivery left holds.
-                let detail = unchanged
-                    .targets
-                    .iter()
-                    .map(|t| format!("{} {}: {}", t.repo, t.branch, describe(&t.delivery).1))
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                self.last = Some(unchanged.revisions.clone());
-                self.last_result = Some(("delivered".to_owned(), detail, Vec::new()));
-                let revisions = unchanged.revisions.to_string();
-                state.update_status(name, |s| s.revisions = revisions);
-            }
-            show_last_result(state, name, self.last_result.as_ref());
-            return EnvPoll::Unchanged;
+            return self.unchanged(shared, name, Some(unchanged));
         }
-        let mut pass = match syncer.pass_after(url, &check) {
-            Ok(pass) => pass,
-            Err(e) => {
-                metrics.poll_errors.inc();
-                return input_failed(
-                    &mut self.failures,
-                    shared,
-                    name,
-                    format!("cannot read the control plane: {e}"),
-                );
-            }
-        };
-        state.set_ready();
-        let env = match pass.environments(std::slice::from_ref(&worker.name)) {
-            Ok(envs) => envs.into_iter().next(),
-            Err(e) => return input_failed(&mut self.failures, shared, name, e.to_string()),
-        };
-        let Some(env) = env else {
-            return input_failed(
-                &mut self.failures,
-                shared,
-                name,
-                format!("no environment {name} in the control plane"),
-            );
-        };
-        if !step("reading the inputs") {
-            return EnvPoll::Stopped;
-        }
-        let resolved = match pass.resolve(&env) {
-            Ok(r) => r,
-            Err(e) => {
-                return input_failed(
-                    &mut self.failures,
-                    shared,
-                    name,
-                    format!("cannot read the environment's inputs: {e}"),
-                );
-            }
+        let (pass, resolved) = match resolve(syncer, &check, shared, name, &step) {
+            Ok(resolved) => resolved,
+            Err(Step::Stopped) => return EnvPoll::Stopped,
+            Err(Step::Failed(error)) => return input_failed(&mut self.failures, shared, name, error),
         };
         if self.last.as_ref() == Some(&resolved.revisions) {
             tracing::debug!(environment = name, revisions = %resolved.revisions, "inputs unchanged");
-            self.failures = 0;
-            show_last_result(state, name, self.last_result.as_ref());
-            return EnvPoll::Unchanged;
+            return self.unchanged(shared, name, None);
         }
         if !step("rendering and delivering") {
             return EnvPoll::Stopped;
@@ -626,83 +553,109 @@ impl WorkerState {
         let labels = Metrics::env(name);
         let started = Instant::now();
         let result = pass.deliver(&resolved);
-        metrics
+        shared
+            .state
+            .metrics()
             .duration
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
-        let revisions = resolved.revisions.to_string();
-        let env_report = match result {
-            Ok(r) => r,
-            Err(e) => {
-                return failed(
-                    &mut self.failures,
-                    shared,
-                    name,
-                    "delivery",
-                    &revisions,
-                    e.to_string(),
-                );
-            }
+        match result {
+            Ok(report) => self.delivered(shared, name, &resolved.revisions, report),
+            Err(e) => failed(
+                &mut self.failures,
+                shared,
+                name,
+                "delivery",
+                &resolved.revisions.to_string(),
+                e.to_string(),
+            ),
+        }
+    }
+
+    /// Makes the environment's syncer at its first poll, with the lock on its mirrors.
+    fn start(&mut self, shared: &Shared, name: &str) -> Result<(), EnvPoll> {
+        if self.syncer.is_some() {
+            return Ok(());
+        }
+        let fail = |failures: &mut u32, error: String| Err(input_failed(failures, shared, name, error));
+        if !valid_name(name) {
+            return fail(
+                &mut self.failures,
+                format!("environment name {name:?} cannot name a cache folder"),
+            );
+        }
+        let dir = shared.settings.cache_dir.join("serve").join(name);
+        let lock = match lock_mirrors(&dir) {
+            Ok(lock) => lock,
+            Err(e) => return fail(&mut self.failures, e),
         };
+        let settings = Settings {
+            cache_dir: dir,
+            ..shared.settings.clone()
+        };
+        match Syncer::new(settings, shared.runtime.clone()) {
+            Ok(syncer) => {
+                self.syncer = Some(syncer);
+                self.lock = Some(lock);
+                Ok(())
+            }
+            Err(e) => fail(&mut self.failures, e.to_string()),
+        }
+    }
+
+    /// Ends a poll whose environment needs nothing: no branch moved (`listed`, the check's
+    /// answer), or the inputs resolved are those last handled.
+    fn unchanged(&mut self, shared: &Shared, name: &str, listed: Option<&Unchanged>) -> EnvPoll {
+        let state = &shared.state;
+        if listed.is_some() {
+            state.set_ready();
+        }
+        self.failures = 0;
+        if let Some(unchanged) = listed
+            && self.last_result.is_none()
+        {
+            // The first poll of this process: what the last delivery left holds.
+            let detail = unchanged
+                .targets
+                .iter()
+                .map(|t| format!("{} {}: {}", t.repo, t.branch, describe(&t.delivery).1))
+                .collect::<Vec<_>>()
+                .join("; ");
+            self.last = Some(unchanged.revisions.clone());
+            self.last_result = Some(("delivered".to_owned(), detail, Vec::new()));
+            let revisions = unchanged.revisions.to_string();
+            state.update_status(name, |s| s.revisions = revisions);
+        }
+        show_last_result(state, name, self.last_result.as_ref());
+        EnvPoll::Unchanged
+    }
+
+    /// Records a delivery (or a render failure, reported and not retried until the inputs
+    /// change): metrics, logs and `/status`.
+    fn delivered(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        revisions: &Revisions,
+        report: EnvReport,
+    ) -> EnvPoll {
+        let metrics = shared.state.metrics();
+        let labels = Metrics::env(name);
         metrics.renders.get_or_create(&labels).inc();
         metrics
             .assignments
             .get_or_create(&labels)
-            .set(i64::try_from(env_report.assignments).unwrap_or(i64::MAX));
-        for d in env_report.diagnostics.warnings() {
+            .set(i64::try_from(report.assignments).unwrap_or(i64::MAX));
+        for d in report.diagnostics.warnings() {
             tracing::warn!(environment = name, diagnostic = %d, "warning");
         }
         self.failures = 0;
-        self.last = Some(resolved.revisions.clone());
-        match env_report.outcome {
+        self.last = Some(revisions.clone());
+        let diagnostics: Vec<String> = report.diagnostics.errors().map(|d| d.to_string()).collect();
+        match report.outcome {
             Outcome::Delivered(targets) => {
-                let now = now_unix();
-                metrics.last_success.get_or_create(&labels).set(now as f64);
-                let mut details = Vec::new();
-                for t in &targets {
-                    let (result, detail) = describe(&t.delivery);
-                    metrics
-                        .deliveries
-                        .get_or_create(&Metrics::env_result(name, result))
-                        .inc();
-                    tracing::info!(
-                        environment = name,
-                        repo = %t.repo,
-                        branch = %t.branch,
-                        result,
-                        detail = %detail,
-                        revisions = %resolved.revisions,
-                        "delivered"
-                    );
-                    details.push(format!("{} {}: {detail}", t.repo, t.branch));
-                }
-                let mut detail = details.join("; ");
-                // Failing workloads were isolated: the rest went out, their errors stay visible.
-                let diagnostics: Vec<String> =
-                    env_report.diagnostics.errors().map(|d| d.to_string()).collect();
-                if !env_report.isolated.is_empty() {
-                    metrics
-                        .failures
-                        .get_or_create(&Metrics::env_result(name, "render"))
-                        .inc();
-                    for d in env_report.diagnostics.errors() {
-                        tracing::error!(environment = name, diagnostic = %d, "error");
-                    }
-                    let registrations: Vec<&str> = env_report.isolated.iter().map(String::as_str).collect();
-                    detail.push_str(&format!(
-                        "; the workloads of {} failed: their folders keep what was last delivered",
-                        registrations.join(", ")
-                    ));
-                    tracing::error!(environment = name, registrations = ?registrations, "workloads failed; the rest was delivered");
-                }
-                self.last_result = Some(("delivered".to_owned(), detail.clone(), diagnostics.clone()));
-                state.update_status(name, |s| {
-                    s.revisions = revisions;
-                    s.result = "delivered".to_owned();
-                    s.detail = detail;
-                    s.last_success = Some(now);
-                    s.diagnostics = diagnostics;
-                });
+                let isolated = (&report.isolated, &report.diagnostics);
+                self.targets_delivered(shared, name, revisions, &targets, isolated, diagnostics);
                 EnvPoll::Delivered(targets)
             }
             Outcome::Failed { failures, issues } => {
@@ -710,7 +663,7 @@ impl WorkerState {
                     .failures
                     .get_or_create(&Metrics::env_result(name, "render"))
                     .inc();
-                for d in env_report.diagnostics.errors() {
+                for d in report.diagnostics.errors() {
                     tracing::error!(environment = name, diagnostic = %d, "error");
                 }
                 if let Some(issues) = &issues {
@@ -723,12 +676,11 @@ impl WorkerState {
                     );
                 }
                 let detail = format!("{} failure(s); nothing delivered", failures.len());
-                tracing::error!(environment = name, revisions = %resolved.revisions, "{detail}");
-                let diagnostics: Vec<String> =
-                    env_report.diagnostics.errors().map(|d| d.to_string()).collect();
+                tracing::error!(environment = name, revisions = %revisions, "{detail}");
                 let now = now_unix();
                 self.last_result = Some(("render_failed".to_owned(), detail.clone(), diagnostics.clone()));
-                state.update_status(name, |s| {
+                let revisions = revisions.to_string();
+                shared.state.update_status(name, |s| {
                     s.revisions = revisions;
                     s.result = "render_failed".to_owned();
                     s.detail = detail.clone();
@@ -744,6 +696,105 @@ impl WorkerState {
             }
         }
     }
+
+    /// Records what each GitOps branch got: metrics, logs and `/status` (with the failing
+    /// workloads that were isolated, if any).
+    fn targets_delivered(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        revisions: &Revisions,
+        targets: &[TargetReport],
+        (isolated, all): (&BTreeSet<String>, &Diagnostics),
+        diagnostics: Vec<String>,
+    ) {
+        let metrics = shared.state.metrics();
+        let now = now_unix();
+        metrics
+            .last_success
+            .get_or_create(&Metrics::env(name))
+            .set(now as f64);
+        let mut details = Vec::new();
+        for t in targets {
+            let (result, detail) = describe(&t.delivery);
+            metrics
+                .deliveries
+                .get_or_create(&Metrics::env_result(name, result))
+                .inc();
+            tracing::info!(
+                environment = name,
+                repo = %t.repo,
+                branch = %t.branch,
+                result,
+                detail = %detail,
+                revisions = %revisions,
+                "delivered"
+            );
+            details.push(format!("{} {}: {detail}", t.repo, t.branch));
+        }
+        let mut detail = details.join("; ");
+        // Failing workloads were isolated: the rest went out, their errors stay visible.
+        if !isolated.is_empty() {
+            metrics
+                .failures
+                .get_or_create(&Metrics::env_result(name, "render"))
+                .inc();
+            for d in all.errors() {
+                tracing::error!(environment = name, diagnostic = %d, "error");
+            }
+            let registrations: Vec<&str> = isolated.iter().map(String::as_str).collect();
+            detail.push_str(&format!(
+                "; the workloads of {} failed: their folders keep what was last delivered",
+                registrations.join(", ")
+            ));
+            tracing::error!(environment = name, registrations = ?registrations, "workloads failed; the rest was delivered");
+        }
+        self.last_result = Some(("delivered".to_owned(), detail.clone(), diagnostics.clone()));
+        let revisions = revisions.to_string();
+        shared.state.update_status(name, |s| {
+            s.revisions = revisions;
+            s.result = "delivered".to_owned();
+            s.detail = detail;
+            s.last_success = Some(now);
+            s.diagnostics = diagnostics;
+        });
+    }
+}
+
+/// Why a step ended the poll.
+enum Step {
+    /// The daemon is shutting down.
+    Stopped,
+    /// An error, retried with backoff.
+    Failed(String),
+}
+
+/// Fetches what moved after `check` and resolves the environment's inputs.
+fn resolve<'s>(
+    syncer: &'s Syncer,
+    check: &Check,
+    shared: &Shared,
+    name: &str,
+    step: &dyn Fn(&'static str) -> bool,
+) -> Result<(Pass<'s>, Resolved), Step> {
+    let mut pass = syncer.pass_after(&shared.control_plane, check).map_err(|e| {
+        shared.state.metrics().poll_errors.inc();
+        Step::Failed(format!("cannot read the control plane: {e}"))
+    })?;
+    shared.state.set_ready();
+    let env = pass
+        .environments(&[name.to_owned()])
+        .map_err(|e| Step::Failed(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| Step::Failed(format!("no environment {name} in the control plane")))?;
+    if !step("reading the inputs") {
+        return Err(Step::Stopped);
+    }
+    let resolved = pass
+        .resolve(&env)
+        .map_err(|e| Step::Failed(format!("cannot read the environment's inputs: {e}")))?;
+    Ok((pass, resolved))
 }
 
 /// Shows `last` (result, detail, diagnostics of the inputs delivered last) in `/status` again
@@ -899,7 +950,39 @@ fn describe(delivery: &Delivery) -> (&'static str, String) {
             ),
         ),
         Delivery::DryRun { mode, changes } => ("dry_run", format!("would deliver in {mode} mode: {changes}")),
+        Delivery::Artifacts(report) => (
+            if report.dry_run {
+                "dry_run"
+            } else if report.changed {
+                "pushed"
+            } else {
+                "up_to_date"
+            },
+            kalypso_oci_summary(report),
+        ),
     }
+}
+
+/// `3 artifacts pushed (1 new), 197 unchanged, index sha256:…` for an OCI delivery.
+fn kalypso_oci_summary(report: &kalypso_git::oci::Report) -> String {
+    let new = report.pushed.iter().filter(|p| p.new).count();
+    let mut s = format!(
+        "{} artifact(s) {} ({new} new), {} unchanged",
+        report.pushed.len(),
+        if report.dry_run {
+            "would be pushed"
+        } else {
+            "pushed"
+        },
+        report.unchanged
+    );
+    if !report.retired.is_empty() {
+        s.push_str(&format!(", retired {}", report.retired.join(", ")));
+    }
+    if let Some(index) = &report.index {
+        s.push_str(&format!(", index {index}"));
+    }
+    s
 }
 
 #[cfg(test)]

@@ -6,12 +6,16 @@
 //!   whose input commits changed, graceful shutdown;
 //! - [`http`]: the axum router (`/healthz`, `/readyz`, `/metrics`, `/status`, `/webhook`),
 //!   built by [`http::app`] so that tests can call it without a socket;
-//! - [`metrics`]: Prometheus metrics; [`logging`]: JSON or text logs with `tracing`.
+//! - [`metrics`]: Prometheus metrics;
+//! - [`shutdown_signal`]: the signal every long-running command (`serve`, `hub`, `operator`)
+//!   stops on.
+//!
+//! Logs go through `tracing`; the command line installs the subscriber, in the
+//! [`config::LogFormat`] of the `log` section.
 
 pub mod config;
 pub mod daemon;
 pub mod http;
-pub mod logging;
 pub mod metrics;
 
 pub use config::Config;

@@ -137,11 +137,6 @@ impl Engine {
         }
     }
 
-    /// The engine of the Sprig version [`SPRIG_ENV`] selects (see [`sprig_from_env`]).
-    pub fn from_env() -> Result<Engine, String> {
-        sprig_from_env().map(Engine::with_sprig)
-    }
-
     /// The Sprig version of the functions.
     pub fn sprig(&self) -> SprigVersion {
         self.sprig

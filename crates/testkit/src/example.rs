@@ -7,13 +7,22 @@ use std::path::{Path, PathBuf};
 
 use crate::{init_bare, text_files_under, write_files, write_files_under};
 
-/// The workspace's root folder (where `examples/` and `tests/` are).
+/// The workspace's root folder (where `examples/` and `tests/` are): the folder above the
+/// tested package (`CARGO_MANIFEST_DIR`, which `cargo test` sets when it runs a test) whose
+/// `Cargo.toml` declares the workspace. It is read when the test runs rather than where this
+/// crate was compiled, as a build directory shared between two checkouts of the workspace
+/// may hold this crate compiled in the other one.
 pub fn workspace_root() -> PathBuf {
-    // This crate is `<root>/crates/testkit`.
-    Path::new(env!("CARGO_MANIFEST_DIR"))
+    let tested = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        // This crate is `<root>/crates/testkit`.
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    tested
         .ancestors()
-        .nth(2)
-        .expect("crates/testkit is two folders below the workspace root")
+        .find(|dir| {
+            std::fs::read_to_string(dir.join("Cargo.toml")).is_ok_and(|toml| toml.contains("\n[workspace]"))
+        })
+        .unwrap_or_else(|| panic!("no workspace Cargo.toml above {}", tested.display()))
         .to_owned()
 }
 

@@ -8,9 +8,9 @@ use kalypso_git::redact::{Secret, register_secret};
 use kalypso_hub::{GitSettings, HubConfig};
 
 use super::sync::runtime;
-use crate::args::LogFormat;
 use crate::settings::{Global, Hub};
 use crate::terminal::init_logs;
+use kalypso_server::config::LogFormat;
 
 fn read_secret(path: &Path, what: &str) -> Result<Secret> {
     let text = std::fs::read_to_string(path)
@@ -46,6 +46,7 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         auth: settings.git.auth.clone(),
         retry: settings.git.retry,
         main_branch: settings.git.main_branch.clone(),
+        registry: settings.registry.clone(),
     });
     let runtime = runtime()?;
     runtime

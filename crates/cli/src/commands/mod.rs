@@ -28,60 +28,48 @@ pub(crate) use sync::{init_logs, sync};
 pub(crate) use validate::validate;
 
 use kalypso_core::placement::CurrentAssignment;
-use kalypso_core::run::{Isolation, Run, RunContext};
-use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs, ScheduledEnvironment};
-use kalypso_template::Engine;
+use kalypso_core::run::{Collect, Isolation, Request, Run, RunContext};
+use kalypso_core::{Diagnostics, Inputs, ScheduledEnvironment};
 
 use crate::settings::Global;
 use kalypso_git::extenders::HttpExtenders;
 
-/// The template engine `KALYPSO_SPRIG` asks for, or the error that it names no Sprig version.
-pub(crate) fn engine() -> (Engine, Option<Diagnostic>) {
-    match Engine::from_env() {
-        Ok(engine) => (engine, None),
-        Err(e) => (Engine::new(), Some(Diagnostic::error(Code::SprigVersion, e))),
-    }
-}
-
-/// Loads and schedules environment `env` of `inputs` (`current`: the current assignment,
-/// read only for policies with placement fields; extenders are called over HTTP).
+/// Loads and schedules environment `env` of `inputs`: the first step of the core's driver,
+/// all `explain` needs (`current`: the current assignment, read only for policies with
+/// placement fields; extenders are called over HTTP).
 pub(crate) fn schedule(
     inputs: &Inputs,
     env: &str,
     current: &dyn Fn() -> CurrentAssignment,
+    global: &Global,
     diagnostics: &mut Diagnostics,
 ) -> ScheduledEnvironment {
-    let engine = Engine::new();
+    let engine = global.engine();
     let extenders = HttpExtenders::new();
     let context = RunContext {
-        current,
         extenders: &extenders,
         ..RunContext::new(&engine)
     };
-    kalypso_core::run::schedule(env, inputs, &context, diagnostics)
+    kalypso_core::run::schedule(env, inputs, &context, current, diagnostics)
 }
 
-/// Runs environment `env` of `inputs` in full with the core's driver (`current` as for
-/// [`schedule`]).
+/// Runs environment `env` of `inputs` with the core's driver, keeping the content in memory
+/// (`validate`, `plan`, `diff`; `current` as for [`schedule`]).
 pub(crate) fn run(
     inputs: &Inputs,
     env: &str,
-    current: &dyn Fn() -> CurrentAssignment,
+    current: &(dyn Fn() -> CurrentAssignment + Sync),
     isolation: Isolation,
+    global: &Global,
 ) -> Run {
-    let (engine, engine_error) = engine();
+    let engine = global.engine();
     let extenders = HttpExtenders::new();
     let context = RunContext {
-        engine: &engine,
-        current,
         extenders: &extenders,
         isolation,
         ..RunContext::new(&engine)
     };
-    let mut run = kalypso_core::run::run(env, inputs, &context, &kalypso_core::run::NoMemo);
-    if let Some(error) = engine_error {
-        run.block(error);
-    }
+    let (run, _) = kalypso_core::run::run(Request::new(env, inputs), &context, &mut Collect::placed(current));
     run
 }
 

@@ -12,9 +12,9 @@ use anyhow::{Result, anyhow};
 use kalypso_operator::desired::Options;
 use kalypso_operator::leader::LeaseSettings;
 
-use crate::args::LogFormat;
 use crate::settings::{Global, Operator};
 use crate::terminal::init_logs;
+use kalypso_server::config::LogFormat;
 
 pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode> {
     let identity = settings
@@ -43,6 +43,7 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         concurrency: settings.concurrency,
         instance: Some(identity),
         poll: settings.poll,
+        sprig: global.sprig,
     };
     let format = global.log_format(LogFormat::Json);
     init_logs(
@@ -51,6 +52,11 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         global.color,
     )
     .map_err(|e| anyhow!("{e}"))?;
-    kalypso_operator::runtime::block_on(config, settings.delivery.clone()).map_err(|e| anyhow!("{e}"))?;
+    kalypso_operator::runtime::block_on(
+        config,
+        settings.publisher.clone(),
+        kalypso_server::shutdown_signal(),
+    )
+    .map_err(|e| anyhow!("{e}"))?;
     Ok(ExitCode::SUCCESS)
 }

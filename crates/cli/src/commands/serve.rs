@@ -6,7 +6,6 @@ use anyhow::{Result, anyhow};
 use kalypso_server::Config;
 
 use super::sync::runtime;
-use crate::args::LogFormat;
 use crate::settings::{Global, Serve};
 use crate::terminal::init_logs;
 
@@ -15,10 +14,8 @@ pub(crate) fn serve(args: &Serve, global: &Global) -> Result<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
-    let format = global.log_format(match config.log.format {
-        kalypso_server::config::LogFormat::Json => LogFormat::Json,
-        kalypso_server::config::LogFormat::Text => LogFormat::Text,
-    });
+    config.sprig = global.sprig;
+    let format = global.log_format(config.log.format);
     init_logs(
         format,
         config.log.level.as_deref().unwrap_or("info"),

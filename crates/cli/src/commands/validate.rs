@@ -27,7 +27,13 @@ pub(crate) fn validate(settings: &Validate, global: &Global) -> Result<ExitCode>
     let mut failed = false;
     for env in &environments {
         let inputs = source.inputs(env)?;
-        let run = run(&inputs, env, &CurrentAssignment::new, Isolation::Environment);
+        let run = run(
+            &inputs,
+            env,
+            &CurrentAssignment::new,
+            Isolation::Environment,
+            global,
+        );
         let mut diagnostics = run.diagnostics;
         if settings.strict {
             diagnostics.make_warnings_errors();

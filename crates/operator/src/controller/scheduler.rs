@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use kalypso_api::{Assignment, AssignmentPackage, DeploymentTarget, GitOpsRepo};
+use kalypso_core::run::InMemory;
 use kalypso_template::Engine;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::Action;
@@ -32,7 +33,7 @@ use serde_json::json;
 use super::{Shared, StatusTarget};
 use crate::conditions::{self, Desired, READY, READY_TO_PR};
 use crate::deliver::{Debouncer, Decision, PublishRequest, Published, Publisher};
-use crate::desired::{self, Delivery, DesiredState, MANAGED_BY, Options};
+use crate::desired::{self, Deliverable, DesiredState, MANAGED_BY, Options};
 use crate::snapshot::Snapshot;
 use crate::stores::Stores;
 
@@ -105,6 +106,8 @@ pub struct Context {
     pub blocked: Mutex<BTreeSet<String>>,
     /// Per environment, the fingerprint of the failures last reported as issues.
     pub reported: Mutex<BTreeMap<String, String>>,
+    /// Per environment, its last run's packages (the memo of its next run) and placement.
+    pub memos: Mutex<BTreeMap<String, InMemory>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -140,6 +143,9 @@ pub async fn reconcile(ns: Arc<Namespace>, ctx: Arc<Context>) -> Result<Action, 
     stores.wait_ready().await.map_err(|_| Error::CachesStopped)?;
     let snapshot = stores.snapshot(&ns.name_any());
     if snapshot.is_empty() {
+        if let Ok(mut memos) = ctx.memos.lock() {
+            memos.remove(&ns.name_any());
+        }
         return Ok(Action::await_change());
     }
     sync(snapshot, &ctx).await
@@ -154,12 +160,19 @@ pub async fn sync(mut snapshot: Snapshot, ctx: &Context) -> Result<Action, Error
     snapshot.placement_decisions =
         crate::ocm::decisions(&ctx.shared.client, &namespace, &snapshot.policies).await;
     let (engine, options) = (ctx.engine.clone(), ctx.options);
-    let (desired, snapshot) =
-        tokio::task::spawn_blocking(move || (desired::desired_state(&snapshot, &engine, options), snapshot))
-            .await
-            .map_err(|_| Error::Pipeline {
-                namespace: namespace.clone(),
-            })?;
+    let memo = memo(&snapshot, ctx).await;
+    let (desired, snapshot, memo) = tokio::task::spawn_blocking(move || {
+        let mut memo = memo;
+        let desired = desired::desired_state(&snapshot, &engine, options, &mut memo);
+        (desired, snapshot, memo)
+    })
+    .await
+    .map_err(|_| Error::Pipeline {
+        namespace: namespace.clone(),
+    })?;
+    if let Ok(mut memos) = ctx.memos.lock() {
+        memos.insert(namespace.clone(), memo);
+    }
     for w in &desired.warnings {
         tracing::debug!(warning = %w, "pipeline warning");
     }
@@ -171,6 +184,34 @@ pub async fn sync(mut snapshot: Snapshot, ctx: &Context) -> Result<Action, Error
     report_failures(&desired, &snapshot, ctx).await;
     let wait = deliver(&desired, &snapshot, ctx).await?;
     Ok(Action::requeue(wait.map_or(ctx.resync, |w| w.min(ctx.resync))))
+}
+
+/// What the operator keeps of the namespace's last run; before a first run, when a policy
+/// places targets, seeded with where the (first) GitOps branch has them, so that `Steady`
+/// keeps them there across a restart.
+async fn memo(snapshot: &Snapshot, ctx: &Context) -> InMemory {
+    let kept = ctx
+        .memos
+        .lock()
+        .ok()
+        .and_then(|mut memos| memos.remove(&snapshot.namespace));
+    if let Some(memo) = kept {
+        return memo;
+    }
+    if !snapshot.policies.iter().any(|p| p.spec.has_placement()) {
+        return InMemory::default();
+    }
+    let Some(repo) = snapshot
+        .gitops_repos
+        .iter()
+        .find(|r| r.metadata.deletion_timestamp.is_none())
+    else {
+        return InMemory::default();
+    };
+    match ctx.publisher.placement(&repo.spec).await {
+        Some(placed) => InMemory::placed(placed),
+        None => InMemory::default(),
+    }
 }
 
 /// Whether `existing` differs from `desired` in what the operator sets.
@@ -300,7 +341,7 @@ async fn deliver(
 ) -> Result<Option<Duration>, Error> {
     let ns = &desired.namespace;
     let mut wait: Option<Duration> = None;
-    let blocked = matches!(desired.delivery, Delivery::Blocked(_));
+    let blocked = matches!(desired.delivery, Deliverable::Blocked(_));
     if let Ok(mut b) = ctx.blocked.lock() {
         if blocked {
             b.insert(ns.clone());
@@ -323,7 +364,7 @@ async fn deliver(
         let target = StatusTarget::of(repo.as_ref());
         let status_error = kube_error("cannot write the status of", "GitOpsRepo", ns, &name);
         let content = match &desired.delivery {
-            Delivery::Blocked(problems) => {
+            Deliverable::Blocked(problems) => {
                 if let Ok(mut d) = ctx.debouncer.lock() {
                     d.forget(&key);
                 }
@@ -339,7 +380,7 @@ async fn deliver(
                     .map_err(status_error)?;
                 continue;
             }
-            Delivery::Ready(content) => content,
+            Deliverable::Ready(content) => content,
         };
         let delivered = repo.status.as_ref().and_then(|s| s.repo_content_hash.as_deref());
         let decision = match ctx.debouncer.lock() {

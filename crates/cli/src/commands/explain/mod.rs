@@ -45,6 +45,7 @@ pub(crate) fn explain(settings: &Explain, global: &Global) -> Result<ExitCode> {
                 .map(|tree| current_from_paths(tree.iter().map(|(path, _)| path.as_str())))
                 .unwrap_or_default()
         },
+        global,
         &mut diagnostics,
     );
     report(&diagnostics, global);

@@ -44,7 +44,7 @@ fn render(
     global: &Global,
 ) -> Result<(ScheduledEnvironment, RepoContent), ExitCode> {
     let current = || old.map(current_of).unwrap_or_default();
-    let run = run(inputs, env, &current, Isolation::Environment);
+    let run = run(inputs, env, &current, Isolation::Environment, global);
     report(&run.diagnostics, global);
     if run.is_blocked() {
         eprintln!(
@@ -87,7 +87,7 @@ fn current_tree(
 /// The environment's GitOps branch as `<REPO>#<BRANCH>`, when its repository is local.
 fn default_against(namespace: &Namespace) -> Result<String> {
     let name = &namespace.name;
-    let hint = "name the current GitOps tree with --against <DIR> or --against <REPO>#<BRANCH>";
+    let hint = "name the current GitOps tree with --against <DIR>, --against <REPO>#<BRANCH> or --against oci://<HOST>/<PATH>#<TAG>";
     let repos: Vec<_> = namespace.gitops_repos.values().collect();
     let [one] = repos.as_slice() else {
         if repos.is_empty() {
@@ -99,6 +99,16 @@ fn default_against(namespace: &Namespace) -> Result<String> {
             names.join(", ")
         );
     };
+    if kalypso_git::oci::is_oci(&one.spec.repo) {
+        let location = kalypso_oci::Location::parse(&one.spec.repo)
+            .map_err(|e| anyhow!("GitOpsRepo {}: {e}", one.name()))?;
+        if !location.is_loopback() {
+            bail!(
+                "the GitOps repository of environment {name} ({location}) is a registry not on this machine; {hint}"
+            );
+        }
+        return Ok(format!("{location}#{}", one.spec.branch));
+    }
     let url = RepoUrl::parse(&one.spec.repo).map_err(|e| anyhow!("GitOpsRepo {}: {e}", one.name()))?;
     if !url.is_local() {
         bail!(
@@ -107,6 +117,16 @@ fn default_against(namespace: &Namespace) -> Result<String> {
         );
     }
     Ok(format!("{}#{}", one.spec.repo, one.spec.branch))
+}
+
+/// The tree `content` gives on top of `old`, read from `against`: a git branch or folder
+/// keeps what the original's update rules keep; an OCI environment holds exactly what each
+/// artifact would (see `kalypso_oci::deliver::planned_tree`).
+fn after(old: &Tree, content: &RepoContent, against: &str) -> Result<Tree> {
+    if kalypso_git::oci::is_oci(against) {
+        return kalypso_oci::deliver::planned_tree(content, old).map_err(|e| anyhow!("{e}"));
+    }
+    Ok(apply(old, content).tree)
 }
 
 /// The promotion a plan is about.
@@ -128,7 +148,7 @@ struct Trees {
 
 /// The current tree and the tree the control plane produces, or the exit code of a failure.
 fn trees(source: &Comparison, global: &Global) -> Result<Result<Trees, ExitCode>> {
-    let git = GitAccess::new(&source.git)?;
+    let git = GitAccess::new(&source.git)?.with_registry(&source.registry);
     let mut control_plane = ControlPlaneSource::open(&source.control_plane, &git, global.quiet)?;
     let env = source.env.as_str();
     let Some(from) = &source.promote_from else {
@@ -138,11 +158,15 @@ fn trees(source: &Comparison, global: &Global) -> Result<Result<Trees, ExitCode>
             Ok(r) => r,
             Err(code) => return Ok(Err(code)),
         };
+        let spec = match (&source.against, &first) {
+            (Some(against), _) => against.clone(),
+            (None, _) => default_against(&environment.namespace).unwrap_or_default(),
+        };
         let old = match first {
             Some(old) => old,
             None => read_against(&default_against(&environment.namespace)?, &git, global.quiet)?,
         };
-        let new = apply(&old, &content).tree;
+        let new = after(&old, &content, &spec)?;
         return Ok(Ok(Trees {
             old,
             new,
@@ -182,11 +206,15 @@ fn trees(source: &Comparison, global: &Global) -> Result<Result<Trees, ExitCode>
     if commit.is_some() {
         content.promoted_commit.clone_from(&commit);
     }
+    let spec = match &source.against {
+        Some(against) => against.clone(),
+        None => default_against(&environment.namespace).unwrap_or_default(),
+    };
     let old = match first {
         Some(old) => old,
         None => read_against(&default_against(&environment.namespace)?, &git, global.quiet)?,
     };
-    let new = apply(&old, &content).tree;
+    let new = after(&old, &content, &spec)?;
     Ok(Ok(Trees {
         old,
         new,

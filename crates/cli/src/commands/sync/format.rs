@@ -61,7 +61,72 @@ fn describe_target(t: &TargetReport, elapsed: Duration) -> String {
                 changes.summary()
             )
         }
+        Delivery::Artifacts(report) => describe_artifacts(report, &place, &took),
     }
+}
+
+/// `sha256:0123456789ab`: a digest as a line shows it.
+fn short_digest(digest: &kalypso_git::oci::Report) -> String {
+    digest
+        .index
+        .as_ref()
+        .map(|d| format!("sha256:{}", &d.hex()[..12]))
+        .unwrap_or_else(|| "(none)".to_owned())
+}
+
+/// The summary of an OCI delivery: the artifacts pushed, unchanged and retired, the index.
+fn describe_artifacts(report: &kalypso_git::oci::Report, place: &str, took: &str) -> String {
+    let plural = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+    let retired = if report.retired.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "; no longer in the environment, left as they are: {}",
+            report.retired.join(", ")
+        )
+    };
+    if !report.changed {
+        return format!(
+            "no change, {place} stays at index {} ({})",
+            short_digest(report),
+            took.trim_start_matches("in ")
+        );
+    }
+    let new = report.pushed.iter().filter(|p| p.new).count();
+    let pushed = plural(report.pushed.len(), "artifact", "artifacts");
+    let unchanged = format!("{} unchanged", report.unchanged);
+    let new = if new > 0 {
+        format!(" ({new} new)")
+    } else {
+        String::new()
+    };
+    if report.dry_run {
+        return format!(
+            "dry run: {pushed}{new} would be pushed to {place} ({}), {unchanged} ({took}); nothing written{retired}",
+            report.location
+        );
+    }
+    format!(
+        "{pushed}{new} pushed to {place} ({}), {unchanged}, index {} {took}{retired}",
+        report.location,
+        short_digest(report)
+    )
+}
+
+/// The JSON of an OCI delivery.
+fn artifacts_json(report: &kalypso_git::oci::Report) -> serde_json::Value {
+    serde_json::json!({
+        "result": if report.dry_run { "dry_run" } else if report.changed { "pushed" } else { "up_to_date" },
+        "index": report.index.as_ref().map(ToString::to_string),
+        "pushed": report.pushed.iter().map(|p| serde_json::json!({
+            "clusterType": p.cluster_type, "manifest": p.manifest.to_string(), "layerSize": p.layer_size,
+            "files": p.files, "new": p.new,
+        })).collect::<Vec<_>>(),
+        "unchanged": report.unchanged,
+        "retired": report.retired,
+        "blobsUploaded": report.blobs_uploaded,
+        "bytesUploaded": report.bytes_uploaded,
+    })
 }
 
 /// `dev: no input moved, platform-gitops@dev stays at 1a2b3c4 (0.1 s)`, one line per GitOps
@@ -74,6 +139,7 @@ pub(super) fn unchanged_lines(u: &kalypso_git::Unchanged, verbose: bool, elapsed
             let place = format!("{}@{}", t.name, t.branch);
             let at = match &t.delivery {
                 Delivery::UpToDate { head: Some(h), .. } => format!("stays at {}", short7(h)),
+                Delivery::Artifacts(report) => format!("stays at index {}", short_digest(report)),
                 _ => "stays empty".to_owned(),
             };
             format!(
@@ -106,6 +172,7 @@ pub(super) fn unchanged_json(u: &kalypso_git::Unchanged, elapsed: Duration) -> s
         "targets": u.targets.iter().map(|t| {
             let head = match &t.delivery {
                 Delivery::UpToDate { head, .. } => head.map(|h| h.to_string()),
+                Delivery::Artifacts(report) => report.index.as_ref().map(ToString::to_string),
                 _ => None,
             };
             json!({"gitopsRepo": t.name, "repo": t.repo, "branch": t.branch, "result": "up_to_date", "head": head})
@@ -196,7 +263,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
             "revisions": revisions,
             "isolated": report.isolated,
             "isolatedFailures": report.isolated_failures.iter().map(|f| json!({
-                "title": f.title(&report.environment),
+                "title": kalypso_git::issues::title(f, &report.environment),
                 "message": redact(&f.message),
             })).collect::<Vec<_>>(),
             "targets": targets.iter().map(|t| {
@@ -209,6 +276,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
                         "created": created, "promoted": promoted, "added": changes.added, "changed": changes.modified, "deleted": changes.deleted, "closed": closed,
                     }),
                     Delivery::DryRun { mode, changes } => json!({"result": "dry_run", "mode": mode.to_string(), "added": changes.added, "changed": changes.modified, "deleted": changes.deleted}),
+                    Delivery::Artifacts(report) => artifacts_json(report),
                 };
                 if let (Some(v), Some(d)) = (v.as_object_mut(), d.as_object()) {
                     v.extend(d.clone());
@@ -222,7 +290,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
             "assignments": report.assignments,
             "revisions": revisions,
             "failures": failures.iter().map(|f| json!({
-                "title": f.title(&report.environment),
+                "title": kalypso_git::issues::title(f, &report.environment),
                 "message": redact(&f.message),
             })).collect::<Vec<_>>(),
             "issues": issues.as_ref().map(|i| json!({"created": i.created, "updated": i.updated, "closed": i.closed})),

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use anyhow::{Context, Result, anyhow};
 use kalypso_git::{Settings, Syncer, redact};
 
-use crate::args::LogFormat;
 use crate::progress::Progress;
 use crate::settings::{self, Global};
+use kalypso_server::config::LogFormat;
 
 mod format;
 
@@ -39,6 +39,8 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         main_branch: args.git.main_branch.clone(),
         delivery: args.delivery.clone(),
         gitops_repo: args.gitops_repo.clone(),
+        registry: args.registry.clone(),
+        sprig: global.sprig,
         ..Settings::default()
     };
     let runtime = runtime()?;

@@ -31,6 +31,7 @@ fn context(
         retry_after: Duration::from_secs(30),
         blocked: Mutex::default(),
         reported: Mutex::default(),
+        memos: Mutex::default(),
     }
 }
 
@@ -38,14 +39,14 @@ fn context(
 /// object carries its condition, and the GitOpsRepo has received the content.
 fn settled(mut s: Snapshot, delivered: bool) -> Snapshot {
     let engine = Engine::new();
-    let first = desired::desired_state(&s, &engine, Options::default());
+    let first = desired::desired_state(&s, &engine, Options::default(), &mut InMemory::default());
     for t in &first.targets {
         let mut t = t.clone();
         t.metadata.uid = Some(format!("uid-{}", t.name_any()));
         t.metadata.generation = Some(1);
         s.deployment_targets.push(Arc::new(t));
     }
-    let second = desired::desired_state(&s, &engine, Options::default());
+    let second = desired::desired_state(&s, &engine, Options::default(), &mut InMemory::default());
     let status = |name: &str| {
         let d = second
             .statuses
@@ -81,7 +82,7 @@ fn settled(mut s: Snapshot, delivered: bool) -> Snapshot {
     settle!(workloads);
     settle!(deployment_targets);
     if delivered {
-        let Delivery::Ready(content) = &second.delivery else {
+        let Deliverable::Ready(content) = &second.delivery else {
             panic!("blocked: {:?}", second.delivery);
         };
         s.gitops_repos = s
@@ -236,7 +237,7 @@ async fn new_content_is_delivered_once_stable_and_recorded_in_the_status() {
         ]
     );
     let status = &seen[0].2["status"];
-    assert_eq!(status["repoContentHash"].as_str().map(str::len), Some(64));
+    assert_eq!(status["repoContentHash"].as_str().map(str::len), Some(32));
     assert_eq!(status["lastCommit"], "commit-1");
     assert_eq!(status["conditions"][0]["reason"], "Pushed");
     let requests = publisher.requests();
@@ -431,7 +432,7 @@ async fn assignments_are_written_only_when_asked_for() {
 #[test]
 fn targets_are_applied_only_when_they_differ() {
     let s = settled(hello_world_snapshot(), true);
-    let p = desired::desired_state(&s, &Engine::new(), Options::default());
+    let p = desired::desired_state(&s, &Engine::new(), Options::default(), &mut InMemory::default());
     let existing = s.deployment_targets[0].as_ref();
     assert!(!needs_apply(Some(existing), &p.targets[0]));
     assert!(needs_apply(None, &p.targets[0]));

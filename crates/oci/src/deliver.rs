@@ -1,0 +1,807 @@
+//! Delivering an environment to a registry: each cluster type as its own Flux artifact, then
+//! the index that lists them.
+//!
+//! For each cluster type the artifact's files are laid out first, by their git blob ids only:
+//! `README.md`, a folder per deployment target with its files (rendered now, or known by the
+//! ids of the delivery that wrote them, see `kalypso_git::delivered`), the folders a failing
+//! WorkloadRegistration keeps (taken from the artifact delivered before), and
+//! `.github/tracking/Promoted_Commit_Id` when a commit is promoted. Their *content id* (a
+//! digest of the sorted paths and ids) is compared with the one the current index records:
+//! an equal id means the artifact is unchanged, and it is neither archived nor uploaded, nor
+//! is anything about it sent. The others are completed (a file known only by its id is read
+//! from the artifact delivered before, and checked against its id), archived
+//! deterministically in parallel, and uploaded by a pool of threads while the next ones are
+//! compressed: for each, the tag's current manifest is looked at (an interrupted delivery may
+//! have pushed it already), only the blobs the repository lacks are uploaded, and the manifest
+//! is written under the control-plane commit's tag and then under the environment's tag, the
+//! write that moves what clusters pull. The index is written last, naming the one it replaces.
+//!
+//! So a failure part-way leaves every tag on a complete artifact, old or new, and the index
+//! on the old state; the next delivery finds the artifacts already pushed (same content, same
+//! manifest) and finishes. A cluster type no longer in the environment keeps its repository
+//! and tags as they are (its clusters keep running their last artifact, as Flux does when a
+//! Kustomization's source path disappears: nothing is pruned); the new index no longer lists
+//! it, and the report names it as retired.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Mutex, PoisonError};
+
+use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, readme};
+use rayon::prelude::*;
+use sha2::{Digest as _, Sha256};
+
+use crate::Error;
+use crate::archive;
+use crate::artifact::{
+    self, CONFIG_MEDIA_TYPE, CONTENT_MEDIA_TYPE, Descriptor, Entry, INDEX_MEDIA_TYPE, Index, Manifest,
+};
+use crate::client::{Access, Registry};
+use crate::digest::{Digest, GitId};
+use crate::read::{self, Snapshot};
+use crate::reference::{Location, check_tag};
+
+/// Where an environment goes: the GitOps repository's location and the environment's tag
+/// (the GitOpsRepo's `spec.branch`).
+#[derive(Clone, Copy, Debug)]
+pub struct Destination<'a> {
+    /// The location (`oci://HOST/PATH`).
+    pub location: &'a Location,
+    /// The tag.
+    pub tag: &'a str,
+}
+
+/// Where the content comes from, for the annotations.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Provenance {
+    /// The environment.
+    pub environment: String,
+    /// The control plane (no credentials: it is written into every artifact).
+    pub source: String,
+    /// The control plane's environment branch.
+    pub branch: String,
+    /// Its commit rendered (40 hex digits): the revision, and the second tag of new artifacts.
+    pub commit: String,
+    /// When that commit was made (RFC 3339, UTC): the artifacts' `created`.
+    pub created: String,
+    /// The `main` commit rendered.
+    pub main_commit: String,
+}
+
+impl Provenance {
+    /// The revision, as Flux writes one: `<branch>@sha1:<commit>`.
+    pub fn revision(&self) -> String {
+        format!("{}@sha1:{}", self.branch, self.commit)
+    }
+}
+
+/// `unix` seconds as RFC 3339 in UTC (`2026-11-27T10:00:00Z`), for [`Provenance::created`].
+pub fn rfc3339(unix: i64) -> String {
+    let days = unix.div_euclid(86_400);
+    let seconds = unix.rem_euclid(86_400);
+    // Days to a civil date (Howard Hinnant's `civil_from_days`).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
+/// How to deliver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Gzip level of the layers (0–9).
+    pub level: u32,
+    /// Artifacts uploaded at once.
+    pub uploads: usize,
+    /// Compute what would change; write nothing.
+    pub dry_run: bool,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            level: 6,
+            uploads: 8,
+            dry_run: false,
+        }
+    }
+}
+
+/// The git blob ids of the files of an assignment delivered before (in
+/// [`RepoContent::delivered`]: not rendered again, known by these ids only), by cluster type
+/// and deployment target.
+pub type Ids<'c> = dyn Fn(&str, &str) -> Option<Vec<(&'static str, GitId)>> + Sync + 'c;
+
+/// What a delivery did to one cluster type.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pushed {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// Its new manifest.
+    pub manifest: Digest,
+    /// The layer's size in bytes.
+    pub layer_size: u64,
+    /// Files in the artifact.
+    pub files: usize,
+    /// Whether the cluster type had no artifact in the index before.
+    pub new: bool,
+}
+
+/// What a delivery did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    /// The location.
+    pub location: String,
+    /// The environment's tag.
+    pub tag: String,
+    /// The index after the delivery (`None`: none yet, a dry run into an empty registry).
+    pub index: Option<Digest>,
+    /// Whether a new index was written (or, in a dry run, would be).
+    pub changed: bool,
+    /// The cluster types whose artifact was written (or would be), by name.
+    pub pushed: Vec<Pushed>,
+    /// Cluster types whose artifact did not change.
+    pub unchanged: usize,
+    /// Cluster types the index listed that the environment no longer has: their repositories
+    /// are left as they are.
+    pub retired: Vec<String>,
+    /// Blobs uploaded.
+    pub blobs_uploaded: u64,
+    /// Bytes uploaded.
+    pub bytes_uploaded: u64,
+    /// Nothing was written.
+    pub dry_run: bool,
+}
+
+/// A file of an artifact being planned: its path in the artifact, git id and content (`None`
+/// while known by id only).
+#[derive(Clone, Debug)]
+struct File {
+    path: String,
+    id: GitId,
+    content: Option<Blob>,
+}
+
+/// The content id of an artifact's files: a digest of their sorted paths and git blob ids.
+fn content_id(files: &[File]) -> String {
+    let mut sorted: Vec<&File> = files.iter().collect();
+    sorted.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    let mut h = Sha256::new();
+    h.update(b"kalypso-oci-content 1\n");
+    for f in sorted {
+        h.update(f.path.as_bytes());
+        h.update([0]);
+        h.update(f.id.0);
+        h.update(b"\n");
+    }
+    format!("sha256:{}", hex::encode(h.finalize()))
+}
+
+/// Every cluster type of `content`: those of the environment, and any holding a package.
+fn cluster_types(content: &RepoContent) -> BTreeSet<&str> {
+    let mut all: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
+    all.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
+    all.extend(content.delivered.iter().map(|(ct, _)| ct.as_str()));
+    all
+}
+
+/// The previous artifacts' files, read once each when needed.
+struct Previous<'a> {
+    registry: Option<&'a Registry>,
+    location: &'a Location,
+    index: Option<&'a Index>,
+    /// Files given instead of read (plans: the current tree's).
+    given: Option<&'a BTreeMap<String, BTreeMap<String, Blob>>>,
+    read: Mutex<HashMap<String, std::sync::Arc<BTreeMap<String, Blob>>>>,
+}
+
+impl Previous<'_> {
+    /// The files of `cluster_type`'s artifact before this delivery (empty if it had none).
+    fn files(&self, cluster_type: &str) -> Result<std::sync::Arc<BTreeMap<String, Blob>>, Error> {
+        if let Some(given) = self.given {
+            return Ok(std::sync::Arc::new(
+                given.get(cluster_type).cloned().unwrap_or_default(),
+            ));
+        }
+        if let Some(files) = self
+            .read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(cluster_type)
+        {
+            return Ok(files.clone());
+        }
+        let files = match (
+            self.registry,
+            self.index.and_then(|i| i.cluster_types.get(cluster_type)),
+        ) {
+            (Some(registry), Some(entry)) => {
+                read::layer(registry, self.location, cluster_type, entry, Access::Push)?
+            }
+            _ => BTreeMap::new(),
+        };
+        let files = std::sync::Arc::new(files);
+        self.read
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(cluster_type.to_owned(), files.clone());
+        Ok(files)
+    }
+}
+
+/// Lays out the files of `cluster_type`'s artifact by id (contents where known).
+fn plan(
+    cluster_type: &str,
+    content: &RepoContent,
+    ids: &Ids<'_>,
+    rules: &Rules<'_>,
+    promoted: Option<&str>,
+    previous: &Previous<'_>,
+) -> Result<Vec<File>, Error> {
+    let mut files = Vec::new();
+    let mut targets: BTreeSet<&str> = BTreeSet::new();
+    if content.cluster_types.contains(cluster_type) {
+        let text = readme();
+        files.push(File {
+            path: README.to_owned(),
+            id: GitId::of_blob(&text),
+            content: Some(text),
+        });
+    }
+    let start = (cluster_type.to_owned(), String::new());
+    for ((_, dt), package) in content
+        .packages
+        .range(start.clone()..)
+        .take_while(|((ct, _), _)| ct == cluster_type)
+    {
+        targets.insert(dt);
+        for (name, blob) in package.files() {
+            files.push(File {
+                path: format!("{dt}/{name}"),
+                id: GitId::of_blob(blob),
+                content: Some(blob.clone()),
+            });
+        }
+    }
+    for (_, dt) in content
+        .delivered
+        .range(start..)
+        .take_while(|(ct, _)| ct == cluster_type)
+    {
+        targets.insert(dt);
+        let known = ids(cluster_type, dt).ok_or_else(|| Error::NotDelivered {
+            cluster_type: cluster_type.to_owned(),
+            path: format!("{dt}/"),
+        })?;
+        for (name, id) in known {
+            files.push(File {
+                path: format!("{dt}/{name}"),
+                id,
+                content: None,
+            });
+        }
+    }
+    if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
+        // A failing WorkloadRegistration's folders keep what was delivered before.
+        let before = previous.files(cluster_type)?;
+        for (path, blob) in before.iter() {
+            let Some((dt, _)) = path.split_once('/') else {
+                continue;
+            };
+            if dt.starts_with('.') || targets.contains(dt) || !rules.keeps_folder(cluster_type, dt) {
+                continue;
+            }
+            files.push(File {
+                path: path.clone(),
+                id: GitId::of_blob(blob),
+                content: Some(blob.clone()),
+            });
+        }
+    }
+    if let Some(commit) = promoted {
+        let blob = Blob::from(commit.as_bytes());
+        files.push(File {
+            path: PROMOTED_COMMIT_PATH.to_owned(),
+            id: GitId::of_blob(&blob),
+            content: Some(blob),
+        });
+    }
+    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    Ok(files)
+}
+
+/// Gives every file known by id its content, from the artifact delivered before (checked
+/// against the id).
+fn complete(cluster_type: &str, files: &mut [File], previous: &Previous<'_>) -> Result<(), Error> {
+    if files.iter().all(|f| f.content.is_some()) {
+        return Ok(());
+    }
+    let before = previous.files(cluster_type)?;
+    let mut by_id: Option<HashMap<GitId, Blob>> = None;
+    for file in files.iter_mut().filter(|f| f.content.is_none()) {
+        let at_path = before
+            .get(&file.path)
+            .filter(|blob| GitId::of_blob(blob) == file.id)
+            .cloned();
+        let found = at_path.or_else(|| {
+            by_id
+                .get_or_insert_with(|| before.values().map(|b| (GitId::of_blob(b), b.clone())).collect())
+                .get(&file.id)
+                .cloned()
+        });
+        file.content = Some(found.ok_or_else(|| Error::NotDelivered {
+            cluster_type: cluster_type.to_owned(),
+            path: file.path.clone(),
+        })?);
+    }
+    Ok(())
+}
+
+/// The promoted commit the artifacts carry: the one pinned now, else the one they carried.
+fn promoted<'a>(content: &'a RepoContent, before: Option<&'a Index>) -> Option<&'a str> {
+    content
+        .promoted_commit
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .or_else(|| before.and_then(|i| i.promoted_commit.as_deref()))
+}
+
+/// The environment as delivering `content` on top of `current` (a tree in the git form's
+/// layout, as [`read::tree`] gives) would leave it, in the same layout: for `plan` and `diff`.
+pub fn planned_tree(
+    content: &RepoContent,
+    current: &kalypso_core::tree::Tree,
+) -> Result<kalypso_core::tree::Tree, Error> {
+    let mut by_ct: BTreeMap<String, BTreeMap<String, Blob>> = BTreeMap::new();
+    for (path, blob) in current.iter() {
+        if let Some((ct, rest)) = path.split_once('/')
+            && !ct.starts_with('.')
+        {
+            by_ct
+                .entry(ct.to_owned())
+                .or_default()
+                .insert(rest.to_owned(), blob.clone());
+        }
+    }
+    let current_promoted = current
+        .get(PROMOTED_COMMIT_PATH)
+        .map(|b| String::from_utf8_lossy(b).into_owned());
+    let location = Location::parse("oci://plan.invalid/plan").map_err(Error::Reference)?;
+    let previous = Previous {
+        registry: None,
+        location: &location,
+        index: None,
+        given: Some(&by_ct),
+        read: Mutex::default(),
+    };
+    let promoted = content
+        .promoted_commit
+        .as_deref()
+        .filter(|c| !c.is_empty())
+        .or(current_promoted.as_deref());
+    let rules = Rules::for_content(content);
+    let none = |_: &str, _: &str| None;
+    let mut tree = kalypso_core::tree::Tree::new();
+    for ct in cluster_types(content) {
+        let mut files = plan(ct, content, &none, &rules, promoted, &previous)?;
+        complete(ct, &mut files, &previous)?;
+        for file in files {
+            if file.path != PROMOTED_COMMIT_PATH
+                && let Some(blob) = file.content
+            {
+                tree.insert(format!("{ct}/{}", file.path), blob);
+            }
+        }
+    }
+    if let Some(commit) = promoted {
+        tree.insert(PROMOTED_COMMIT_PATH, Blob::from(commit.as_bytes()));
+    }
+    Ok(tree)
+}
+
+/// An artifact built and ready to upload.
+struct Built {
+    cluster_type: String,
+    repo: String,
+    config: Vec<u8>,
+    config_digest: Digest,
+    layer: archive::Layer,
+    manifest: Vec<u8>,
+    manifest_digest: Digest,
+    content: String,
+}
+
+/// Delivers `content` to `dest`: see the module's documentation.
+pub fn deliver(
+    registry: &Registry,
+    dest: Destination<'_>,
+    content: &RepoContent,
+    ids: &Ids<'_>,
+    provenance: &Provenance,
+    settings: &Settings,
+) -> Result<Report, Error> {
+    let location = dest.location;
+    check_tag(dest.tag)?;
+    let commit_tag = (!provenance.commit.is_empty()).then(|| provenance.commit.clone());
+    if let Some(tag) = &commit_tag {
+        check_tag(tag)?;
+    }
+    let names = cluster_types(content);
+    let repos: BTreeMap<&str, String> = names
+        .iter()
+        .map(|ct| Ok((*ct, location.cluster_type_repository(ct)?)))
+        .collect::<Result<_, Error>>()?;
+    let before: Option<Snapshot> = read::index(registry, location, dest.tag, Access::Push)?;
+    let before_index = before.as_ref().map(|s| &s.index);
+    let promoted = promoted(content, before_index);
+    let previous = Previous {
+        registry: Some(registry),
+        location,
+        index: before_index,
+        given: None,
+        read: Mutex::default(),
+    };
+    let rules = Rules::for_content(content);
+    let planned: Vec<(String, Vec<File>, String)> = names
+        .par_iter()
+        .map(|ct| {
+            let files = plan(ct, content, ids, &rules, promoted, &previous)?;
+            let id = content_id(&files);
+            Ok(((*ct).to_owned(), files, id))
+        })
+        .collect::<Result<_, Error>>()?;
+    let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
+    let mut changed: Vec<(String, Vec<File>, String)> = Vec::new();
+    for (ct, files, id) in planned {
+        match before_index.and_then(|i| i.cluster_types.get(&ct)) {
+            Some(entry) if entry.content == id => {
+                entries.insert(ct, entry.clone());
+            }
+            _ => changed.push((ct, files, id)),
+        }
+    }
+    let unchanged = entries.len();
+    tracing::debug!(
+        cluster_types = names.len(),
+        changed = changed.len(),
+        unchanged = entries.len(),
+        "artifacts laid out by id"
+    );
+    let retired: Vec<String> = before_index
+        .map(|i| {
+            i.cluster_types
+                .keys()
+                .filter(|ct| !names.contains(ct.as_str()))
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default();
+    let was_new = |ct: &str| before_index.is_none_or(|i| !i.cluster_types.contains_key(ct));
+    let nothing_to_do = changed.is_empty() && retired.is_empty() && before.is_some();
+    let mut report = Report {
+        location: location.to_string(),
+        tag: dest.tag.to_owned(),
+        index: before.as_ref().map(|s| s.digest.clone()),
+        changed: !nothing_to_do,
+        pushed: Vec::new(),
+        unchanged,
+        retired,
+        blobs_uploaded: 0,
+        bytes_uploaded: 0,
+        dry_run: settings.dry_run,
+    };
+    if nothing_to_do {
+        return Ok(report);
+    }
+    if settings.dry_run {
+        report.pushed = changed
+            .iter()
+            .map(|(ct, files, _)| Pushed {
+                cluster_type: ct.clone(),
+                manifest: Digest::of(b""),
+                layer_size: 0,
+                files: files.len(),
+                new: was_new(ct),
+            })
+            .collect();
+        return Ok(report);
+    }
+    let traffic_before = registry.traffic();
+    let annotations = |ct: Option<&str>, content: Option<&str>| {
+        let mut a = BTreeMap::new();
+        a.insert(artifact::SOURCE.to_owned(), provenance.source.clone());
+        a.insert(artifact::REVISION.to_owned(), provenance.revision());
+        a.insert(artifact::CREATED.to_owned(), provenance.created.clone());
+        a.insert(artifact::ENVIRONMENT.to_owned(), provenance.environment.clone());
+        if !provenance.main_commit.is_empty() {
+            a.insert(artifact::MAIN_COMMIT.to_owned(), provenance.main_commit.clone());
+        }
+        if let Some(commit) = promoted {
+            a.insert(artifact::PROMOTED_COMMIT.to_owned(), commit.to_owned());
+        }
+        if let Some(ct) = ct {
+            a.insert(artifact::CLUSTER_TYPE.to_owned(), ct.to_owned());
+        }
+        if let Some(content) = content {
+            a.insert(artifact::CONTENT.to_owned(), content.to_owned());
+        }
+        a
+    };
+    let failed = AtomicBool::new(false);
+    let first_error: Mutex<Option<Error>> = Mutex::new(None);
+    let fail = |e: Error| {
+        failed.store(true, Ordering::SeqCst);
+        let mut slot = first_error.lock().unwrap_or_else(PoisonError::into_inner);
+        if slot.is_none() {
+            *slot = Some(e);
+        }
+    };
+    let pushed: Mutex<Vec<(Pushed, Entry)>> = Mutex::new(Vec::new());
+    let build = |(ct, mut files, id): (String, Vec<File>, String)| -> Result<Built, Error> {
+        complete(&ct, &mut files, &previous)?;
+        let layer = archive::build(
+            files
+                .iter()
+                .map(|f| (f.path.as_str(), f.content.as_deref().unwrap_or_default())),
+            settings.level,
+        )
+        .map_err(|e| Error::Corrupt {
+            what: format!("the artifact of {ct}"),
+            reason: e.to_string(),
+        })?;
+        let config = artifact::flux_config(&provenance.created, &layer.diff_id);
+        let config_digest = Digest::of(&config);
+        let manifest = Manifest::new(
+            Descriptor {
+                media_type: CONFIG_MEDIA_TYPE.to_owned(),
+                size: config.len() as u64,
+                digest: config_digest.clone(),
+            },
+            vec![Descriptor {
+                media_type: CONTENT_MEDIA_TYPE.to_owned(),
+                size: layer.bytes.len() as u64,
+                digest: layer.digest.clone(),
+            }],
+            annotations(Some(&ct), Some(&id)),
+        )
+        .to_bytes();
+        let repo = repos[ct.as_str()].clone();
+        Ok(Built {
+            cluster_type: ct,
+            repo,
+            config,
+            config_digest,
+            manifest_digest: Digest::of(&manifest),
+            manifest,
+            layer,
+            content: id,
+        })
+    };
+    let upload = |built: &Built| -> Result<(), Error> {
+        let current = registry.manifest_digest(location, &built.repo, dest.tag, Access::Push)?;
+        if current.as_ref() == Some(&built.manifest_digest) {
+            // Pushed by an earlier delivery that did not get to write the index.
+            return Ok(());
+        }
+        for (digest, bytes) in [
+            (&built.layer.digest, &built.layer.bytes),
+            (&built.config_digest, &built.config),
+        ] {
+            if !registry.has_blob(location, &built.repo, digest, Access::Push)? {
+                registry.push_blob(location, &built.repo, digest, bytes)?;
+            }
+        }
+        if let Some(tag) = &commit_tag
+            && tag != dest.tag
+        {
+            registry.put_manifest(location, &built.repo, tag, &built.manifest)?;
+        }
+        registry.put_manifest(location, &built.repo, dest.tag, &built.manifest)?;
+        Ok(())
+    };
+    let uploads = settings.uploads.max(1).min(changed.len().max(1));
+    let (sender, receiver) = mpsc::sync_channel::<Built>(uploads * 2);
+    let receiver = Mutex::new(receiver);
+    std::thread::scope(|scope| {
+        let receiver = &receiver;
+        let (failed, upload, pushed, fail, was_new) = (&failed, &upload, &pushed, &fail, &was_new);
+        for _ in 0..uploads {
+            scope.spawn(move || {
+                loop {
+                    let next = receiver.lock().unwrap_or_else(PoisonError::into_inner).recv();
+                    let Ok(built) = next else { break };
+                    // After a failure the queue is still drained, so that no builder blocks.
+                    if failed.load(Ordering::SeqCst) {
+                        continue;
+                    }
+                    match upload(&built) {
+                        Ok(()) => pushed.lock().unwrap_or_else(PoisonError::into_inner).push((
+                            Pushed {
+                                new: was_new(&built.cluster_type),
+                                cluster_type: built.cluster_type.clone(),
+                                manifest: built.manifest_digest.clone(),
+                                layer_size: built.layer.bytes.len() as u64,
+                                files: built.layer.files,
+                            },
+                            Entry {
+                                manifest: built.manifest_digest.clone(),
+                                layer: built.layer.digest.clone(),
+                                layer_size: built.layer.bytes.len() as u64,
+                                content: built.content.clone(),
+                            },
+                        )),
+                        Err(e) => fail(e),
+                    }
+                }
+            });
+        }
+        changed.into_par_iter().for_each_with(sender, |sender, job| {
+            if failed.load(Ordering::SeqCst) {
+                return;
+            }
+            match build(job) {
+                Ok(built) => {
+                    let _ = sender.send(built);
+                }
+                Err(e) => fail(e),
+            }
+        });
+    });
+    if let Some(e) = first_error.into_inner().unwrap_or_else(PoisonError::into_inner) {
+        return Err(e);
+    }
+    let mut pushed = pushed.into_inner().unwrap_or_else(PoisonError::into_inner);
+    pushed.sort_by(|a, b| a.0.cluster_type.cmp(&b.0.cluster_type));
+    for (p, entry) in &pushed {
+        entries.insert(p.cluster_type.clone(), entry.clone());
+    }
+    report.pushed = pushed.into_iter().map(|(p, _)| p).collect();
+    tracing::debug!(
+        pushed = report.pushed.len(),
+        "artifacts uploaded; writing the index"
+    );
+    // The index, last: it names the state every tag is now on.
+    let index = Index {
+        format: artifact::INDEX_FORMAT,
+        environment: provenance.environment.clone(),
+        revision: provenance.revision(),
+        promoted_commit: promoted.map(str::to_owned),
+        cluster_types: entries,
+    };
+    let config = index.to_bytes();
+    let config_digest = Digest::of(&config);
+    let mut index_annotations = annotations(None, None);
+    if let Some(before) = &before {
+        index_annotations.insert(artifact::PARENT.to_owned(), before.digest.to_string());
+    }
+    let manifest = Manifest::new(
+        Descriptor {
+            media_type: INDEX_MEDIA_TYPE.to_owned(),
+            size: config.len() as u64,
+            digest: config_digest.clone(),
+        },
+        Vec::new(),
+        index_annotations,
+    )
+    .to_bytes();
+    let repo = location.path();
+    if !registry.has_blob(location, repo, &config_digest, Access::Push)? {
+        registry.push_blob(location, repo, &config_digest, &config)?;
+    }
+    report.index = Some(registry.put_manifest(location, repo, dest.tag, &manifest)?);
+    let traffic = registry.traffic();
+    report.blobs_uploaded = traffic.blobs_uploaded - traffic_before.blobs_uploaded;
+    report.bytes_uploaded = traffic.bytes_uploaded - traffic_before.bytes_uploaded;
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kalypso_core::tree::{KeptFolders, Package, Tree};
+
+    fn content() -> RepoContent {
+        let mut content = RepoContent::default();
+        for ct in ["drone", "large"] {
+            content.cluster_types.insert(ct.to_owned());
+            content.packages.insert(
+                (ct.to_owned(), "app-dev".to_owned()),
+                Package::new(
+                    &[format!("kind: GitRepository # {ct}\n").into_bytes()],
+                    &[b"kind: Namespace\n".to_vec()],
+                    &[b"data: {}\n".to_vec()],
+                    "yaml",
+                ),
+            );
+        }
+        content.promoted_commit = Some("0123456789abcdef0123456789abcdef01234567".to_owned());
+        content
+    }
+
+    #[test]
+    fn a_plan_lays_out_each_cluster_type_as_its_artifact() {
+        let tree = planned_tree(&content(), &Tree::new()).unwrap();
+        let paths: Vec<&str> = tree.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                ".github/tracking/Promoted_Commit_Id",
+                "drone/README.md",
+                "drone/app-dev/namespace.yaml",
+                "drone/app-dev/platform-config.yaml",
+                "drone/app-dev/reconciler.yaml",
+                "large/README.md",
+                "large/app-dev/namespace.yaml",
+                "large/app-dev/platform-config.yaml",
+                "large/app-dev/reconciler.yaml",
+            ]
+        );
+    }
+
+    #[test]
+    fn a_plan_keeps_a_failing_registrations_folders_and_nothing_stale() {
+        let mut current = planned_tree(&content(), &Tree::new()).unwrap();
+        current.insert("drone/broken-dev/reconciler.yaml", Blob::from(&b"old"[..]));
+        current.insert("drone/app-dev/stale.yaml", Blob::from(&b"stale"[..]));
+        current.insert("root.md", Blob::from(&b"root"[..]));
+        let mut next = content();
+        next.promoted_commit = None;
+        // Without isolation: the unscheduled folder, the stale file and root files go.
+        let plain = planned_tree(&next, &current).unwrap();
+        assert!(plain.get("drone/broken-dev/reconciler.yaml").is_none());
+        assert!(plain.get("drone/app-dev/stale.yaml").is_none());
+        assert!(plain.get("root.md").is_none());
+        // The promoted commit the artifacts carried stays.
+        assert_eq!(
+            plain.get(PROMOTED_COMMIT_PATH).map(|b| b.to_vec()),
+            Some(b"0123456789abcdef0123456789abcdef01234567".to_vec())
+        );
+        // A failing registration's folder stays while it fails.
+        next.kept = vec![KeptFolders {
+            claimed: BTreeSet::from(["app-dev".to_owned()]),
+            cluster_types: None,
+        }];
+        let isolated = planned_tree(&next, &current).unwrap();
+        assert_eq!(
+            isolated
+                .get("drone/broken-dev/reconciler.yaml")
+                .map(|b| b.to_vec()),
+            Some(b"old".to_vec())
+        );
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        // `date -u -d @1795773600 +%FT%TZ`
+        assert_eq!(rfc3339(1_795_773_600), "2026-11-27T10:00:00Z");
+        assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn content_ids_depend_on_paths_and_ids_only() {
+        let file = |path: &str, text: &str| File {
+            path: path.to_owned(),
+            id: GitId::of_blob(text.as_bytes()),
+            content: None,
+        };
+        let a = [file("a/x", "1"), file("b", "2")];
+        let b = [file("b", "2"), file("a/x", "1")];
+        assert_eq!(content_id(&a), content_id(&b));
+        assert_ne!(content_id(&a), content_id(&[file("a/x", "1"), file("b", "3")]));
+        assert_ne!(content_id(&a), content_id(&[file("a/y", "1"), file("b", "2")]));
+    }
+}
