@@ -140,7 +140,7 @@ fn repos(dir: &Path) -> Repos {
         .into_iter()
         .enumerate()
         {
-            let promoted = format!("{:040x}", 0xc0ffee_0000_u64 + n as u64);
+            let promoted = format!("{:040x}", 0x00c0_ffee_0000_u64 + n as u64);
             let mut files: Vec<(String, Option<String>)> = add.iter().map(|ct| readme(ct)).collect();
             files.extend(remove.iter().map(|ct| (format!("{ct}/README.md"), None)));
             files.push((".github/tracking/Promoted_Commit_Id".to_owned(), Some(promoted)));
