@@ -198,6 +198,29 @@ impl Db {
         self.backend
     }
 
+    /// A transaction that holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`,
+    /// so that it never has to upgrade a read snapshot another writer made stale; PostgreSQL:
+    /// row locks are taken as rows are written).
+    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => self.pool.begin().await?,
+        })
+    }
+
+    /// A read-only transaction whose statements all see one snapshot of the database (an
+    /// answer's counts and lists agree with each other).
+    pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin().await?,
+            Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?
+            }
+        })
+    }
+
     /// Whether the database answers.
     pub async fn ping(&self) -> Result<(), DbError> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;

@@ -29,6 +29,7 @@ use kalypso_hub_api::{
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::counts::Staleness;
 use crate::db::{Db, DbError};
 use crate::gitops::Refresher;
 use crate::ingest::Ingest;
@@ -108,8 +109,16 @@ impl HubState {
         check_token(self, headers).is_ok()
     }
 
+    /// When clusters are stale, as of now.
+    pub fn staleness(&self) -> Staleness {
+        Staleness {
+            now: now_ms(),
+            after: i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
     fn stale_before(&self) -> i64 {
-        now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
+        self.staleness().before()
     }
 }
 
@@ -417,7 +426,7 @@ pub(crate) async fn list_clusters(
         limit: int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?,
         offset: int_param(&params, "offset", 0, i64::MAX / 2)?,
     };
-    ok(query::clusters(state.db(), &filter, state.stale_before()).await?)
+    ok(query::clusters(state.db(), &filter, state.staleness()).await?)
 }
 
 /// `GET /api/v1/clusters/{environment}/{name}`.
@@ -466,7 +475,7 @@ pub(crate) async fn get_cluster(
     responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
 pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
     check_token(&state, &headers)?;
-    ok(query::environments(state.db(), state.stale_before()).await?)
+    ok(query::environments(state.db(), state.staleness()).await?)
 }
 
 /// `GET /api/v1/environments/{environment}`.
@@ -483,7 +492,7 @@ pub(crate) async fn get_environment(
     Path(environment): Path<String>,
 ) -> ApiResult {
     check_token(&state, &headers)?;
-    match query::environment(state.db(), &environment, state.stale_before()).await? {
+    match query::environment(state.db(), &environment, state.staleness()).await? {
         Some(v) => ok(v),
         None => Err(not_found(format!("no environment {environment:?}"))),
     }
@@ -537,7 +546,7 @@ pub(crate) async fn get_gate(
     if query::resolve_commit(db, &environment, &commit).await?.is_none() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
-    ok(query::gate(db, &environment, &commit, state.stale_before(), limit).await?)
+    ok(query::gate(db, &environment, &commit, state.staleness(), limit).await?)
 }
 
 /// `GET /api/v1/commits/{sha}`.
@@ -567,10 +576,10 @@ pub(crate) async fn get_commit(
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
-    let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+    let mut answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     if answer.environments.is_empty() && state.refresher().enabled() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
-        answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+        answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     }
     ok(answer)
 }

@@ -12,6 +12,8 @@
 //!
 //! - [`model`]: the report payloads, parsed and validated;
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
+//! - [`counts`]: the incremental aggregates every count is read from, their staleness sweep
+//!   and their check on start;
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
 //!   [`query`]: the correlation queries;
@@ -20,6 +22,7 @@
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
 
 pub mod client;
+pub mod counts;
 pub mod dashboard;
 pub mod db;
 pub mod fleet_source;
@@ -29,6 +32,8 @@ pub mod ingest;
 pub mod model;
 pub mod oci;
 pub mod openapi;
+#[cfg(test)]
+mod plans;
 pub mod query;
 
 use std::net::SocketAddr;
@@ -112,6 +117,25 @@ pub enum Error {
 /// plane, the GitOps refresher. Must run inside a tokio runtime.
 pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
     let db = Db::connect(&config.database, &config.db_options).await?;
+    let stale_after = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+    let now = http::now_ms();
+    let check = counts::check(&db, now).await?;
+    if check.repaired > 0 {
+        tracing::warn!(
+            groups = check.groups,
+            repaired = check.repaired,
+            "cluster counts differed from the clusters table and were repaired"
+        );
+    }
+    counts::sweep_all(
+        &db,
+        counts::Staleness {
+            now,
+            after: stale_after,
+        },
+    )
+    .await?;
+    spawn_sweeper(db.clone(), stale_after);
     let writers = match (config.writers, db.backend()) {
         (0, Backend::Sqlite) => 1,
         (0, Backend::Postgres) => 4,
@@ -130,6 +154,44 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         config.api_token.clone(),
         config.stale_after,
     ))
+}
+
+/// How often clusters whose silence crossed `--stale-after` are moved to the stale counts.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How often (in sweeps) the empty groups no answer needs are dropped.
+const PRUNE_EVERY: u32 = 60;
+
+/// Sweeps stale clusters every [`SWEEP_INTERVAL`] until the database is closed.
+fn spawn_sweeper(db: Db, stale_after: i64) {
+    tokio::spawn(async move {
+        let mut ticks = 0u32;
+        while !db.pool().is_closed() {
+            tokio::time::sleep(SWEEP_INTERVAL).await;
+            let staleness = counts::Staleness {
+                now: http::now_ms(),
+                after: stale_after,
+            };
+            loop {
+                match counts::sweep(&db, staleness, counts::SWEEP_BATCH).await {
+                    Ok(n) if n > 0 => tokio::task::yield_now().await,
+                    Ok(_) => break,
+                    Err(e) => {
+                        if !db.pool().is_closed() {
+                            tracing::warn!(error = %e, "staleness sweep failed");
+                        }
+                        break;
+                    }
+                }
+            }
+            ticks += 1;
+            if ticks.is_multiple_of(PRUNE_EVERY)
+                && let Err(e) = counts::prune(&db).await
+                && !db.pool().is_closed()
+            {
+                tracing::warn!(error = %e, "pruning the cluster counts failed");
+            }
+        }
+    });
 }
 
 /// Runs the hub on `listen` until `shutdown` completes, then finishes the requests in
