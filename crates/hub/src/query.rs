@@ -310,6 +310,7 @@ pub async fn gate(
             total: 0,
             clusters: Vec::new(),
             cluster_types_without_clusters: Vec::new(),
+            promotion: None,
         });
     };
     let types = cluster_types_at(db, environment, commit.position).await?;
@@ -348,6 +349,7 @@ pub async fn gate(
         total: counts.required(),
         clusters,
         cluster_types_without_clusters: without,
+        promotion: None,
     })
 }
 
