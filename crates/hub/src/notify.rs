@@ -383,7 +383,7 @@ mod tests {
         let (body, headers) = receiver(ReceiverType::Generic, Some("secret")).request(&event());
         assert_eq!(
             String::from_utf8(body.clone()).unwrap(),
-            r#"{"kind":"freeze","environment":"prod","actor":"ana","message":"frozen by ana: incident 42"}"#
+            r#"{"actor":"ana","environment":"prod","kind":"freeze","message":"frozen by ana: incident 42"}"#
         );
         let signature = &headers.iter().find(|(n, _)| *n == "x-signature").unwrap().1;
         assert!(kalypso_git::signature::verify(b"secret", &body, signature));

@@ -250,7 +250,7 @@ async fn ok(hub: &Hub, method: &str, path: &str, token: &str, body: Option<Value
 /// The compliance report of drone-1 in dev for `commit` at `time`.
 fn report(commit: &str, time: &str) -> Value {
     json!({"cluster": "drone-1", "clusterType": "drone", "environment": "dev", "commit": commit,
-           "state": "compliant", "message": "applied", "time": time})
+           "state": "compliant", "message": format!("applied at {time}"), "time": time})
 }
 
 fn time_ago(d: Duration) -> String {
@@ -733,7 +733,6 @@ async fn flow_scenario(url: &str, dir: &Path) {
                 "{\"text\":\"[unfreeze",
                 "{\"text\":\"[promotion",
                 "{\"text\":\"[override",
-                "{\"text\":\"[approval-needed",
             ] {
                 assert!(
                     slack_kinds.iter().any(|k| k == kind),
