@@ -46,7 +46,10 @@ pub struct Actor {
 /// Names the caller of a request from its headers (`None`: not known this way). Sign-in
 /// provides one; tests give one that maps bearer tokens to people.
 #[derive(Clone)]
-pub struct Identify(pub Arc<dyn Fn(&HeaderMap) -> Option<Actor> + Send + Sync>);
+pub struct Identify(pub Arc<IdentifyFn>);
+
+/// The function an [`Identify`] holds.
+pub type IdentifyFn = dyn Fn(&HeaderMap) -> Option<Actor> + Send + Sync;
 
 impl std::fmt::Debug for Identify {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
