@@ -145,6 +145,19 @@ pub(crate) enum Command {
     /// (`7/9 clusters compliant, waiting for drone-2, large-1`); `--commit-status` mirrors
     /// the result as a GitHub commit status on the control-plane commit.
     CheckPromote(CheckPromoteArgs),
+    /// Approve the promotion of a control-plane commit into an environment, as the identity
+    /// the hub's token gives (the same identity approving twice counts once).
+    ///
+    /// Needed when the environment's PromotionPolicy asks for approvals; recorded in the hub's
+    /// audit log with the comment. See docs/promotion.md.
+    Approve(ApproveArgs),
+    /// Freeze an environment ("stop the line"): no promotion into it (`promote --from --hub`,
+    /// `check-promote --into`) until it is unfrozen or --until passes.
+    ///
+    /// Recorded in the hub's audit log with who froze it and why.
+    Freeze(FreezeArgs),
+    /// Unfreeze an environment: lift every freeze in force (recorded in the hub's audit log).
+    Unfreeze(UnfreezeArgs),
     /// Run the Deployment Observability Hub: clusters report their GitOps compliance (Flux
     /// events, generic JSON), the hub correlates it with the platform GitOps history and
     /// answers queries and promotion gates.
@@ -219,7 +232,8 @@ pub(crate) struct ComparisonArgs {
     #[arg(long, value_name = "GITOPS")]
     pub(crate) against: Option<String>,
     /// Plan the promotion of the main commit environment SRC has promoted (its BaseRepo
-    /// `main` pin, else main's tip) to ENV. See docs/plan-and-explain.md.
+    /// `main` pin, else main's tip) to ENV; SRC `main` (the main branch) plans pinning main's
+    /// tip into ENV, the flow's first step. See docs/plan-and-explain.md.
     #[arg(long, value_name = "SRC")]
     pub(crate) promote_from: Option<String>,
     #[command(flatten, next_help_heading = "Git options")]
@@ -473,6 +487,10 @@ pub(crate) struct PromoteArgs {
     /// File holding the hub's API token.
     #[arg(long, value_name = "FILE", requires = "hub")]
     pub(crate) hub_token_file: Option<PathBuf>,
+    /// With --hub: promote even though the gate refuses, recording REASON in the hub's audit
+    /// log as an override (with the requirements that were not met).
+    #[arg(long, value_name = "REASON", requires = "hub")]
+    pub(crate) override_gate: Option<String>,
     /// With --from: read SRC's GitOps branch from this repository instead of its
     /// GitOpsRepo's spec.repo (a local clone or a mirror).
     #[arg(long, value_name = "URL", requires = "from")]
@@ -501,6 +519,11 @@ pub(crate) struct CheckPromoteArgs {
     /// control-plane commit it carries in `Promoted_Commit_Id`.
     #[arg(long, value_name = "SHA")]
     pub(crate) commit: String,
+    /// Also wait until the commit may be promoted into this environment: its PromotionPolicy
+    /// (soak, approvals, windows, verification) and freezes, as the hub evaluates them. A
+    /// failed requirement exits 1; one not met yet (a window, a missing approval) is waited for.
+    #[arg(long, value_name = "ENV")]
+    pub(crate) into: Option<String>,
     /// How long to wait for the clusters: `90s`, `30m`, `1h`.
     #[arg(long, value_name = "DURATION", default_value = "30m")]
     pub(crate) timeout: String,
@@ -523,6 +546,54 @@ pub(crate) struct CheckPromoteArgs {
     pub(crate) github_api_url: String,
     #[command(flatten, next_help_heading = "Git options")]
     pub(crate) git: GitArgs,
+}
+
+/// The hub an action goes to.
+#[derive(Debug, Args)]
+pub(crate) struct HubActionArgs {
+    /// The hub's URL (`http://hub:8090`).
+    #[arg(long, value_name = "URL", env = "KALYPSO_HUB_URL")]
+    pub(crate) hub: String,
+    /// File holding the hub's API token: the identity that acts.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hub_token_file: Option<PathBuf>,
+    /// The environment.
+    #[arg(long, value_name = "ENV")]
+    pub(crate) env: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// The control-plane commit whose promotion into ENV is approved (7 to 40 hex digits).
+    #[arg(long, value_name = "SHA")]
+    pub(crate) commit: String,
+    /// A comment recorded with the approval.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) comment: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FreezeArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// Why (recorded, and shown by every refused promotion).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: String,
+    /// When the freeze ends by itself: an RFC 3339 time (`2026-12-01T09:00:00Z`) or a duration
+    /// from now (`8h`). Default: until unfrozen.
+    #[arg(long, value_name = "TIME")]
+    pub(crate) until: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UnfreezeArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// Why (recorded).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -557,6 +628,10 @@ pub(crate) struct HubArgs {
     /// How often the GitOps branches are read again.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub(crate) refresh: String,
+    /// YAML file of notification receivers (Slack, Teams, generic signed webhooks), routed by
+    /// environment and event kind (see docs/hub.md).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) notifications: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]

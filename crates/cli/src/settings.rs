@@ -220,6 +220,7 @@ pub(crate) enum CommandSettings {
     Serve(Serve),
     Promote(Box<Promote>),
     CheckPromote(Box<CheckPromote>),
+    HubAction(Box<HubAction>),
     Hub(Box<Hub>),
     Completions(Shell),
     Man(Man),
@@ -247,6 +248,26 @@ impl CommandSettings {
             }),
             Command::Promote(a) => CommandSettings::Promote(Box::new(Promote::from_args(a)?)),
             Command::CheckPromote(a) => CommandSettings::CheckPromote(Box::new(CheckPromote::from_args(a)?)),
+            Command::Approve(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Approve {
+                    commit: a.commit.trim().to_owned(),
+                    comment: a.comment.clone(),
+                },
+            )?)),
+            Command::Freeze(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Freeze {
+                    reason: a.reason.clone(),
+                    until: a.until.as_deref().map(until).transpose()?,
+                },
+            )?)),
+            Command::Unfreeze(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Unfreeze {
+                    reason: a.reason.clone(),
+                },
+            )?)),
             Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
             Command::Completions(a) => CommandSettings::Completions(a.shell),
             Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
@@ -467,6 +488,8 @@ pub(crate) struct Promote {
     pub(crate) env: String,
     /// Which main commit.
     pub(crate) commit: PromotedCommit,
+    /// `--override-gate`: promote although the hub's gate refuses, for this reason.
+    pub(crate) override_gate: Option<String>,
     /// The commit message (`{commit}` and `{environment}` replaced).
     pub(crate) message: String,
     pub(crate) author: Author,
@@ -528,11 +551,86 @@ impl Promote {
             control_plane: ControlPlane::parse(&args.control_plane)?,
             env: args.env.clone(),
             commit,
+            override_gate: args
+                .override_gate
+                .as_deref()
+                .map(str::trim)
+                .map(|r| {
+                    if r.is_empty() {
+                        Err(flag_error(
+                            "--override-gate",
+                            "give the reason for overriding the gate",
+                        ))
+                    } else {
+                        Ok(r.to_owned())
+                    }
+                })
+                .transpose()?,
             message: args.message.clone(),
             author: author(&args.author),
             git: Git::from_args(&args.git)?,
         })
     }
+}
+
+/// `kalypso approve`, `freeze`, `unfreeze`: an action sent to the hub.
+#[derive(Debug)]
+pub(crate) struct HubAction {
+    pub(crate) hub: HubAccess,
+    pub(crate) env: String,
+    pub(crate) action: Action,
+}
+
+/// What a [`HubAction`] does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Approve `commit`.
+    Approve { commit: String, comment: Option<String> },
+    /// Freeze, until an RFC 3339 time or unfrozen.
+    Freeze { reason: String, until: Option<String> },
+    /// Unfreeze.
+    Unfreeze { reason: Option<String> },
+}
+
+impl HubAction {
+    fn new(args: &args::HubActionArgs, action: Action) -> Result<HubAction, SettingsError> {
+        if args.env.trim().is_empty() {
+            return Err(flag_error("--env", "is empty"));
+        }
+        if let Action::Freeze { reason, .. } = &action
+            && reason.trim().is_empty()
+        {
+            return Err(flag_error("--reason", "give the reason for the freeze"));
+        }
+        Ok(HubAction {
+            hub: HubAccess {
+                url: args.hub.clone(),
+                token_file: args.hub_token_file.clone(),
+            },
+            env: args.env.trim().to_owned(),
+            action,
+        })
+    }
+}
+
+/// `--until`: an RFC 3339 time as given, or a duration from now as an RFC 3339 time.
+fn until(text: &str) -> Result<String, SettingsError> {
+    let text = text.trim();
+    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
+        return Ok(text.to_owned());
+    }
+    let d = kalypso_core::duration::parse(text).map_err(|e| {
+        flag_error(
+            "--until",
+            format!("{text:?} is neither an RFC 3339 time (2026-12-01T09:00:00Z) nor a duration (8h): {e}"),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = chrono::DateTime::from_timestamp(i64::try_from((now + d).as_secs()).unwrap_or(i64::MAX), 0)
+        .ok_or_else(|| flag_error("--until", format!("{text:?} is too far away")))?;
+    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// `kalypso check-promote`.
@@ -543,6 +641,8 @@ pub(crate) struct CheckPromote {
     pub(crate) env: String,
     /// The GitOps commit, or the control-plane commit it carries.
     pub(crate) commit: String,
+    /// `--into`: the environment it would be promoted into.
+    pub(crate) into: Option<String>,
     /// How long to wait.
     pub(crate) timeout: Duration,
     /// How often to ask the hub.
@@ -594,6 +694,15 @@ impl CheckPromote {
             },
             env: args.env.clone(),
             commit: args.commit.clone(),
+            into: match &args.into {
+                Some(into) if *into == args.env => {
+                    return Err(flag_error(
+                        "--into",
+                        format!("{into} is the environment checked (--env)"),
+                    ));
+                }
+                other => other.clone(),
+            },
             timeout: duration("--timeout", &args.timeout)?,
             interval: duration("--interval", &args.interval)?,
             commit_status,
@@ -620,6 +729,8 @@ pub(crate) struct Hub {
     pub(crate) git: Git,
     /// Registry access for `oci://` GitOpsRepos.
     pub(crate) registry: kalypso_git::oci::AuthSettings,
+    /// `--notifications`: the receivers file.
+    pub(crate) notifications: Option<PathBuf>,
 }
 
 impl Hub {
@@ -641,6 +752,7 @@ impl Hub {
             refresh: duration("--refresh", &args.refresh)?.max(Duration::from_secs(1)),
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            notifications: args.notifications.clone(),
         })
     }
 }

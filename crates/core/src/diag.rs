@@ -160,6 +160,8 @@ codes! {
     InvalidPlacement => "invalid-placement",
     /// `invalid-extender`: A SchedulerExtender object is wrong.
     InvalidExtender => "invalid-extender",
+    /// `invalid-promotion-policy`: A PromotionPolicy field is wrong, or an environment has two.
+    InvalidPromotionPolicy => "invalid-promotion-policy",
     /// `extender`: A SchedulerExtender call failed.
     Extender => "extender",
     /// `placement-ref-unsupported`: A `placementRef` whose decisions were not read.

@@ -332,6 +332,8 @@ struct EnvHistory {
     repo: String,
     branch: String,
     history: Option<History>,
+    /// The PromotionPolicy of the environment's branch ([`crate::policy`]).
+    policy: crate::policy::PolicyRead,
 }
 
 /// What a refresh pass did.
@@ -372,12 +374,18 @@ impl Refresher {
     }
 
     /// Runs a pass every `interval` and whenever asked, until the process ends.
-    pub fn spawn(&self, db: Db, settings: GitSettings, interval: Duration) {
+    pub fn spawn(
+        &self,
+        db: Db,
+        settings: GitSettings,
+        interval: Duration,
+        notifier: crate::notify::Notifier,
+    ) {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
                 me.started.fetch_add(1, Ordering::SeqCst);
-                match refresh(&db, &settings).await {
+                match refresh_and_observe(&db, &settings, &notifier).await {
                     Ok(report) => {
                         if !report.errors.is_empty() || report.commits > 0 {
                             tracing::info!(
@@ -452,6 +460,7 @@ fn read_all(
     let cp = ControlPlane::open(&url, &cache, &transport, &settings.main_branch).map_err(|e| fail(&e))?;
     let mut out = Vec::new();
     for env in cp.environments().map_err(|e| fail(&e))? {
+        let policy = crate::policy::read_policy(&cp, &env);
         let targets = match cp.gitops_targets(&env) {
             Ok(t) => t,
             Err(e) => {
@@ -487,6 +496,7 @@ fn read_all(
                 repo: target.repo.clone(),
                 branch: target.branch.clone(),
                 history,
+                policy,
             }),
             Err(e) => {
                 tracing::warn!(environment = %env.name, error = %kalypso_git::redact(&e), "cannot read the GitOps branch");
@@ -495,6 +505,7 @@ fn read_all(
                     repo: target.repo.clone(),
                     branch: target.branch.clone(),
                     history: None,
+                    policy,
                 });
             }
         }
@@ -594,6 +605,16 @@ fn now_ms() -> i64 {
 
 /// One refresh pass: reads every environment's new GitOps commits and stores them.
 pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, RefreshError> {
+    refresh_and_observe(db, settings, &crate::notify::Notifier::none()).await
+}
+
+/// [`refresh`], which also stores each environment's PromotionPolicy and records (and
+/// notifies) the promotions it sees.
+pub async fn refresh_and_observe(
+    db: &Db,
+    settings: &GitSettings,
+    notifier: &crate::notify::Notifier,
+) -> Result<RefreshReport, RefreshError> {
     let mut known: HashMap<String, HashMap<String, i64>> = HashMap::new();
     for row in sqlx::query("SELECT environment, sha, position FROM gitops_commits")
         .fetch_all(db.pool())
@@ -615,8 +636,38 @@ pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, R
         ..RefreshReport::default()
     };
     for env in envs {
+        let base_promoted = match env.history.as_ref().and_then(|h| h.base.as_ref()) {
+            Some((sha, _)) => Some(
+                sqlx::query("SELECT promoted_commit FROM gitops_commits WHERE environment = $1 AND sha = $2")
+                    .bind(&env.name)
+                    .bind(sha)
+                    .fetch_optional(db.pool())
+                    .await
+                    .map_err(DbError::from)?
+                    .map(|r| r.try_get::<Option<String>, _>(0))
+                    .transpose()
+                    .map_err(DbError::from)?
+                    .flatten(),
+            ),
+            None => None,
+        };
+        if let Err(e) = crate::policy::store_policy(db, &env.name, &env.policy, now_ms()).await {
+            report.errors.push(format!("{}: {e}", env.name));
+        }
         match store_history(db, &env).await {
-            Ok(n) => report.commits += n,
+            Ok(n) => {
+                report.commits += n;
+                let commits: Vec<(String, Option<String>)> = env
+                    .history
+                    .iter()
+                    .flat_map(|h| h.commits.iter().map(|c| (c.sha.clone(), c.promoted.clone())))
+                    .collect();
+                if let Err(e) =
+                    crate::policy::observe_promotions(db, &env.name, base_promoted, &commits, notifier).await
+                {
+                    report.errors.push(format!("{}: {e}", env.name));
+                }
+            }
             Err(e) => report.errors.push(format!("{}: {e}", env.name)),
         }
     }

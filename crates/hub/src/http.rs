@@ -52,6 +52,11 @@ struct Shared {
     webhook_secret: Option<Secret>,
     api_token: Option<Secret>,
     stale_after: Duration,
+    notifier: crate::notify::Notifier,
+    identify: Option<crate::actions::Identify>,
+    /// The last promotion refusal notified per (into, commit), so that a gate asked every
+    /// few seconds notifies a change, not every answer.
+    notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// What the handlers share.
@@ -86,7 +91,57 @@ impl HubState {
             webhook_secret,
             api_token,
             stale_after,
+            notifier: crate::notify::Notifier::none(),
+            identify: None,
+            notified: std::sync::Mutex::default(),
         }))
+    }
+
+    /// The same state, sending notifications through `notifier` and naming callers with
+    /// `identify`. Only before the state is shared (else the state is returned unchanged).
+    pub fn with(
+        mut self,
+        notifier: crate::notify::Notifier,
+        identify: Option<crate::actions::Identify>,
+    ) -> HubState {
+        if let Some(shared) = Arc::get_mut(&mut self.0) {
+            shared.notifier = notifier;
+            shared.identify = identify;
+        }
+        self
+    }
+
+    /// Where notifications go.
+    pub fn notifier(&self) -> &crate::notify::Notifier {
+        &self.0.notifier
+    }
+
+    /// Names callers, when sign-in (or a test) says how.
+    pub(crate) fn identify(&self) -> Option<&crate::actions::Identify> {
+        self.0.identify.as_ref()
+    }
+
+    /// Whether an API token is required.
+    pub(crate) fn has_api_token(&self) -> bool {
+        self.0.api_token.is_some()
+    }
+
+    /// Whether `summary` is news for (into, commit): not the last one notified.
+    pub(crate) fn news(&self, into: &str, commit: &str, summary: &str) -> bool {
+        let mut seen = self
+            .0
+            .notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        let key = (into.to_owned(), commit.to_owned());
+        if seen.get(&key).is_some_and(|s| s == summary) {
+            return false;
+        }
+        seen.insert(key, summary.to_owned());
+        true
     }
 
     /// The database.
@@ -117,7 +172,7 @@ impl HubState {
         }
     }
 
-    fn stale_before(&self) -> i64 {
+    pub(crate) fn stale_before(&self) -> i64 {
         self.staleness().before()
     }
 }
@@ -144,6 +199,11 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
+        .route("/api/v1/approvals", post(crate::actions::approve))
+        .route("/api/v1/freezes", post(crate::actions::freeze))
+        .route("/api/v1/unfreezes", post(crate::actions::unfreeze))
+        .route("/api/v1/promotions", post(crate::actions::report_promotion))
+        .route("/api/v1/audit", get(crate::actions::audit))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -157,7 +217,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             field: field.map(str::to_owned),
@@ -215,9 +275,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok(answer: impl Serialize) -> ApiResult {
+pub(crate) fn ok(answer: impl Serialize) -> ApiResult {
     Ok(axum::Json(answer).into_response())
 }
 
@@ -284,7 +344,7 @@ fn digest_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &state.0.api_token else {
         return Ok(());
     };
@@ -303,13 +363,13 @@ fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
+async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Result<IngestAnswer, ApiError> {
     let result = state.0.ingest.submit(report, received_at).await?;
-    ok(IngestAnswer { result })
+    Ok(IngestAnswer { result })
 }
 
 /// A body over [`MAX_BODY`] (or one that could not be read): 413 (or 400), as JSON.
-fn body_error(rejection: &BytesRejection) -> ApiError {
+pub(crate) fn body_error(rejection: &BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -337,7 +397,10 @@ pub(crate) async fn flux_event(
     let body = body.map_err(|e| body_error(&e))?;
     check_signature(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
-    ingest(&state, report, now_ms()).await
+    let failure = crate::actions::failure_event(&report);
+    let answer = ingest(&state, report, now_ms()).await?;
+    crate::actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
 /// `POST /api/v1/compliance`.
@@ -356,12 +419,20 @@ pub(crate) async fn compliance(
     check_signature(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
-    ingest(&state, report, now).await
+    let failure = crate::actions::failure_event(&report);
+    let answer = ingest(&state, report, now).await?;
+    crate::actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
-type Params = Query<BTreeMap<String, String>>;
+pub(crate) type Params = Query<BTreeMap<String, String>>;
 
-fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i64) -> Result<i64, ApiError> {
+pub(crate) fn int_param(
+    params: &BTreeMap<String, String>,
+    name: &str,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
     match params.get(name) {
         None => Ok(default),
         Some(text) => text
@@ -378,7 +449,7 @@ fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i
     }
 }
 
-fn not_found(what: String) -> ApiError {
+pub(crate) fn not_found(what: String) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, None, what)
 }
 
@@ -511,9 +582,11 @@ const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
         ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
             description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
         ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
+        ("into" = Option<String>, Query, example = "stage",
+            description = "The environment the commit would be promoted into: the answer's `promotion` then lists every requirement of that environment's PromotionPolicy and freezes, and whether the promotion may go."),
     ),
     responses(
-        (status = 200, description = "The verdict and the clusters.", body = Gate),
+        (status = 200, description = "The verdict and the clusters (and, with `into`, the promotion's requirements).", body = Gate),
         (status = 400, description = "The commit is missing or not a commit id, or a bad limit (`field` names it).", body = ErrorBody),
     ))]
 pub(crate) async fn get_gate(
@@ -546,7 +619,14 @@ pub(crate) async fn get_gate(
     if query::resolve_commit(db, &environment, &commit).await?.is_none() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
-    ok(query::gate(db, &environment, &commit, state.staleness(), limit).await?)
+    let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
+    if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        crate::actions::check_environment_name("into", into)?;
+        let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;
+        crate::actions::notify_gate(&state, &gate, &promotion);
+        gate.promotion = Some(promotion);
+    }
+    ok(gate)
 }
 
 /// `GET /api/v1/commits/{sha}`.

@@ -19,8 +19,13 @@
 //!   [`query`]: the correlation queries;
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
-//! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
+//! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database;
+//! - [`policy`]: the promotion gate with reasons (PromotionPolicy, freezes, verification);
+//!   [`actions`]: approvals, freezes, promotion reports and the audit log's API; [`audit`]: the
+//!   append-only log; [`notify`]: Slack, Teams and signed webhook notifications.
 
+pub mod actions;
+pub mod audit;
 pub mod client;
 pub mod counts;
 pub mod dashboard;
@@ -30,10 +35,12 @@ pub mod gitops;
 pub mod http;
 pub mod ingest;
 pub mod model;
+pub mod notify;
 pub mod oci;
 pub mod openapi;
 #[cfg(test)]
 mod plans;
+pub mod policy;
 pub mod query;
 
 use std::net::SocketAddr;
@@ -75,6 +82,10 @@ pub struct HubConfig {
     pub writers: usize,
     /// Whether and how the fleet dashboard is served at `/`.
     pub dashboard: DashboardMode,
+    /// Where notifications go (`--notifications FILE`).
+    pub notifications: notify::NotificationsConfig,
+    /// Names callers (sign-in; tests): see [`actions::actor`].
+    pub identify: Option<actions::Identify>,
 }
 
 impl HubConfig {
@@ -90,6 +101,8 @@ impl HubConfig {
             refresh: Duration::from_secs(30),
             writers: 0,
             dashboard: DashboardMode::Protected,
+            notifications: notify::NotificationsConfig::default(),
+            identify: None,
         }
     }
 }
@@ -108,6 +121,9 @@ pub enum Error {
         /// Why.
         error: std::io::Error,
     },
+    /// The notifications configuration.
+    #[error("notifications: {0}")]
+    Notifications(String),
     /// Serving failed.
     #[error("server error: {0}")]
     Serve(std::io::Error),
@@ -141,10 +157,11 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         (0, Backend::Postgres) => 4,
         (n, _) => n,
     };
+    let notifier = notify::Notifier::start(&config.notifications).map_err(Error::Notifications)?;
     let ingest = ingest::Ingest::start(&db, writers);
     let refresher = Refresher::new(config.git.is_some());
     if let Some(git) = &config.git {
-        refresher.spawn(db.clone(), git.clone(), config.refresh);
+        refresher.spawn(db.clone(), git.clone(), config.refresh, notifier.clone());
     }
     Ok(HubState::new(
         db,
@@ -153,7 +170,8 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         config.webhook_secret.clone(),
         config.api_token.clone(),
         config.stale_after,
-    ))
+    )
+    .with(notifier, config.identify.clone()))
 }
 
 /// How often clusters whose silence crossed `--stale-after` are moved to the stale counts.

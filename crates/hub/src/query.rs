@@ -218,6 +218,7 @@ pub async fn gate(
             total: 0,
             clusters: Vec::new(),
             cluster_types_without_clusters: Vec::new(),
+            promotion: None,
         });
     };
     let types = cluster_types_at(&mut tx, environment, commit.position).await?;
@@ -274,6 +275,7 @@ pub async fn gate(
             })
             .collect(),
         cluster_types_without_clusters: without,
+        promotion: None,
     })
 }
 
