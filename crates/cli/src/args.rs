@@ -426,6 +426,16 @@ pub(crate) struct SyncArgs {
     /// Compute what would be delivered; write nothing, call no API.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Deliver even when the delivery removes more deployment targets than
+    /// --mass-deletion-limit allows (such a delivery is otherwise held: nothing is pushed,
+    /// the environment fails with a `mass-deletion` error and exit code 3).
+    #[arg(long)]
+    pub(crate) allow_mass_deletion: bool,
+    /// When a delivery that removes deployment-target folders is held: `default` (all of
+    /// them, or more than half when a GitOps branch has more than ten), or a percentage of
+    /// the folders the branch has (`20%`; `100%` never holds).
+    #[arg(long, value_name = "LIMIT", default_value = "default")]
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
     pub(crate) github_api_url: String,
@@ -692,6 +702,18 @@ pub(crate) struct OperatorArgs {
     /// The Lease's name.
     #[arg(long, value_name = "NAME", default_value = "kalypso-scheduler")]
     pub(crate) leader_election_id: String,
+    /// With --leader-elect: how long a Lease stays held without renewal (candidates wait
+    /// this long before taking it over).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub(crate) leader_elect_lease_duration: String,
+    /// With --leader-elect: how long the leader keeps leading without renewing; then it
+    /// stops and exits so that it restarts as a candidate (shorter than the lease duration;
+    /// the defaults ride out an API-server outage of up to about 18 s).
+    #[arg(long, value_name = "DURATION", default_value = "20s")]
+    pub(crate) leader_elect_renew_deadline: String,
+    /// With --leader-elect: how often the leader renews and candidates retry.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub(crate) leader_elect_retry_period: String,
     /// The Lease's namespace (default: the pod's, from POD_NAMESPACE).
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS", default_value = "default")]
     pub(crate) leader_election_namespace: String,
@@ -731,6 +753,12 @@ pub(crate) struct OperatorArgs {
     /// Environments reconciled at the same time.
     #[arg(long, value_name = "N", default_value = "4")]
     pub(crate) concurrency: u16,
+    /// When a delivery that removes deployment-target folders is held: `default` (all of
+    /// them, or more than half when a GitOps branch has more than ten), or a percentage
+    /// (`20%`). A person allows a held delivery with the annotation
+    /// `scheduler.kalypso.io/allow-mass-deletion: "true"` on the Environment.
+    #[arg(long, value_name = "LIMIT", default_value = "default")]
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     /// How to deliver: `pr` (pull requests, the original's way), `push`, or `auto`.
     #[arg(long, value_name = "MODE", default_value = "pr")]
     pub(crate) delivery: Mode,

@@ -440,7 +440,12 @@ pub(crate) struct Sync {
     pub(crate) git: Git,
     /// Registry access for `oci://` GitOpsRepos.
     pub(crate) registry: kalypso_git::oci::AuthSettings,
+    /// When a delivery that removes deployment targets is held, and whether it may.
+    pub(crate) mass_deletion: kalypso_git::MassDeletionSettings,
 }
+
+/// The sentence that ends a held delivery's error under `kalypso sync`.
+const HOW_TO_ALLOW_MASS_DELETION: &str = "run the sync again with --allow-mass-deletion.";
 
 impl Sync {
     fn from_args(args: &args::SyncArgs) -> Result<Sync, SettingsError> {
@@ -460,6 +465,15 @@ impl Sync {
             verbose: args.verbose,
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            mass_deletion: kalypso_git::MassDeletionSettings {
+                limit: args.mass_deletion_limit,
+                allowed: if args.allow_mass_deletion {
+                    kalypso_git::AllowedDeletions::All
+                } else {
+                    kalypso_git::AllowedDeletions::None
+                },
+                how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+            },
         })
     }
 }
@@ -781,6 +795,8 @@ pub(crate) struct Operator {
     pub(crate) metrics_addr: SocketAddr,
     /// `--leader-elect`: the Lease's name and namespace.
     pub(crate) lease: Option<(String, String)>,
+    /// The leader-election timings: lease duration, renew deadline, retry period.
+    pub(crate) lease_timings: (Duration, Duration, Duration),
     /// This instance's name, when given (else the host name).
     pub(crate) pod_name: Option<String>,
     pub(crate) flux: kalypso_operator::flux::FluxSettings,
@@ -791,6 +807,8 @@ pub(crate) struct Operator {
     pub(crate) poll: Duration,
     /// Environments reconciled at once (at least one).
     pub(crate) concurrency: u16,
+    /// When a delivery that removes deployment targets is held.
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
@@ -814,6 +832,24 @@ impl Operator {
                     args.leader_election_namespace.clone(),
                 )
             }),
+            lease_timings: {
+                let timings = (
+                    duration("--leader-elect-lease-duration", &args.leader_elect_lease_duration)?,
+                    duration("--leader-elect-renew-deadline", &args.leader_elect_renew_deadline)?,
+                    duration("--leader-elect-retry-period", &args.leader_elect_retry_period)?,
+                );
+                let check = kalypso_operator::leader::LeaseSettings {
+                    lease_duration: timings.0,
+                    renew_deadline: timings.1,
+                    retry_period: timings.2,
+                    ..kalypso_operator::leader::LeaseSettings::new("", "", "")
+                }
+                .check();
+                if let Err(message) = check {
+                    return Err(flag_error("--leader-elect-renew-deadline", message));
+                }
+                timings
+            },
             pod_name: args.pod_name.clone(),
             flux: kalypso_operator::flux::FluxSettings {
                 namespace: args.flux_namespace.clone(),
@@ -827,6 +863,7 @@ impl Operator {
             resync: duration("--resync", &args.resync)?,
             poll: duration("--poll", &args.poll)?,
             concurrency: args.concurrency.max(1),
+            mass_deletion_limit: args.mass_deletion_limit,
             publisher: kalypso_operator::runtime::PublisherSettings {
                 mode: args.delivery,
                 cache_dir: args.cache_dir.clone(),

@@ -156,6 +156,8 @@ codes! {
     ConfigConflict => "config-conflict",
     /// `registration-isolated`: A WorkloadRegistration failed alone; the rest was delivered.
     RegistrationIsolated => "registration-isolated",
+    /// `mass-deletion`: A delivery would remove too many deployment-target folders.
+    MassDeletion => "mass-deletion",
     /// `invalid-placement`: A SchedulingPolicy placement field is wrong.
     InvalidPlacement => "invalid-placement",
     /// `invalid-extender`: A SchedulerExtender object is wrong.

@@ -298,6 +298,58 @@ pub enum Delivery {
     Artifacts(Box<kalypso_oci::Report>),
 }
 
+impl std::fmt::Display for Delivery {
+    /// What the delivery did, as a sentence fragment for a status or a log line
+    /// (`committed 1a2b3c4 (2 added, 0 changed, 1 deleted)`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let short = |oid: &Oid| {
+            let text = oid.to_string();
+            text[..text.len().min(7)].to_owned()
+        };
+        let closed = |f: &mut std::fmt::Formatter<'_>, closed: &[u64]| {
+            if closed.is_empty() {
+                return Ok(());
+            }
+            let numbers: Vec<String> = closed.iter().map(|n| format!("#{n}")).collect();
+            write!(f, ", and closed pull request(s) {}", numbers.join(", "))
+        };
+        match self {
+            Delivery::UpToDate { head, closed: c } => {
+                match head {
+                    Some(head) => write!(f, "already up to date at {}", short(head))?,
+                    None => f.write_str(
+                        "already up to date (the branch does not exist and nothing is to be written)",
+                    )?,
+                }
+                closed(f, c)
+            }
+            Delivery::Committed { commit, changes } => write!(f, "committed {} ({changes})", short(commit)),
+            Delivery::PullRequest {
+                number,
+                url,
+                created,
+                changes,
+                closed: c,
+                ..
+            } => {
+                let state = if *created { "opened" } else { "already open" };
+                write!(f, "pull request #{number} {url} {state} ({changes})")?;
+                closed(f, c)
+            }
+            Delivery::DryRun { mode, changes } => write!(f, "would deliver in {mode} mode ({changes})"),
+            Delivery::Artifacts(report) => {
+                let verb = if report.dry_run { "would push" } else { "pushed" };
+                write!(
+                    f,
+                    "{verb} {} artifact(s), {} unchanged",
+                    report.pushed.len(),
+                    report.unchanged
+                )
+            }
+        }
+    }
+}
+
 /// Where and how one GitOps branch is delivered to.
 #[derive(Debug)]
 pub struct Destination<'a> {

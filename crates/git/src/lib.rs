@@ -50,7 +50,10 @@ pub use deliver::{Delivery, DeliverySettings, Mode};
 pub use redact::redact;
 pub use repo::{Author, Cache};
 pub use retry::RetryPolicy;
-pub use sync::{Check, EnvReport, Outcome, Pass, Scope, Settings, Syncer, Unchanged};
+pub use sync::{
+    AllowedDeletions, Check, EnvReport, MassDeletionSettings, Outcome, Pass, Scope, Settings, Syncer,
+    Unchanged,
+};
 pub use url::RepoUrl;
 
 /// The Sprig version of the templates a sync renders with ([`Settings::sprig`]).

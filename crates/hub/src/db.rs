@@ -64,12 +64,15 @@ impl From<sqlx::Error> for DbError {
             }
             E::Database(db) => {
                 let code = db.code().unwrap_or_default();
-                // SQLite: 5 busy, 6 locked (and their extended codes), 10 I/O, 14 cannot
-                // open; PostgreSQL: class 08 (connection), 53 (resources), 57 (operator
-                // intervention: shutdown, cancelled), 40001/40P01 (serialisation, deadlock).
+                // SQLite: 5 busy, 6 locked (and their extended codes), 10 I/O, 13 full
+                // (the disk or `max_page_count`: the transaction was rolled back, nothing was
+                // acknowledged, and it works again once there is room), 14 cannot open;
+                // PostgreSQL: class 08 (connection), 53 (resources, disk full included), 57
+                // (operator intervention: shutdown, cancelled), 40001/40P01 (serialisation,
+                // deadlock).
                 let sqlite_busy = code
                     .parse::<i64>()
-                    .map(|c| matches!(c & 0xff, 5 | 6 | 10 | 14))
+                    .map(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
                     .unwrap_or(false);
                 let pg_transient = ["08", "53", "57", "40001", "40P01"]
                     .iter()

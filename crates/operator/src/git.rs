@@ -147,7 +147,7 @@ impl Publisher for GitPublisher {
                 .ok()?;
             result
                 .map_err(|error| {
-                    tracing::warn!(error = %kalypso_git::redact(&error.to_string()), "cannot read the GitOps branch for Steady placement; placing afresh");
+                    tracing::warn!(error = %kalypso_git::redact(&error.to_string()), "cannot read the GitOps branch (for Steady placement and the mass-deletion guard); placing afresh");
                 })
                 .ok()
         })

@@ -86,6 +86,11 @@ pub fn block_on(
                 auth,
                 delivery: settings,
                 sprig: config.sprig,
+                mass_deletion: kalypso_git::MassDeletionSettings {
+                    limit: config.options.mass_deletion,
+                    allowed: kalypso_git::AllowedDeletions::None,
+                    how_to_allow: crate::desired::HOW_TO_ALLOW_MASS_DELETION,
+                },
                 ..kalypso_git::Settings::default()
             };
             Some(Arc::new(

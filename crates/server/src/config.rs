@@ -7,8 +7,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kalypso_core::run::DeletionLimit;
 use kalypso_git::redact::Secret;
-use kalypso_git::{AuthSettings, Author, DeliverySettings, Mode, RetryPolicy, Settings};
+use kalypso_git::{
+    AllowedDeletions, AuthSettings, Author, DeliverySettings, MassDeletionSettings, Mode, RetryPolicy,
+    Settings,
+};
 use serde::Deserialize;
 
 /// The environment variable holding the webhook secret when none is configured.
@@ -106,6 +110,34 @@ pub struct DeliveryConfig {
     /// Commit message.
     #[serde(default)]
     pub message: Option<String>,
+    /// When a delivery that removes deployment targets is held: a percentage of the
+    /// folders a GitOps branch has (`50%`), or `default` (all of them, or more than half
+    /// when there are more than ten).
+    #[serde(default, deserialize_with = "deletion_limit")]
+    pub mass_deletion_limit: DeletionLimit,
+    /// Environments allowed to remove more deployment targets than the limit (a person
+    /// adds one, restarts, and takes it out again once delivered).
+    #[serde(default)]
+    pub allow_mass_deletion: Vec<String>,
+}
+
+/// The sentence that ends a held delivery's error under `serve`.
+pub const HOW_TO_ALLOW_MASS_DELETION: &str = "add the environment to `delivery.allowMassDeletion` in the serve \
+     configuration and restart serve (and take it out again once delivered).";
+
+/// `massDeletionLimit`: `50%`, `50` or `default`.
+fn deletion_limit<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<DeletionLimit, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Number(u64),
+        Text(String),
+    }
+    let text = match Text::deserialize(deserializer)? {
+        Text::Number(n) => n.to_string(),
+        Text::Text(t) => t,
+    };
+    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// The `registry` section: credentials and plain-HTTP registries for `oci://` GitOpsRepos.
@@ -330,6 +362,15 @@ impl Config {
             extenders: defaults.extenders,
             registry: self.registry.auth(),
             sprig: self.sprig,
+            mass_deletion: MassDeletionSettings {
+                limit: d.mass_deletion_limit,
+                allowed: if d.allow_mass_deletion.is_empty() {
+                    AllowedDeletions::None
+                } else {
+                    AllowedDeletions::Environments(d.allow_mass_deletion.iter().cloned().collect())
+                },
+                how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+            },
         }
     }
 
@@ -425,5 +466,26 @@ log:
                 .unwrap_err()
                 .contains("initalBackoff")
         );
+    }
+
+    #[test]
+    fn the_mass_deletion_guard_is_configured_in_delivery() {
+        let guard = Config::parse("controlPlane: x\n")
+            .unwrap()
+            .settings()
+            .mass_deletion;
+        assert_eq!(guard.limit, DeletionLimit::Default);
+        assert_eq!(guard.allowed, AllowedDeletions::None);
+        assert!(guard.how_to_allow.contains("allowMassDeletion"));
+        for (limit, expected) in [("30%", 30), ("30", 30), ("'30'", 30)] {
+            let text = format!(
+                "controlPlane: x\ndelivery:\n  massDeletionLimit: {limit}\n  allowMassDeletion: [dev]\n"
+            );
+            let guard = Config::parse(&text).unwrap().settings().mass_deletion;
+            assert_eq!(guard.limit, DeletionLimit::Percent(expected), "{limit}");
+            assert!(guard.allowed.allows("dev") && !guard.allowed.allows("prod"));
+        }
+        let error = Config::parse("controlPlane: x\ndelivery:\n  massDeletionLimit: half\n").unwrap_err();
+        assert!(error.contains("not a mass-deletion limit"), "{error}");
     }
 }
