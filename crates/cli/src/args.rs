@@ -10,6 +10,7 @@ use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
+use kalypso_git::forge::Provider;
 use kalypso_git::promote;
 pub(crate) use kalypso_server::config::LogFormat;
 
@@ -439,6 +440,8 @@ pub(crate) struct SyncArgs {
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
     pub(crate) github_api_url: String,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
     /// Prefix of the pull-request branches (`kalypso/` gives `kalypso/<branch>/<tree>`).
     #[arg(long, value_name = "PREFIX", default_value = kalypso_git::deliver::DEFAULT_BRANCH_PREFIX)]
     pub(crate) branch_prefix: String,
@@ -554,6 +557,8 @@ pub(crate) struct CheckPromoteArgs {
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
     pub(crate) github_api_url: String,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
     #[command(flatten, next_help_heading = "Git options")]
     pub(crate) git: GitArgs,
 }
@@ -774,7 +779,30 @@ pub(crate) struct OperatorArgs {
     /// The GitHub API (for GitHub Enterprise).
     #[arg(long, value_name = "URL")]
     pub(crate) github_api_url: Option<String>,
+    /// The forge of the GitOps repositories: github, gitlab, azure-devops, gitea (or
+    /// forgejo). Default: inferred from each repository's URL.
+    #[arg(long, value_name = "PROVIDER")]
+    pub(crate) provider: Option<Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from the
+    /// repository URL).
+    #[arg(long, value_name = "URL")]
+    pub(crate) provider_api_url: Option<String>,
     /// Log level or filter (RUST_LOG wins).
     #[arg(long, env = "KALYPSO_LOG_LEVEL", value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+}
+
+/// Which forge a repository is on, when its URL does not say (self-hosted hosts).
+#[derive(Debug, Args)]
+pub(crate) struct ProviderArgs {
+    /// The forge: github, gitlab, azure-devops, gitea (or forgejo). Default: inferred from
+    /// the repository URL (github.com, gitlab.com, dev.azure.com and *.visualstudio.com,
+    /// codeberg.org; any other host is GitHub, reached through --github-api-url).
+    #[arg(long, env = "KALYPSO_PROVIDER", value_name = "PROVIDER")]
+    pub(crate) provider: Option<Provider>,
+    /// The API of a GitLab (https://HOST/api/v4), Azure DevOps (the organization URL,
+    /// https://dev.azure.com/ORG) or Gitea (https://HOST/api/v1) forge. Default: derived
+    /// from the repository URL.
+    #[arg(long, env = "KALYPSO_PROVIDER_API_URL", value_name = "URL")]
+    pub(crate) provider_api_url: Option<String>,
 }

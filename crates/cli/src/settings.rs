@@ -458,6 +458,8 @@ impl Sync {
                 message: args.message.clone(),
                 branch_prefix: args.branch_prefix.clone(),
                 github_api_url: args.github_api_url.clone(),
+                provider: args.provider.provider,
+                provider_api_url: args.provider.provider_api_url.clone(),
                 dry_run: args.dry_run,
             },
             gitops_repo: args.gitops_repo.clone(),
@@ -661,7 +663,7 @@ pub(crate) struct CheckPromote {
     pub(crate) timeout: Duration,
     /// How often to ask the hub.
     pub(crate) interval: Duration,
-    /// `--commit-status`: where the GitHub commit status goes.
+    /// `--commit-status`: where the commit status goes.
     pub(crate) commit_status: Option<CommitStatus>,
     pub(crate) git: Git,
 }
@@ -669,13 +671,18 @@ pub(crate) struct CheckPromote {
 /// Where `check-promote --commit-status` sets its status.
 #[derive(Debug)]
 pub(crate) struct CommitStatus {
-    /// The control-plane repository's owner and name on GitHub.
+    /// The control-plane repository.
+    pub(crate) url: RepoUrl,
+    /// Its owner and name on GitHub (empty on the other forges, which [`Self::providers`]
+    /// locates from the URL).
     pub(crate) owner: String,
     pub(crate) repo: String,
     /// The status's context, `{environment}` replaced.
     pub(crate) context: String,
     /// The GitHub API.
     pub(crate) github_api_url: String,
+    /// Which forge, and its API.
+    pub(crate) providers: kalypso_git::forge::ProviderSettings,
 }
 
 impl CheckPromote {
@@ -686,17 +693,31 @@ impl CheckPromote {
                 .as_deref()
                 .ok_or_else(|| flag_error("--commit-status", "needs --control-plane"))?;
             let url = RepoUrl::parse(text).map_err(|e| flag_error("--control-plane", e.to_string()))?;
-            let (owner, repo) = url.forge_repo().ok_or_else(|| {
-                flag_error(
-                    "--control-plane",
-                    format!("{}: not a GitHub repository URL", url.redacted()),
-                )
-            })?;
+            let providers = kalypso_git::forge::ProviderSettings {
+                provider: args.provider.provider,
+                github_api_url: args.github_api_url.clone(),
+                api_url: args.provider.provider_api_url.clone(),
+            };
+            let provider = providers.provider_of(&url);
+            let (owner, repo) = match url.forge_repo() {
+                Some(slug) if provider == kalypso_git::forge::Provider::GitHub => slug,
+                _ if provider != kalypso_git::forge::Provider::GitHub && !url.is_local() => {
+                    Default::default()
+                }
+                _ => {
+                    return Err(flag_error(
+                        "--control-plane",
+                        format!("{}: not a {provider} repository URL", url.redacted()),
+                    ));
+                }
+            };
             Some(CommitStatus {
+                url,
                 owner,
                 repo,
                 context: args.status_context.replace("{environment}", &args.env),
                 github_api_url: args.github_api_url.clone(),
+                providers,
             })
         } else {
             None
@@ -870,6 +891,8 @@ impl Operator {
                 token_env: args.token_env.clone(),
                 token_file: args.token_file.clone(),
                 github_api_url: args.github_api_url.clone(),
+                provider: args.provider,
+                provider_api_url: args.provider_api_url.clone(),
             },
             log_level: args.log_level.clone(),
         })
@@ -1314,8 +1337,12 @@ mod tests {
             " --log_format KALYPSO_LOG_FORMAT",
             "serve --config KALYPSO_CONFIG",
             "sync --github_api_url KALYPSO_GITHUB_API_URL",
+            "sync --provider KALYPSO_PROVIDER",
+            "sync --provider_api_url KALYPSO_PROVIDER_API_URL",
             "check-promote --hub KALYPSO_HUB_URL",
             "check-promote --github_api_url KALYPSO_GITHUB_API_URL",
+            "check-promote --provider KALYPSO_PROVIDER",
+            "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
         ]
         .iter()

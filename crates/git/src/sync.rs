@@ -60,7 +60,7 @@ pub enum Error {
         /// The environment.
         environment: String,
         /// Why (its message is part of this error's).
-        error: crate::github::Error,
+        error: crate::forge::Error,
     },
     /// The environment names no GitOps repository.
     #[error("environment {environment} has no GitOpsRepo: nothing to deliver to")]
@@ -840,11 +840,11 @@ impl Pass<'_> {
         else {
             return Ok(None);
         };
-        let github = self.context().github(url).map_err(|error| Error::Delivery {
+        let forge = self.context().forge(url).map_err(|error| Error::Delivery {
             environment: name.to_owned(),
             error,
         })?;
-        issues::apply(&github, name, failures)
+        issues::apply(forge.as_ref(), name, failures)
             .map(Some)
             .map_err(|error| Error::Issues {
                 environment: name.to_owned(),

@@ -101,6 +101,14 @@ pub struct DeliveryConfig {
     /// GitHub API URL (default `https://api.github.com`).
     #[serde(default)]
     pub github_api_url: Option<String>,
+    /// The forge of the GitOps repositories: `github`, `gitlab`, `azure-devops`, `gitea` or
+    /// `forgejo` (default: inferred from each repository's URL).
+    #[serde(default)]
+    pub provider: Option<kalypso_git::forge::Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from the
+    /// repository URL).
+    #[serde(default)]
+    pub provider_api_url: Option<String>,
     /// Commit author name.
     #[serde(default)]
     pub author_name: Option<String>,
@@ -356,6 +364,8 @@ impl Config {
                     .github_api_url
                     .clone()
                     .unwrap_or(delivery_defaults.github_api_url),
+                provider: d.provider,
+                provider_api_url: d.provider_api_url.clone(),
                 dry_run: false,
             },
             gitops_repo: d.gitops_repo.clone(),
@@ -434,6 +444,30 @@ log:
         assert_eq!(s.retry.initial_backoff, Duration::from_millis(500));
         assert_eq!(s.auth.token_env.as_deref(), Some("MY_TOKEN"));
         assert_eq!(config.log.format, LogFormat::Text);
+    }
+
+    #[test]
+    fn names_the_provider_of_self_hosted_forges() {
+        let config = Config::parse(
+            "controlPlane: https://git.contoso.com/platform/control-plane\ndelivery:\n  provider: forgejo\n  providerApiUrl: https://git.contoso.com/api/v1\n",
+        )
+        .unwrap();
+        let s = config.settings();
+        assert_eq!(s.delivery.provider, Some(kalypso_git::forge::Provider::Gitea));
+        assert_eq!(
+            s.delivery.provider_api_url.as_deref(),
+            Some("https://git.contoso.com/api/v1")
+        );
+        assert_eq!(
+            Config::parse("controlPlane: x\n")
+                .unwrap()
+                .settings()
+                .delivery
+                .provider,
+            None
+        );
+        let err = Config::parse("controlPlane: x\ndelivery:\n  provider: bitbucket\n").unwrap_err();
+        assert!(err.contains("bitbucket") && err.contains("azure-devops"), "{err}");
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! The clusters report to the Deployment Observability Hub (`kalypso hub`); this command asks
 //! the hub's gate until it says compliant (exit 0), a cluster failed (exit 1, naming the
 //! cluster and its reconciler's message, without waiting for the others) or the timeout
-//! passes (exit 3). With `--commit-status` the control-plane commit gets a GitHub commit
-//! status that follows the check: pending, then success, failure or error.
+//! passes (exit 3). With `--commit-status` the control-plane commit gets a commit status
+//! on its forge (GitHub, GitLab, Azure DevOps or Gitea) that follows the check: pending,
+//! then success, failure or error.
 //!
 //! With `--into ENV` the hub also evaluates the promotion into ENV (its PromotionPolicy and
 //! freezes) and the check passes only when every requirement is met: a requirement that
@@ -19,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use kalypso_git::control_plane::short;
+use kalypso_git::forge::{self, Forge, Provider};
 use kalypso_git::github::{CommitStatus, GitHub, StatusState};
 use kalypso_git::redact;
 use kalypso_hub_api::{ClusterState, PromotionGate, RequirementState};
@@ -32,7 +34,7 @@ pub(crate) const EXIT_TIMEOUT: u8 = 3;
 
 /// Where commit statuses go, once the control-plane commit is known.
 struct StatusReporter {
-    github: GitHub,
+    forge: Box<dyn Forge>,
     context: String,
     commit: Option<String>,
     last: Option<StatusState>,
@@ -46,25 +48,41 @@ impl StatusReporter {
             return Ok(None);
         };
         let settings::CommitStatus {
+            url,
             owner,
             repo,
             context,
             github_api_url,
+            providers,
         } = target;
         let credentials =
             kalypso_git::auth::Credentials::load(&settings.git.auth).map_err(|e| anyhow!("{e}"))?;
         let runtime = runtime()?;
-        let github = GitHub::new(
-            runtime.handle().clone(),
-            github_api_url,
-            credentials.token(),
-            owner,
-            repo,
-            settings.git.retry,
-        )
-        .map_err(|e| anyhow!("{e}"))?;
+        let forge: Box<dyn Forge> = if providers.provider_of(url) == Provider::GitHub {
+            Box::new(
+                GitHub::new(
+                    runtime.handle().clone(),
+                    github_api_url,
+                    credentials.token(),
+                    owner,
+                    repo,
+                    settings.git.retry,
+                )
+                .map_err(|e| anyhow!("{e}"))?,
+            )
+        } else {
+            forge::connect(
+                url,
+                providers,
+                credentials.token(),
+                settings.git.retry,
+                runtime.handle(),
+            )
+            .map_err(|e| anyhow!("--control-plane: {e}"))?
+            .ok_or_else(|| anyhow!("--control-plane: {}: not a repository on a forge", url.redacted()))?
+        };
         Ok(Some(StatusReporter {
-            github,
+            forge,
             context: context.clone(),
             commit: None,
             last: None,
@@ -90,7 +108,7 @@ impl StatusReporter {
             description: description.to_owned(),
             target_url: None,
         };
-        match self.github.set_commit_status(commit, &status) {
+        match self.forge.set_commit_status(commit, &status) {
             Ok(()) => self.last = Some(state),
             Err(e) => eprintln!(
                 "warning: cannot set the commit status of {}: {}",
