@@ -250,7 +250,7 @@ mod tests {
                 "{kind} has a status subresource"
             );
         }
-        assert_eq!(crds.len(), 13);
+        assert_eq!(crds.len(), 14);
     }
 
     fn spec_schema(kind: &str) -> serde_json::Value {

@@ -525,7 +525,7 @@ fn promote_from_pins_what_the_source_environment_runs_when_the_hub_says_it_is_co
     };
     assert_eq!(promote_from(&pending.url), ExitCode::FAILURE);
     assert_eq!(rev_parse(&s.control_plane, "refs/heads/stage"), stage_head);
-    assert_eq!(pending.requests()[0].0, format!("commit={dev_gitops}"));
+    assert_eq!(pending.requests()[0].0, format!("commit={dev_gitops}&into=stage"));
 
     let failed = ScriptedHub::start(vec![gate(
         "failed",

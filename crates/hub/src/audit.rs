@@ -41,7 +41,7 @@ pub async fn record(db: &Db, notifier: &Notifier, entry: Entry) -> Result<(), Db
     sqlx::query(
         "INSERT INTO audit (at, actor, kind, environment, commit_sha, reason, detail) VALUES ($1, $2, $3, $4, $5, $6, $7)",
     )
-    .bind(crate::http::now_ms())
+    .bind(crate::model::now_ms())
     .bind(&entry.actor)
     .bind(entry.kind.as_str())
     .bind(&entry.environment)

@@ -211,6 +211,18 @@ impl Db {
         })
     }
 
+    /// [`Db::begin_write`] on a connection of the pool taken by the caller.
+    pub async fn begin_write_on<'c>(
+        &self,
+        connection: &'c mut sqlx::AnyConnection,
+    ) -> Result<sqlx::Transaction<'c, sqlx::Any>, DbError> {
+        use sqlx::Connection;
+        Ok(match self.backend {
+            Backend::Sqlite => connection.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => connection.begin().await?,
+        })
+    }
+
     /// A read-only transaction whose statements all see one snapshot of the database (an
     /// answer's counts and lists agree with each other).
     pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {

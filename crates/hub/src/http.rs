@@ -10,6 +10,8 @@
 //! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
+pub mod actions;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -53,7 +55,7 @@ struct Shared {
     api_token: Option<Secret>,
     stale_after: Duration,
     notifier: crate::notify::Notifier,
-    identify: Option<crate::actions::Identify>,
+    identify: Option<actions::Identify>,
     /// The last promotion refusal notified per (into, commit), so that a gate asked every
     /// few seconds notifies a change, not every answer.
     notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
@@ -102,7 +104,7 @@ impl HubState {
     pub fn with(
         mut self,
         notifier: crate::notify::Notifier,
-        identify: Option<crate::actions::Identify>,
+        identify: Option<actions::Identify>,
     ) -> HubState {
         if let Some(shared) = Arc::get_mut(&mut self.0) {
             shared.notifier = notifier;
@@ -117,7 +119,7 @@ impl HubState {
     }
 
     /// Names callers, when sign-in (or a test) says how.
-    pub(crate) fn identify(&self) -> Option<&crate::actions::Identify> {
+    pub(crate) fn identify(&self) -> Option<&actions::Identify> {
         self.0.identify.as_ref()
     }
 
@@ -177,13 +179,7 @@ impl HubState {
     }
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
+pub use crate::model::now_ms;
 
 /// The router.
 pub fn app(state: HubState) -> Router {
@@ -199,11 +195,11 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
-        .route("/api/v1/approvals", post(crate::actions::approve))
-        .route("/api/v1/freezes", post(crate::actions::freeze))
-        .route("/api/v1/unfreezes", post(crate::actions::unfreeze))
-        .route("/api/v1/promotions", post(crate::actions::report_promotion))
-        .route("/api/v1/audit", get(crate::actions::audit))
+        .route("/api/v1/approvals", post(actions::approve))
+        .route("/api/v1/freezes", post(actions::freeze))
+        .route("/api/v1/unfreezes", post(actions::unfreeze))
+        .route("/api/v1/promotions", post(actions::report_promotion))
+        .route("/api/v1/audit", get(actions::audit))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -397,9 +393,9 @@ pub(crate) async fn flux_event(
     let body = body.map_err(|e| body_error(&e))?;
     check_signature(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
-    let failure = crate::actions::failure_event(&report);
+    let failure = actions::failure_event(&report);
     let answer = ingest(&state, report, now_ms()).await?;
-    crate::actions::notify_failure(&state, failure, &answer);
+    actions::notify_failure(&state, failure, &answer);
     ok(answer)
 }
 
@@ -419,9 +415,9 @@ pub(crate) async fn compliance(
     check_signature(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
-    let failure = crate::actions::failure_event(&report);
+    let failure = actions::failure_event(&report);
     let answer = ingest(&state, report, now).await?;
-    crate::actions::notify_failure(&state, failure, &answer);
+    actions::notify_failure(&state, failure, &answer);
     ok(answer)
 }
 
@@ -621,9 +617,9 @@ pub(crate) async fn get_gate(
     }
     let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
     if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        crate::actions::check_environment_name("into", into)?;
+        actions::check_environment_name("into", into)?;
         let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;
-        crate::actions::notify_gate(&state, &gate, &promotion);
+        actions::notify_gate(&state, &gate, &promotion);
         gate.promotion = Some(promotion);
     }
     ok(gate)

@@ -245,9 +245,28 @@ pub(crate) fn stored_latest(clusters: usize) -> String {
 /// refresh storing a commit either comes first (and the position is found) or sees this
 /// batch's reports (and applies them).
 async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<IngestResult>, DbError> {
+    let mut connection = db.pool().acquire().await?;
+    let stored = store_on(db, &mut connection, batch, positions).await;
+    if stored.is_err() {
+        // A failed batch can leave its connection in a state the driver no longer tracks
+        // (SQLite rolls a transaction back by itself on a full disk, and the driver's later
+        // transactions on it would be savepoints that never commit): it is never used again,
+        // so that nothing is acknowledged that a later batch did not really store.
+        connection.close_on_drop();
+    }
+    stored
+}
+
+/// [`store`] on `connection`.
+async fn store_on(
+    db: &Db,
+    connection: &mut sqlx::AnyConnection,
+    batch: &[Job],
+    positions: &mut Positions,
+) -> Result<Vec<IngestResult>, DbError> {
     // Bound parameters stay under SQLite's 32,766 (13 a row at most).
     const _: () = assert!(MAX_BATCH * CLUSTER_COLUMNS < 32_766);
-    let mut tx = db.begin_write().await?;
+    let mut tx = db.begin_write_on(connection).await?;
 
     // 1. The batch's clusters, once each.
     let mut entries: Vec<Entry<'_>> = Vec::new();
@@ -519,7 +538,7 @@ pub(crate) type PlatformState = (i64, String, String, String, String, i64, i64);
 /// Makes each report its cluster's platform state, unless a newer one is stored, in one
 /// statement (at `now`, the moment the triggers record for the clusters that move).
 pub(crate) async fn set_platform_states(
-    tx: &mut Transaction<'static, Any>,
+    tx: &mut Transaction<'_, Any>,
     states: &[PlatformState],
     now: i64,
 ) -> Result<(), DbError> {

@@ -24,7 +24,6 @@
 //!   [`actions`]: approvals, freezes, promotion reports and the audit log's API; [`audit`]: the
 //!   append-only log; [`notify`]: Slack, Teams and signed webhook notifications.
 
-pub mod actions;
 pub mod audit;
 pub mod client;
 pub mod counts;
@@ -33,6 +32,7 @@ pub mod db;
 pub mod fleet_source;
 pub mod gitops;
 pub mod http;
+pub use http::actions;
 pub mod ingest;
 pub mod model;
 pub mod notify;

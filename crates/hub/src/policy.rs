@@ -584,7 +584,7 @@ pub async fn evaluate(
                         Some((passed, message, _)) if fresh => (passed, message),
                         _ => {
                             let (passed, message) = run_check(check).await;
-                            store_check(db, into, c, &check.name, passed, &message, crate::http::now_ms())
+                            store_check(db, into, c, &check.name, passed, &message, crate::model::now_ms())
                                 .await?;
                             (passed, message)
                         }

@@ -124,14 +124,9 @@ fn fill(filler: &Path) {
     let _ = file.sync_all();
 }
 
-// Ignored: it finds a defect. After SQLITE_FULL the hub keeps answering 200 to reports that
-// no other connection ever sees, even once the disk has room again: the likely cause is a
-// writer connection left inside a transaction (SQLite keeps the transaction open after a
-// statement fails with SQLITE_FULL; sqlx then nests the next batches' `begin` as savepoints,
-// whose `commit` releases only the savepoint). The fix belongs to the ingest writer
-// (crates/hub/src/ingest.rs: roll back explicitly and drop the connection on a failed
-// batch), which is being rewritten; run with `--ignored` to check it.
-#[ignore = "finds a defect in the ingest writer after SQLITE_FULL; see the comment"]
+// SQLite keeps a transaction's fate to itself after SQLITE_FULL: the ingest writer never uses
+// the connection of a failed batch again (crates/hub/src/ingest.rs, `store`), which this test
+// found missing (the hub answered 200 to reports no other connection ever saw).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_on_a_full_disk_answers_503_loses_nothing_acknowledged_and_recovers() {
     let dir = tempfile::tempdir().unwrap();
