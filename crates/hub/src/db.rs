@@ -201,18 +201,11 @@ impl Db {
         self.backend
     }
 
-    /// A transaction that holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`,
-    /// so that it never has to upgrade a read snapshot another writer made stale; PostgreSQL:
-    /// row locks are taken as rows are written).
-    pub async fn begin_write(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
-        Ok(match self.backend {
-            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            Backend::Postgres => self.pool.begin().await?,
-        })
-    }
-
-    /// [`Db::begin_write`] on a connection of the pool taken by the caller.
-    pub async fn begin_write_on<'c>(
+    /// A transaction on `connection` (one of the pool's, taken by the caller so that it can
+    /// drop the connection if the transaction fails) that holds the write lock from its
+    /// start (SQLite: `BEGIN IMMEDIATE`, so that it never has to upgrade a read snapshot
+    /// another writer made stale; PostgreSQL: row locks are taken as rows are written).
+    pub async fn begin_write<'c>(
         &self,
         connection: &'c mut sqlx::AnyConnection,
     ) -> Result<sqlx::Transaction<'c, sqlx::Any>, DbError> {

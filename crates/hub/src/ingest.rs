@@ -266,7 +266,7 @@ async fn store_on(
 ) -> Result<Vec<IngestResult>, DbError> {
     // Bound parameters stay under SQLite's 32,766 (13 a row at most).
     const _: () = assert!(MAX_BATCH * CLUSTER_COLUMNS < 32_766);
-    let mut tx = db.begin_write_on(connection).await?;
+    let mut tx = db.begin_write(connection).await?;
 
     // 1. The batch's clusters, once each.
     let mut entries: Vec<Entry<'_>> = Vec::new();
