@@ -647,6 +647,17 @@ pub(crate) struct HubArgs {
     /// environment and event kind (see docs/hub.md).
     #[arg(long, value_name = "FILE")]
     pub(crate) notifications: Option<PathBuf>,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    #[arg(long, value_name = "N", default_value_t = kalypso_hub::Limits::default().max_connections,
+        value_parser = clap::value_parser!(u32).range(1..).map(|n| n as usize))]
+    pub(crate) max_connections: usize,
+    /// A connection that sends no complete request head for this long (after connecting or
+    /// after its previous answer) is closed: slow headers and idle keep-alive alike.
+    #[arg(long, value_name = "DURATION", default_value = "60s")]
+    pub(crate) idle_timeout: String,
+    /// A request body that has not arrived whole after this long is refused (408).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub(crate) body_timeout: String,
     #[command(flatten)]
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]

@@ -53,6 +53,15 @@ fn duration(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
     kalypso_core::duration::parse(text).map_err(|e| flag_error(flag, e))
 }
 
+/// `--flag`'s duration, which must not be zero.
+fn positive(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
+    let value = duration(flag, text)?;
+    if value.is_zero() {
+        return Err(flag_error(flag, format!("{text:?} is zero; give a positive duration")));
+    }
+    Ok(value)
+}
+
 /// `--flag`'s address: `HOST:PORT`, or Go's `:PORT` for every interface.
 #[cfg(feature = "operator")]
 fn address(flag: &'static str, text: &str) -> Result<SocketAddr, SettingsError> {
@@ -766,6 +775,8 @@ pub(crate) struct Hub {
     pub(crate) registry: kalypso_git::oci::AuthSettings,
     /// `--notifications`: the receivers file.
     pub(crate) notifications: Option<PathBuf>,
+    /// `--max-connections`, `--idle-timeout`, `--body-timeout`.
+    pub(crate) limits: kalypso_hub::Limits,
 }
 
 impl Hub {
@@ -788,6 +799,11 @@ impl Hub {
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
             notifications: args.notifications.clone(),
+            limits: kalypso_hub::Limits {
+                max_connections: args.max_connections,
+                idle_timeout: positive("--idle-timeout", &args.idle_timeout)?,
+                body_timeout: positive("--body-timeout", &args.body_timeout)?,
+            },
         })
     }
 }

@@ -367,14 +367,19 @@ async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Re
 /// A body over [`MAX_BODY`] (or one that could not be read): 413 (or 400), as JSON.
 pub(crate) fn body_error(rejection: &BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            Some("body"),
-            format!("the body is over {} KiB", MAX_BODY / 1024),
-        )
+        too_large()
     } else {
         ApiError::new(rejection.status(), Some("body"), rejection.body_text())
     }
+}
+
+/// 413: a body over [`MAX_BODY`].
+pub(crate) fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Some("body"),
+        format!("the body is over {} KiB", MAX_BODY / 1024),
+    )
 }
 
 /// `POST /api/v1/events/flux`.

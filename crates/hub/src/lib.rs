@@ -34,6 +34,7 @@ pub mod gitops;
 pub mod http;
 pub use http::actions;
 pub mod ingest;
+pub mod listen;
 pub mod model;
 pub mod notify;
 pub mod oci;
@@ -49,6 +50,7 @@ use std::time::Duration;
 pub use dashboard::DashboardMode;
 pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
 pub use gitops::{GitSettings, Refresher};
+pub use listen::Limits;
 pub use http::HubState;
 use kalypso_git::redact::Secret;
 
@@ -86,6 +88,8 @@ pub struct HubConfig {
     pub notifications: notify::NotificationsConfig,
     /// Names callers (sign-in; tests): see [`actions::actor`].
     pub identify: Option<actions::Identify>,
+    /// Connection and request limits.
+    pub limits: Limits,
 }
 
 impl HubConfig {
@@ -103,6 +107,7 @@ impl HubConfig {
             dashboard: DashboardMode::Protected,
             notifications: notify::NotificationsConfig::default(),
             identify: None,
+            limits: Limits::default(),
         }
     }
 }
@@ -219,23 +224,30 @@ pub async fn serve(
     listen: SocketAddr,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), Error> {
-    let state = start(config).await?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|error| Error::Listen { addr: listen, error })?;
+    serve_on(config, listener, shutdown).await
+}
+
+/// [`serve`] on a listener the caller bound (a test's port 0).
+pub async fn serve_on(
+    config: &HubConfig,
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), Error> {
+    let state = start(config).await?;
     tracing::info!(
-        listen = %listen,
+        listen = %listener.local_addr().map_err(Error::Serve)?,
         database = %db::redact_url(&config.database),
+        max_connections = config.limits.max_connections,
         "observability hub listening"
     );
     let db = state.db().clone();
-    axum::serve(
-        listener,
-        dashboard::app(state, config.dashboard, kalypso_dashboard::Options::default()),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
-    .map_err(Error::Serve)?;
+    let app = dashboard::app(state, config.dashboard, kalypso_dashboard::Options::default());
+    listen::serve(listener, app, config.limits, shutdown)
+        .await
+        .map_err(Error::Serve)?;
     db.close().await;
     tracing::info!("observability hub stopped");
     Ok(())
