@@ -1116,6 +1116,14 @@ mod tests {
         assert_eq!(hub.refresh, Duration::from_secs(30));
         assert_eq!(hub.dashboard, DashboardMode::Protected);
         assert_eq!(hub.listen.to_string(), kalypso_hub::DEFAULT_LISTEN);
+        assert_eq!(hub.limits, kalypso_hub::Limits::default());
+        let CommandSettings::Hub(hub) = parse(&["hub", "--max-connections", "10", "--idle-timeout", "5s"]) else {
+            panic!("not hub");
+        };
+        assert_eq!(hub.limits.max_connections, 10);
+        assert_eq!(hub.limits.idle_timeout, Duration::from_secs(5));
+        let zero = error(&["hub", "--body-timeout", "0s"]);
+        assert!(zero.contains("--body-timeout") && zero.contains("positive"), "{zero}");
 
         let CommandSettings::Plan(plan) = parse(&["plan", "cp", "--env", "dev"]) else {
             panic!("not plan");
