@@ -658,6 +658,15 @@ pub(crate) struct HubArgs {
     /// A request body that has not arrived whole after this long is refused (408).
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub(crate) body_timeout: String,
+    /// Reports a second each cluster may send, sustained (0: no limit). Over it, a report
+    /// that changes no state or commit the hub holds gets 429 with Retry-After; a report that
+    /// changes one is always stored.
+    #[arg(long, value_name = "N", default_value_t = kalypso_hub::throttle::Rate::default().per_second)]
+    pub(crate) cluster_rate: f64,
+    /// Reports each cluster may send at once before `--cluster-rate` applies.
+    #[arg(long, value_name = "N", default_value_t = kalypso_hub::throttle::Rate::default().burst,
+        value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) cluster_burst: u32,
     #[command(flatten)]
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]

@@ -57,7 +57,10 @@ fn duration(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
 fn positive(flag: &'static str, text: &str) -> Result<Duration, SettingsError> {
     let value = duration(flag, text)?;
     if value.is_zero() {
-        return Err(flag_error(flag, format!("{text:?} is zero; give a positive duration")));
+        return Err(flag_error(
+            flag,
+            format!("{text:?} is zero; give a positive duration"),
+        ));
     }
     Ok(value)
 }
@@ -777,6 +780,8 @@ pub(crate) struct Hub {
     pub(crate) notifications: Option<PathBuf>,
     /// `--max-connections`, `--idle-timeout`, `--body-timeout`.
     pub(crate) limits: kalypso_hub::Limits,
+    /// `--cluster-rate`, `--cluster-burst`.
+    pub(crate) cluster_rate: kalypso_hub::throttle::Rate,
 }
 
 impl Hub {
@@ -803,6 +808,20 @@ impl Hub {
                 max_connections: args.max_connections,
                 idle_timeout: positive("--idle-timeout", &args.idle_timeout)?,
                 body_timeout: positive("--body-timeout", &args.body_timeout)?,
+            },
+            cluster_rate: kalypso_hub::throttle::Rate {
+                per_second: if args.cluster_rate.is_finite() && args.cluster_rate >= 0.0 {
+                    args.cluster_rate
+                } else {
+                    return Err(flag_error(
+                        "--cluster-rate",
+                        format!(
+                            "{} is not a number of reports a second (0 or more)",
+                            args.cluster_rate
+                        ),
+                    ));
+                },
+                burst: args.cluster_burst,
             },
         })
     }
@@ -1117,13 +1136,20 @@ mod tests {
         assert_eq!(hub.dashboard, DashboardMode::Protected);
         assert_eq!(hub.listen.to_string(), kalypso_hub::DEFAULT_LISTEN);
         assert_eq!(hub.limits, kalypso_hub::Limits::default());
-        let CommandSettings::Hub(hub) = parse(&["hub", "--max-connections", "10", "--idle-timeout", "5s"]) else {
+        let CommandSettings::Hub(hub) = parse(&["hub", "--max-connections", "10", "--idle-timeout", "5s"])
+        else {
             panic!("not hub");
         };
         assert_eq!(hub.limits.max_connections, 10);
         assert_eq!(hub.limits.idle_timeout, Duration::from_secs(5));
+        assert_eq!(hub.cluster_rate, kalypso_hub::throttle::Rate::default());
+        let negative = error(&["hub", "--cluster-rate=-1"]);
+        assert!(negative.contains("--cluster-rate"), "{negative}");
         let zero = error(&["hub", "--body-timeout", "0s"]);
-        assert!(zero.contains("--body-timeout") && zero.contains("positive"), "{zero}");
+        assert!(
+            zero.contains("--body-timeout") && zero.contains("positive"),
+            "{zero}"
+        );
 
         let CommandSettings::Plan(plan) = parse(&["plan", "cp", "--env", "dev"]) else {
             panic!("not plan");

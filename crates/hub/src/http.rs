@@ -37,6 +37,7 @@ use crate::gitops::Refresher;
 use crate::ingest::Ingest;
 use crate::model::{self, BadInput};
 use crate::query;
+use crate::throttle::Verdict;
 
 /// The largest request body accepted (413 beyond).
 pub const MAX_BODY: usize = 1024 * 1024;
@@ -59,6 +60,8 @@ struct Shared {
     /// The last promotion refusal notified per (into, commit), so that a gate asked every
     /// few seconds notifies a change, not every answer.
     notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
+    /// Each cluster's report rate.
+    throttle: crate::throttle::Throttle,
 }
 
 /// What the handlers share.
@@ -96,7 +99,17 @@ impl HubState {
             notifier: crate::notify::Notifier::none(),
             identify: None,
             notified: std::sync::Mutex::default(),
+            throttle: crate::throttle::Throttle::new(crate::throttle::Rate::default()),
         }))
+    }
+
+    /// The same state, limiting each cluster to `rate`. Only before the state is shared (else
+    /// the state is returned unchanged).
+    pub fn with_cluster_rate(mut self, rate: crate::throttle::Rate) -> HubState {
+        if let Some(shared) = Arc::get_mut(&mut self.0) {
+            shared.throttle = crate::throttle::Throttle::new(rate);
+        }
+        self
     }
 
     /// The same state, sending notifications through `notifier` and naming callers with
@@ -210,6 +223,8 @@ pub struct ApiError {
     status: StatusCode,
     field: Option<String>,
     message: String,
+    /// Seconds for `Retry-After` (503 says 5 without it).
+    retry_after: Option<u64>,
 }
 
 impl ApiError {
@@ -218,6 +233,15 @@ impl ApiError {
             status,
             field: field.map(str::to_owned),
             message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// 429: a cluster over its rate, asked to come back after `seconds`.
+    pub(crate) fn too_many(seconds: u64, message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(seconds),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, None, message)
         }
     }
 }
@@ -257,7 +281,11 @@ impl IntoResponse for ApiError {
             }),
         )
             .into_response();
-        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+        if let Some(seconds) = self.retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        } else if self.status == StatusCode::SERVICE_UNAVAILABLE {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
@@ -360,7 +388,19 @@ pub(crate) fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), A
 }
 
 async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Result<IngestAnswer, ApiError> {
-    let result = state.0.ingest.submit(report, received_at).await?;
+    if let Verdict::Refuse { retry_after } = state.0.throttle.admit(&report, received_at) {
+        return Err(ApiError::too_many(
+            retry_after,
+            format!(
+                "cluster {:?} of environment {:?} is over its report rate and this report of {} \
+                 changes nothing the hub holds: not stored, send it again after {retry_after} s \
+                 (reports that change a state or commit are always stored)",
+                report.cluster, report.environment, report.object
+            ),
+        ));
+    }
+    let result = state.0.ingest.submit(report.clone(), received_at).await?;
+    state.0.throttle.stored(&report);
     Ok(IngestAnswer { result })
 }
 

@@ -43,6 +43,7 @@ pub mod openapi;
 mod plans;
 pub mod policy;
 pub mod query;
+pub mod throttle;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -50,9 +51,9 @@ use std::time::Duration;
 pub use dashboard::DashboardMode;
 pub use db::{Backend, DEFAULT_DATABASE, Db, DbError, DbOptions};
 pub use gitops::{GitSettings, Refresher};
-pub use listen::Limits;
 pub use http::HubState;
 use kalypso_git::redact::Secret;
+pub use listen::Limits;
 
 /// The API's router: reports, queries, health ([`http::app`]) and the OpenAPI document
 /// ([`openapi::router`]).
@@ -90,6 +91,8 @@ pub struct HubConfig {
     pub identify: Option<actions::Identify>,
     /// Connection and request limits.
     pub limits: Limits,
+    /// Each cluster's report rate.
+    pub cluster_rate: throttle::Rate,
 }
 
 impl HubConfig {
@@ -108,6 +111,7 @@ impl HubConfig {
             notifications: notify::NotificationsConfig::default(),
             identify: None,
             limits: Limits::default(),
+            cluster_rate: throttle::Rate::default(),
         }
     }
 }
@@ -176,7 +180,8 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         config.api_token.clone(),
         config.stale_after,
     )
-    .with(notifier, config.identify.clone()))
+    .with(notifier, config.identify.clone())
+    .with_cluster_rate(config.cluster_rate))
 }
 
 /// How often clusters whose silence crossed `--stale-after` are moved to the stale counts.

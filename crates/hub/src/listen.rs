@@ -59,7 +59,10 @@ pub async fn serve(
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let app = app.layer(axum::middleware::from_fn_with_state(limits.body_timeout, read_body));
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        limits.body_timeout,
+        read_body,
+    ));
     let max = u32::try_from(limits.max_connections.max(1)).unwrap_or(u32::MAX);
     let slots = Arc::new(Semaphore::new(max as usize));
     let (stop_tx, stop_rx) = watch::channel(false);

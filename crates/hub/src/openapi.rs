@@ -3,7 +3,7 @@
 //! committed as `docs/hub-openapi.json` (a test fails when the two differ).
 //!
 //! What every operation shares is added here once rather than on each handler: the error
-//! answers (400, 401 with `WWW-Authenticate`, 413, 503 with `Retry-After`, all an
+//! answers (400, 401 with `WWW-Authenticate`, 413, 429 and 503 with `Retry-After`, all an
 //! [`ErrorBody`]) and the security requirement of its kind — an HMAC signature of the body
 //! (`X-Signature`) for reports, a bearer token for queries — which applies when the hub runs
 //! with a webhook secret or an API token.
@@ -216,6 +216,15 @@ impl Modify for Shared {
                     add(
                         "413",
                         error_response("The body is over 1 MiB. Nothing is stored."),
+                    );
+                    add(
+                        "429",
+                        error_response(
+                            "The cluster is over its report rate (`--cluster-rate`) and this report changes no \
+                             state or commit the hub holds: not stored; send it again after `Retry-After` \
+                             seconds. A report that changes a state or commit is never refused.",
+                        )
+                        .header("Retry-After", retry_after.clone()),
                     );
                 }
                 if tags.iter().any(|t| t == ACTIONS) {

@@ -44,6 +44,7 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
     config.stale_after = settings.stale_after;
     config.refresh = settings.refresh;
     config.limits = settings.limits;
+    config.cluster_rate = settings.cluster_rate;
     config.git = settings.control_plane.as_ref().map(|cp| GitSettings {
         control_plane: cp.clone(),
         cache_dir: settings.git.cache_dir(),
