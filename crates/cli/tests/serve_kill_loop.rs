@@ -1,0 +1,187 @@
+//! `kalypso serve` killed with SIGKILL at random instants while it polls and delivers (a child
+//! process, see `support`): after every kill the GitOps branch is at the old commit or one
+//! commit on, and the next start of serve on the same cache delivers the newest input.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kalypso_testkit::{ExampleRepos, branch_files, rev_parse, write_files};
+
+/// Not a test: the entry point of the child process that runs the CLI (see `support`).
+#[test]
+#[ignore = "entry point of the child process that runs the kalypso CLI"]
+fn cli_child() {
+    support::run_cli_child();
+}
+
+/// A small seeded generator (xorshift), so that a failing run can be repeated.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0 % n
+    }
+}
+
+/// A serve process killed when the test ends, whatever happened.
+struct Serve(Child);
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_serve(config: &Path) -> Serve {
+    let args = [
+        "serve",
+        "--config",
+        config.to_str().unwrap(),
+        "--log-format",
+        "json",
+    ]
+    .map(str::to_owned);
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    support::as_cli_child(&mut command, &args)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    Serve(command.spawn().unwrap())
+}
+
+fn config_map(round: u32) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: east-us-config\n  labels:\n    \
+         platform-config: \"true\"\n    region: east-us\ndata:\n  REGION: East US\n  ROUND: round-{round}\n"
+    )
+}
+
+fn delivered(gitops: &Path, round: u32) -> bool {
+    let marker = format!("round-{round}");
+    branch_files(gitops, "dev")
+        .values()
+        .any(|f| String::from_utf8_lossy(f).contains(&marker))
+}
+
+/// Waits (at most a minute) until serve has delivered `round`'s input to dev.
+fn wait_for_delivery(gitops: &Path, round: u32, seed: u64) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !delivered(gitops, round) {
+        assert!(
+            Instant::now() < deadline,
+            "round {round} (seed {seed}): serve did not deliver within a minute"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn serve_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_start_continues() {
+    let seed = std::env::var("KALYPSO_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x5eed_0032_u64);
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let repos = ExampleRepos::create(dir.path());
+    let config = dir.path().join("kalypso.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "controlPlane: file://{}\nenvironments: [dev]\ninterval: 1s\nlisten: 127.0.0.1:0\ncacheDir: {}\n\
+             auth:\n  tokenEnv: KALYPSO_TEST_NO_TOKEN\nwebhook:\n  secretEnv: KALYPSO_TEST_NO_SECRET\n",
+            repos.control_plane.display(),
+            dir.path().join("cache").display()
+        ),
+    )
+    .unwrap();
+
+    // Round 0, not killed: how long a start takes to deliver, so that kills land anywhere in
+    // the start, the first poll, the render and the delivery.
+    write_files(
+        &repos.control_plane,
+        "dev",
+        &[("cluster-types/east-us/east-us-config.yaml", Some(&config_map(0)))],
+        "round 0",
+    );
+    let started = Instant::now();
+    let serve = start_serve(&config);
+    wait_for_delivery(&repos.gitops, 0, seed);
+    let whole = started.elapsed().as_millis().max(20) as u64;
+    drop(serve);
+
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let (mut rounds, mut killed_before, mut killed_after, mut locked) = (0u32, 0, 0, 0);
+    while rounds < 20 && Instant::now() < deadline {
+        rounds += 1;
+        write_files(
+            &repos.control_plane,
+            "dev",
+            &[(
+                "cluster-types/east-us/east-us-config.yaml",
+                Some(&config_map(rounds)),
+            )],
+            &format!("round {rounds}"),
+        );
+        let old = rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
+        let serve = start_serve(&config);
+        std::thread::sleep(Duration::from_millis(rng.below(whole + whole / 2)));
+        drop(serve); // SIGKILL
+        let after = rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
+        if after == old {
+            killed_before += 1;
+        } else {
+            killed_after += 1;
+            let parent = rev_parse(&repos.gitops, &format!("{after}^")).unwrap();
+            assert_eq!(
+                parent, old,
+                "round {rounds} (seed {seed}): the branch moved by one commit or not at all"
+            );
+            assert!(
+                delivered(&repos.gitops, rounds),
+                "round {rounds}: a new commit holds the new input"
+            );
+        }
+        // Killed while git updated the branch in this (local) repository: its lock file stays,
+        // as after a killed `git push`; whoever knows no process writes removes it (the
+        // `sync` kill loop checks that the message names it).
+        let lock = repos.gitops.join("refs/heads/dev.lock");
+        if lock.exists() {
+            locked += 1;
+            std::fs::remove_file(&lock).unwrap();
+        }
+        // The next start on the same cache delivers this round's input, on top of `after`.
+        let serve = start_serve(&config);
+        wait_for_delivery(&repos.gitops, rounds, seed);
+        let now = rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
+        assert!(
+            now == after || rev_parse(&repos.gitops, &format!("{now}^")).unwrap() == after,
+            "round {rounds} (seed {seed}): one commit on top of what the killed serve left"
+        );
+        // And makes no further commit for the same input.
+        std::thread::sleep(Duration::from_millis(1500));
+        assert_eq!(
+            rev_parse(&repos.gitops, "refs/heads/dev").unwrap(),
+            now,
+            "round {rounds} (seed {seed}): a commit without a new input"
+        );
+        drop(serve);
+    }
+    eprintln!(
+        "serve kill loop: seed {seed}, {rounds} rounds, {killed_before} killed before pushing, {killed_after} after, \
+         {locked} left the branch locked, a start delivers in {whole} ms"
+    );
+    assert!(rounds >= 4, "only {rounds} rounds in the time");
+    assert!(
+        killed_before >= 1,
+        "no serve was killed before it pushed (seed {seed})"
+    );
+}
