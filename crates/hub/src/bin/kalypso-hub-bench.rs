@@ -88,15 +88,11 @@ async fn serve(database: &str) {
         .init();
     let mut config = HubConfig::new(database);
     config.stale_after = Duration::from_secs(3600);
-    let state = kalypso_hub::start(&config).await.unwrap();
+    config.dashboard = kalypso_hub::DashboardMode::Public;
+    // The hub as `kalypso hub` serves it: its accept loop, limits and per-cluster rate.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("{}", listener.local_addr().unwrap());
-    let app = kalypso_hub::dashboard::app(
-        state,
-        kalypso_hub::DashboardMode::Public,
-        kalypso_dashboard::Options::default(),
-    );
-    axum::serve(listener, app).await.unwrap();
+    kalypso_hub::serve_on(&config, listener, std::future::pending()).await.unwrap();
 }
 
 /// `base` with its database replaced by `name`.
