@@ -514,6 +514,83 @@ fn azure_boards_work_items_report_failures() {
     failures_are_reported_and_follow_the_error(Flavor::AzureDevOps);
 }
 
+/// A Scrum project has no `Issue` work item type: failures are `Impediment`s, closed by moving
+/// them to `Closed`.
+#[test]
+fn azure_boards_of_a_scrum_project_report_failures_as_impediments() {
+    let s = Scenario::new(Flavor::AzureDevOps);
+    s.forge.use_scrum_process();
+    let break_with = |template: &str| {
+        write_files(
+            &s.fx.control_plane,
+            "dev",
+            &[("cluster-types/large.yaml", Some(&cluster_type("large", template)))],
+            "break",
+        );
+    };
+    break_with("missing-one");
+    let report = s.sync().unwrap();
+    let Outcome::Failed {
+        issues: Some(issues), ..
+    } = &report.outcome
+    else {
+        panic!("expected a failure with issues: {:?}", report.outcome);
+    };
+    assert_eq!(issues.created.len(), 1);
+    let number = issues.created[0];
+    // Issue's states: 404; the project's types; Impediment's states.
+    let asked: Vec<String> = s
+        .forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "GET" && r.path.contains("/wit/workitemtypes"))
+        .map(|r| r.path)
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            "/contoso/platform/_apis/wit/workitemtypes/Issue/states",
+            "/contoso/platform/_apis/wit/workitemtypes",
+            "/contoso/platform/_apis/wit/workitemtypes/Impediment/states",
+        ]
+    );
+    assert_eq!(
+        s.requests("POST", "/contoso/platform/_apis/wit/workitems/$Impediment")
+            .len(),
+        1
+    );
+    assert!(
+        s.requests("POST", "/contoso/platform/_apis/wit/workitems/$Issue")
+            .is_empty()
+    );
+    let query = s.requests("POST", "/contoso/platform/_apis/wit/wiql")[0].body["query"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(query.contains("[System.WorkItemType] = 'Impediment'"), "{query}");
+    assert!(query.contains("NOT IN ('Closed', 'Removed')"), "{query}");
+    assert_eq!(s.forge.work_item(number).unwrap().state, "Open");
+
+    // The same error again: found by the query, not created twice.
+    s.sync().unwrap();
+    assert_eq!(
+        s.requests("POST", "/contoso/platform/_apis/wit/workitems/$Impediment")
+            .len(),
+        1
+    );
+    // Fixed: closed.
+    break_with("reconciler");
+    s.sync().unwrap();
+    let item = format!("/contoso/platform/_apis/wit/workitems/{number}");
+    let closing = s.requests("PATCH", &item).pop().unwrap().body;
+    assert_eq!(
+        closing,
+        json!([{"op": "add", "path": "/fields/System.State", "value": "Closed"}])
+    );
+    assert_eq!(s.forge.work_item(number).unwrap().state, "Closed");
+    s.assert_authenticated();
+}
+
 #[test]
 fn gitea_issues_report_failures() {
     failures_are_reported_and_follow_the_error(Flavor::Gitea);

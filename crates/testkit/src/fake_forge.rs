@@ -69,6 +69,8 @@ struct Data {
     next: u64,
     fail: Vec<(String, String, u32)>,
     hide_pulls: u32,
+    /// Azure DevOps: the project's process is Scrum (no `Issue` work item type).
+    scrum: bool,
 }
 
 struct Config {
@@ -102,6 +104,33 @@ const WORK_ITEM_STATES: [(&str, &str); 3] = [
     ("Doing", "InProgress"),
     ("Done", "Completed"),
 ];
+/// The Scrum process's `Impediment` states.
+const IMPEDIMENT_STATES: [(&str, &str); 3] = [
+    ("Open", "Proposed"),
+    ("Closed", "Completed"),
+    ("Removed", "Removed"),
+];
+/// The work item types of the Basic process.
+const BASIC_TYPES: [&str; 3] = ["Epic", "Issue", "Task"];
+/// The work item types of the Scrum process.
+const SCRUM_TYPES: [&str; 7] = [
+    "Bug",
+    "Epic",
+    "Feature",
+    "Impediment",
+    "Product Backlog Item",
+    "Task",
+    "Test Case",
+];
+
+/// The states of work item type `kind` (none: no such type).
+fn states_of(kind: &str) -> &'static [(&'static str, &'static str)] {
+    match kind {
+        "Issue" => &WORK_ITEM_STATES,
+        "Impediment" => &IMPEDIMENT_STATES,
+        _ => &[],
+    }
+}
 
 impl FakeForge {
     /// Starts a stand-in of `flavor` for repository `repo` on a free loopback port,
@@ -228,6 +257,12 @@ impl FakeForge {
     /// its pull request between a listing and a creation.
     pub fn hide_pulls_from_next_lists(&self, lists: u32) {
         self.config.data.lock().unwrap().hide_pulls = lists;
+    }
+
+    /// Azure DevOps: the project uses the Scrum process, which has no `Issue` work item type
+    /// (`Impediment` instead).
+    pub fn use_scrum_process(&self) {
+        self.config.data.lock().unwrap().scrum = true;
     }
 
     /// Answers the next `times` requests `method` to paths ending with `suffix` with 502.
@@ -931,8 +966,27 @@ fn azure(config: &Config, d: &mut Data, r: &ForgeRequest, base_url: &str) -> Res
         };
     }
     match (r.method.as_str(), rest) {
-        ("GET", ["wit", "workitemtypes", "Issue", "states"]) => {
-            let value: Vec<Value> = WORK_ITEM_STATES
+        ("GET", ["wit", "workitemtypes"]) => {
+            let types: &[&str] = if d.scrum { &SCRUM_TYPES } else { &BASIC_TYPES };
+            let value: Vec<Value> = types
+                .iter()
+                .map(|name| {
+                    json!({"name": name, "referenceName": format!("Microsoft.VSTS.WorkItemTypes.{}", name.replace(' ', "")),
+                        "isDisabled": false})
+                })
+                .collect();
+            json_response(StatusCode::OK, &json!({"count": value.len(), "value": value}))
+        }
+        ("GET", ["wit", "workitemtypes", kind, "states"]) => {
+            let types: &[&str] = if d.scrum { &SCRUM_TYPES } else { &BASIC_TYPES };
+            if !types.contains(kind) {
+                return json_response(
+                    StatusCode::NOT_FOUND,
+                    &json!({"message": format!("VS402323: Work item type {kind} does not exist."),
+                        "typeKey": "WorkItemTypeNotFoundException"}),
+                );
+            }
+            let value: Vec<Value> = states_of(kind)
                 .iter()
                 .map(|(name, category)| json!({"name": name, "color": "b2b2b2", "category": category}))
                 .collect();
@@ -1000,10 +1054,12 @@ fn azure(config: &Config, d: &mut Data, r: &ForgeRequest, base_url: &str) -> Res
                     &json!({"message": "VS403404: content type must be application/json-patch+json"}),
                 );
             }
-            if *kind != "$Issue" {
+            let types: &[&str] = if d.scrum { &SCRUM_TYPES } else { &BASIC_TYPES };
+            let kind = &kind[1..];
+            if !types.contains(&kind) || states_of(kind).is_empty() {
                 return json_response(
                     StatusCode::NOT_FOUND,
-                    &json!({"message": "VS402323: Work item type does not exist"}),
+                    &json!({"message": format!("VS402323: Work item type {kind} does not exist.")}),
                 );
             }
             let number = next_number(d);
@@ -1015,7 +1071,7 @@ fn azure(config: &Config, d: &mut Data, r: &ForgeRequest, base_url: &str) -> Res
             };
             let mut fields = WorkItemFields {
                 tags: String::new(),
-                state: "To Do".into(),
+                state: states_of(kind)[0].0.into(),
             };
             apply_patch(body, &mut issue, &mut fields);
             let answer = azure_work_item(base_url, &org_project, &issue, &fields);
@@ -1053,6 +1109,7 @@ fn apply_patch(operations: &Value, issue: &mut FakeIssue, fields: &mut WorkItemF
             "/fields/System.State" => {
                 if WORK_ITEM_STATES
                     .iter()
+                    .chain(&IMPEDIMENT_STATES)
                     .any(|(s, c)| *s == value && *c == "Completed")
                 {
                     issue.state = "closed".into();

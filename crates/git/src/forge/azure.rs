@@ -8,7 +8,8 @@
 //! or `abandoned` (what closing means here); branches are full ref names.
 //!
 //! Azure DevOps has no issues: failures become work items of type `Issue` (the Basic, Agile
-//! and CMMI processes have it) tagged `kalypso:REPO`, found again with a WIQL query on that
+//! and CMMI processes have it; in a Scrum project, which has none, `Impediment`, else `Bug`)
+//! tagged `kalypso:REPO`, found again with a WIQL query on that
 //! tag, their text in an HTML `<pre>` block, closed by moving them to the first state of the
 //! type's `Completed` category (`Done` or `Closed`, whatever the process calls it).
 
@@ -32,8 +33,9 @@ const API_VERSION: &str = "api-version=7.1";
 const PER_PAGE: usize = 100;
 /// Work items read per call (the API's maximum).
 const WORK_ITEMS_PER_CALL: usize = 200;
-/// The work item type of failure reports.
-pub const WORK_ITEM_TYPE: &str = "Issue";
+/// The work item types failure reports may be, by preference: `Issue` (Basic, Agile, CMMI),
+/// `Impediment` (Scrum), `Bug` (any other process that has it).
+pub const WORK_ITEM_TYPES: [&str; 3] = ["Issue", "Impediment", "Bug"];
 /// The media type of work item updates.
 const JSON_PATCH: &str = "application/json-patch+json";
 
@@ -122,6 +124,8 @@ struct States {
     finished: Vec<String>,
     /// The first `Completed` state.
     completed: String,
+    /// The work item type failures are reported as.
+    work_item_type: String,
 }
 
 #[derive(Deserialize)]
@@ -167,6 +171,14 @@ struct WorkItemRef {
 struct WiqlAnswer {
     #[serde(default)]
     work_items: Vec<WorkItemRef>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WorkItemType {
+    name: String,
+    #[serde(default)]
+    is_disabled: bool,
 }
 
 #[derive(Deserialize)]
@@ -250,15 +262,44 @@ impl AzureDevOps {
         }
     }
 
+    /// The work item type of failure reports and its states: `Issue`'s when the project has
+    /// it; else (a 404 for it) the first of [`WORK_ITEM_TYPES`] the project's types include.
     fn states(&self) -> Result<States, Error> {
         if let Some(states) = self.states.get() {
             return Ok(states.clone());
         }
-        let url = format!(
-            "{}/wit/workitemtypes/{WORK_ITEM_TYPE}/states?{API_VERSION}",
-            self.project_api
-        );
-        let list: ValueList<StateInfo> = self.http.idempotent_as(Method::Get, &url, None)?;
+        let states_of = |kind: &str| -> Result<ValueList<StateInfo>, Error> {
+            let url = format!(
+                "{}/wit/workitemtypes/{}/states?{API_VERSION}",
+                self.project_api,
+                encode(kind)
+            );
+            self.http.idempotent_as(Method::Get, &url, None)
+        };
+        let (kind, list) = match states_of(WORK_ITEM_TYPES[0]) {
+            Ok(list) => (WORK_ITEM_TYPES[0].to_owned(), list),
+            Err(Error::Api { status: 404, .. }) => {
+                let url = format!("{}/wit/workitemtypes?{API_VERSION}", self.project_api);
+                let types: ValueList<WorkItemType> = self.http.idempotent_as(Method::Get, &url, None)?;
+                let Some(kind) = WORK_ITEM_TYPES[1..]
+                    .iter()
+                    .find(|kind| types.value.iter().any(|t| t.name == **kind && !t.is_disabled))
+                else {
+                    let names: Vec<&str> = types.value.iter().map(|t| t.name.as_str()).collect();
+                    return Err(self.http.api_error(
+                        "GET wit/workitemtypes",
+                        200,
+                        &format!(
+                            "the project has none of the work item types failures are reported as ({}); it has {}",
+                            WORK_ITEM_TYPES.join(", "),
+                            names.join(", ")
+                        ),
+                    ));
+                };
+                (kind.to_string(), states_of(kind)?)
+            }
+            Err(e) => return Err(e),
+        };
         let completed = list
             .value
             .iter()
@@ -268,7 +309,7 @@ impl AzureDevOps {
                 self.http.api_error(
                     "GET wit/workitemtypes/states",
                     200,
-                    &format!("work item type {WORK_ITEM_TYPE} has no state of the Completed category"),
+                    &format!("work item type {kind} has no state of the Completed category"),
                 )
             })?;
         let states = States {
@@ -279,6 +320,7 @@ impl AzureDevOps {
                 .map(|s| s.name)
                 .collect(),
             completed,
+            work_item_type: kind,
         };
         Ok(self.states.get_or_init(|| states).clone())
     }
@@ -432,7 +474,8 @@ impl Forge for AzureDevOps {
             .map(|s| format!("'{}'", s.replace('\'', "''")))
             .collect();
         let mut query = format!(
-            "SELECT [System.Id] FROM WorkItems WHERE [System.TeamProject] = @project AND [System.WorkItemType] = '{WORK_ITEM_TYPE}' AND [System.Tags] CONTAINS '{}'",
+            "SELECT [System.Id] FROM WorkItems WHERE [System.TeamProject] = @project AND [System.WorkItemType] = '{}' AND [System.Tags] CONTAINS '{}'",
+            states.work_item_type,
             self.tag.replace('\'', "''")
         );
         if !finished.is_empty() {
@@ -472,9 +515,11 @@ impl Forge for AzureDevOps {
     }
 
     fn create_issue(&self, title: &str, body: &str) -> Result<Issue, Error> {
+        let kind = self.states()?.work_item_type;
         let url = format!(
-            "{}/wit/workitems/${WORK_ITEM_TYPE}?{API_VERSION}",
-            self.project_api
+            "{}/wit/workitems/${}?{API_VERSION}",
+            self.project_api,
+            encode(&kind)
         );
         let operations = json!([
             {"op": "add", "path": "/fields/System.Title", "value": title},

@@ -92,7 +92,9 @@ async fn serve(database: &str) {
     // The hub as `kalypso hub` serves it: its accept loop, limits and per-cluster rate.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     println!("{}", listener.local_addr().unwrap());
-    kalypso_hub::serve_on(&config, listener, std::future::pending()).await.unwrap();
+    kalypso_hub::serve_on(&config, listener, std::future::pending())
+        .await
+        .unwrap();
 }
 
 /// `base` with its database replaced by `name`.
