@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use kalypso_cli::fsio::read_tree;
 use kalypso_core::tree::Tree;
+use kalypso_testkit::{Random, kill_seed};
 
 /// Not a test: the entry point of the child process that runs the CLI (see `support`).
 #[test]
@@ -158,18 +159,6 @@ fn control_plane(dir: &Path, cluster_types: usize, first: usize, targets: usize,
     write("workloads/app/workload.yaml", workload);
 }
 
-/// A small reproducible random sequence (xorshift).
-struct Random(u64);
-
-impl Random {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n.max(1)
-    }
-}
-
 /// Everything in `parent` whose name mentions kalypso (staging folders, lock files).
 fn leftovers(parent: &Path) -> Vec<String> {
     let mut names: Vec<String> = fs::read_dir(parent)
@@ -279,18 +268,7 @@ fn kill(mut child: Child) -> bool {
 #[test]
 fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
     let setup = Setup::new();
-    let seed = std::env::var("KALYPSO_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("KALYPSO_KILL_SEED={seed}");
-    let mut random = Random(seed);
+    let mut random = Random::new(kill_seed(None));
     // The first tree, complete.
     let done = render(&setup.planes[0], &setup.out(), &setup.cache())
         .output()
@@ -387,18 +365,7 @@ fn a_render_killed_at_any_instant_leaves_the_old_tree_or_the_new_one() {
 fn a_render_interrupted_at_any_instant_leaves_a_whole_tree_and_nothing_beside_it() {
     use rustix::process::{Pid, Signal, kill_process};
     let setup = Setup::new();
-    let seed = std::env::var("KALYPSO_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos() as u64
-                | 1
-        });
-    println!("KALYPSO_KILL_SEED={seed}");
-    let mut random = Random(seed);
+    let mut random = Random::new(kill_seed(None));
     let done = render(&setup.planes[0], &setup.out(), &setup.cache())
         .output()
         .unwrap();

@@ -9,25 +9,13 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use kalypso_testkit::{ExampleRepos, branch_files, rev_parse, write_files};
+use kalypso_testkit::{ExampleRepos, Random, branch_files, kill_seed, rev_parse, write_files};
 
 /// Not a test: the entry point of the child process that runs the CLI (see `support`).
 #[test]
 #[ignore = "entry point of the child process that runs the kalypso CLI"]
 fn cli_child() {
     support::run_cli_child();
-}
-
-/// A small seeded generator (xorshift), so that a failing run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// A serve process killed when the test ends, whatever happened.
@@ -85,11 +73,8 @@ fn wait_for_delivery(gitops: &Path, round: u32, seed: u64) {
 
 #[test]
 fn serve_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_start_continues() {
-    let seed = std::env::var("KALYPSO_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0032_u64);
-    let mut rng = Rng(seed);
+    let seed = kill_seed(Some(0x5eed_0032_u64));
+    let mut rng = Random::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let repos = ExampleRepos::create(dir.path());
     let config = dir.path().join("kalypso.yaml");

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use kalypso_testkit::{ExampleRepos, branch_files, rev_parse, write_files};
+use kalypso_testkit::{ExampleRepos, Random, branch_files, kill_seed, rev_parse, write_files};
 
 /// Not a test: the entry point of the child process that runs the CLI (see `support`).
 #[test]
@@ -95,25 +95,10 @@ fn a_second_sync_with_nothing_moved_says_so_without_rendering() {
     assert!(third.contains("stage: no input moved"), "{third}");
 }
 
-/// A small seeded generator (xorshift), so that a failing run can be repeated.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
-}
-
 #[test]
 fn a_sync_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_one_succeeds() {
-    let seed = std::env::var("KALYPSO_KILL_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0x5eed_0017_u64);
-    let mut rng = Rng(seed);
+    let seed = kill_seed(Some(0x5eed_0017_u64));
+    let mut rng = Random::new(seed);
     let dir = tempfile::tempdir().unwrap();
     let repos = ExampleRepos::create(dir.path());
     let cache = dir.path().join("cache");

@@ -111,6 +111,17 @@ impl Scenario {
         format!("{}/{number}", self.pulls_path())
     }
 
+    /// Commits cluster type `large` of dev with reconciler template `template` (a missing
+    /// one breaks the render).
+    fn break_with(&self, template: &str) {
+        write_files(
+            &self.fx.control_plane,
+            "dev",
+            &[("cluster-types/large.yaml", Some(&cluster_type("large", template)))],
+            "break",
+        );
+    }
+
     fn requests(&self, method: &str, path: &str) -> Vec<ForgeRequest> {
         self.forge
             .requests()
@@ -395,15 +406,7 @@ fn failures_are_reported_and_follow_the_error(flavor: Flavor) {
     let title = "Can't generate manifests for deplyment target app-dev-target in cluster type large in dev environment";
     let tag = "kalypso:gitops";
     let someone_elses = s.forge.add_issue("Cluster drone is slow", "please look", "");
-    let break_with = |template: &str| {
-        write_files(
-            &s.fx.control_plane,
-            "dev",
-            &[("cluster-types/large.yaml", Some(&cluster_type("large", template)))],
-            "break",
-        );
-    };
-    break_with("missing-one");
+    s.break_with("missing-one");
     let report = s.sync().unwrap();
     let Outcome::Failed {
         issues: Some(issues), ..
@@ -473,7 +476,7 @@ fn failures_are_reported_and_follow_the_error(flavor: Flavor) {
     );
 
     // Another error: the text follows it.
-    break_with("missing-two");
+    s.break_with("missing-two");
     s.sync().unwrap();
     assert_eq!(s.requests(update_method, &item_path).len(), 1);
     assert!(issue(number).body.contains("missing-two"));
@@ -520,15 +523,7 @@ fn azure_boards_work_items_report_failures() {
 fn azure_boards_of_a_scrum_project_report_failures_as_impediments() {
     let s = Scenario::new(Flavor::AzureDevOps);
     s.forge.use_scrum_process();
-    let break_with = |template: &str| {
-        write_files(
-            &s.fx.control_plane,
-            "dev",
-            &[("cluster-types/large.yaml", Some(&cluster_type("large", template)))],
-            "break",
-        );
-    };
-    break_with("missing-one");
+    s.break_with("missing-one");
     let report = s.sync().unwrap();
     let Outcome::Failed {
         issues: Some(issues), ..
@@ -579,7 +574,7 @@ fn azure_boards_of_a_scrum_project_report_failures_as_impediments() {
         1
     );
     // Fixed: closed.
-    break_with("reconciler");
+    s.break_with("reconciler");
     s.sync().unwrap();
     let item = format!("/contoso/platform/_apis/wit/workitems/{number}");
     let closing = s.requests("PATCH", &item).pop().unwrap().body;

@@ -32,6 +32,7 @@ mod folders;
 mod git_cli;
 mod go_json;
 mod http_git;
+mod kill;
 mod registry;
 mod run;
 
@@ -45,6 +46,7 @@ pub use folders::{Entry, copy_files, files_under, snapshot, text_files_under, wr
 pub use git_cli::{branch_files, commit_count, git, init_bare, rev_parse, write_files};
 pub use go_json::go_json;
 pub use http_git::GitHttpServer;
+pub use kill::{Random, kill_seed};
 pub use registry::{RegistryRequest, TestRegistry, require_tool, services_required};
 pub use run::{Run, kalypso};
 
