@@ -67,7 +67,7 @@ struct Data {
     labels: Vec<(u64, String)>,
     statuses: Vec<Value>,
     next: u64,
-    fail: Vec<(String, String, u32)>,
+    fail: crate::loopback::Failures,
     hide_pulls: u32,
     /// Azure DevOps: the project's process is Scrum (no `Issue` work item type).
     scrum: bool,
@@ -151,14 +151,7 @@ impl FakeForge {
             }),
         });
         let app = Router::new().fallback(handle).with_state(config.clone());
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _context = runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let port = crate::loopback::serve(runtime, app);
         FakeForge { port, config }
     }
 
@@ -267,12 +260,7 @@ impl FakeForge {
 
     /// Answers the next `times` requests `method` to paths ending with `suffix` with 502.
     pub fn fail(&self, method: &str, suffix: &str, times: u32) {
-        self.config
-            .data
-            .lock()
-            .unwrap()
-            .fail
-            .push((method.into(), suffix.into(), times));
+        self.config.data.lock().unwrap().fail.add(method, suffix, times);
     }
 }
 
@@ -363,12 +351,7 @@ async fn handle(
             &json!({"message": format!("401 Unauthorized: credential {got:?} rejected")}),
         );
     }
-    if let Some(rule) = d
-        .fail
-        .iter_mut()
-        .find(|(m, s, n)| *n > 0 && *m == request.method && request.path.ends_with(s.as_str()))
-    {
-        rule.2 -= 1;
+    if d.fail.take(&request.method, &request.path) {
         return json_response(StatusCode::BAD_GATEWAY, &json!({"message": "502 Bad Gateway"}));
     }
     let base_url = format!("http://{host}");

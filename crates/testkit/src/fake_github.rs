@@ -65,7 +65,7 @@ struct Data {
     pulls: Vec<FakePull>,
     issues: Vec<FakeIssue>,
     next: u64,
-    fail: Vec<(String, String, u32)>,
+    fail: crate::loopback::Failures,
     hide_pulls: u32,
     statuses: Vec<Value>,
 }
@@ -91,14 +91,7 @@ impl FakeGitHub {
             ..Data::default()
         }));
         let app = Router::new().fallback(handle).with_state(data.clone());
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _context = runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let port = crate::loopback::serve(runtime, app);
         FakeGitHub { port, data }
     }
 
@@ -180,11 +173,7 @@ impl FakeGitHub {
 
     /// Answers the next `times` requests `method` to paths ending with `suffix` with 502.
     pub fn fail(&self, method: &str, suffix: &str, times: u32) {
-        self.data
-            .lock()
-            .unwrap()
-            .fail
-            .push((method.into(), suffix.into(), times));
+        self.data.lock().unwrap().fail.add(method, suffix, times);
     }
 }
 
@@ -287,12 +276,7 @@ async fn handle(
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned),
     });
-    if let Some(rule) = d
-        .fail
-        .iter_mut()
-        .find(|(m, s, n)| *n > 0 && m == method.as_str() && path.ends_with(s.as_str()))
-    {
-        rule.2 -= 1;
+    if d.fail.take(method.as_str(), &path) {
         return json_response(StatusCode::BAD_GATEWAY, &json!({"message": "Server Error"}));
     }
     let segments: Vec<&str> = path.trim_matches('/').split('/').collect();

@@ -57,14 +57,7 @@ impl GitHttpServer {
             shared: Mutex::new(Shared::default()),
         });
         let app = Router::new().fallback(handle).with_state(config.clone());
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.set_nonblocking(true).unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let _context = runtime.enter();
-        let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-        runtime.spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let port = crate::loopback::serve(runtime, app);
         GitHttpServer { port, config }
     }
 

@@ -33,6 +33,7 @@ mod git_cli;
 mod go_json;
 mod http_git;
 mod kill;
+mod loopback;
 mod registry;
 mod run;
 
