@@ -221,6 +221,8 @@ pub(crate) enum CommandSettings {
     Promote(Box<Promote>),
     CheckPromote(Box<CheckPromote>),
     Hub(Box<Hub>),
+    /// `kalypso hub hash-token`: the token's file (none: standard input).
+    HashToken(Option<PathBuf>),
     Completions(Shell),
     Man(Man),
     #[cfg(feature = "operator")]
@@ -247,7 +249,10 @@ impl CommandSettings {
             }),
             Command::Promote(a) => CommandSettings::Promote(Box::new(Promote::from_args(a)?)),
             Command::CheckPromote(a) => CommandSettings::CheckPromote(Box::new(CheckPromote::from_args(a)?)),
-            Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
+            Command::Hub(a) => match &a.command {
+                Some(args::HubCommand::HashToken(h)) => CommandSettings::HashToken(h.token_file.clone()),
+                None => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
+            },
             Command::Completions(a) => CommandSettings::Completions(a.shell),
             Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
             #[cfg(feature = "operator")]
@@ -612,6 +617,8 @@ pub(crate) struct Hub {
     pub(crate) control_plane: Option<String>,
     pub(crate) webhook_secret_file: Option<PathBuf>,
     pub(crate) api_token_file: Option<PathBuf>,
+    /// The configuration file (`--config`).
+    pub(crate) config: Option<PathBuf>,
     pub(crate) dashboard: DashboardMode,
     /// A cluster silent for longer is stale.
     pub(crate) stale_after: Duration,
@@ -630,6 +637,7 @@ impl Hub {
             control_plane: args.control_plane.clone(),
             webhook_secret_file: args.webhook_secret_file.clone(),
             api_token_file: args.api_token_file.clone(),
+            config: args.config.clone(),
             dashboard: if args.no_dashboard {
                 DashboardMode::Off
             } else if args.dashboard_public {

@@ -22,6 +22,7 @@
 
 #![warn(missing_docs)]
 
+pub mod account;
 pub mod demo;
 pub mod memory;
 pub mod model;
@@ -40,6 +41,7 @@ use axum::routing::get;
 use futures::Stream;
 use maud::Markup;
 
+pub use account::{Account, AccountAction, SignedIn};
 pub use memory::MemorySource;
 pub use model::{
     ClusterPage, ClusterQuery, ClusterState, ClusterTypePage, FleetColumn, FleetFilter, FleetMap,
@@ -118,6 +120,7 @@ pub fn router_with<S: FleetSource>(source: Arc<S>, options: Options) -> Router {
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(account::fill))
         .with_state(Arc::new(App {
             source,
             options,
@@ -133,7 +136,8 @@ const JS: &str = include_str!("../assets/dashboard.js");
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-fn page(status: StatusCode, markup: Markup) -> Response {
+/// An HTML answer with the dashboard's headers (its content security policy, no caching).
+pub fn page(status: StatusCode, markup: Markup) -> Response {
     let mut response = (status, markup.into_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(

@@ -5,9 +5,10 @@
 //! messages, labels, config values) goes through maud's splices, which escape it: no string
 //! is ever inserted as raw HTML. States are shown with an icon and a word as well as a colour.
 
-use maud::{DOCTYPE, Markup, html};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use url::form_urlencoded;
 
+use crate::account::Account;
 use crate::model::{
     ClusterPage, ClusterSummary, ClusterTypePage, FleetFilter, FleetMap, Page, PromotionView, Stage,
     StageState, State, StateCounts, Timestamp, WorkloadPage,
@@ -206,6 +207,54 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// Where the header shows who is signed in: filled by the router with the request's
+/// [`Account`], if any (a comment no escaped text can produce).
+pub const ACCOUNT_SLOT: &str = "<!--kalypso:account-->";
+
+/// Who is signed in, and how to sign in or out: shown in every page's header.
+pub fn account(account: &Account) -> Markup {
+    html! {
+        div.account {
+            @match &account.signed_in {
+                Some(person) => {
+                    span.who { "Signed in as " strong.identity { (person.identity) } " · " span.roles { (person.roles) } }
+                    @for action in &person.actions {
+                        form.account-action method="post" action=(action.url) {
+                            input type="hidden" name="csrf" value=(person.csrf);
+                            button type="submit" { (action.label) }
+                        }
+                    }
+                    form.sign-out method="post" action=(person.sign_out_url) {
+                        input type="hidden" name="csrf" value=(person.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                None => {
+                    @if let Some(url) = &account.sign_in_url {
+                        a.sign-in href=(url) { "Sign in" }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A page with a message and one link (sign-in and sign-out pages).
+pub fn message_page(title: &str, message: &str, link: (&str, &str)) -> Markup {
+    layout(
+        title,
+        Nav::None,
+        None,
+        html! {
+            div.error-page {
+                h1 { (title) }
+                p.message { (message) }
+                p { a href=(link.0) { (link.1) } }
+            }
+        },
+    )
+}
+
 /// The page around `content`.
 pub fn layout(title: &str, nav: Nav, version: Option<u64>, content: Markup) -> Markup {
     html! {
@@ -231,6 +280,7 @@ pub fn layout(title: &str, nav: Nav, version: Option<u64>, content: Markup) -> M
                     @if version.is_some() {
                         p #live-status role="status" { "Live" }
                     }
+                    (PreEscaped(ACCOUNT_SLOT))
                 }
                 main #main tabindex="-1" { (content) }
             }

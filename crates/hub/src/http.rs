@@ -4,9 +4,11 @@
 //! `kalypso-hub-api` and carries the annotation its part of the OpenAPI document
 //! ([`crate::openapi`]) is generated from.
 //!
-//! Reports must carry `X-Signature: sha256=<HMAC-SHA256 of the body>` when a webhook secret
-//! is set (Flux's `generic-hmac` Provider sends exactly that); queries need
-//! `Authorization: Bearer <token>` when an API token is set. Every error is JSON
+//! Every handler asks [`crate::auth`] whether the request may do what it does: reports carry
+//! `X-Signature: sha256=<HMAC-SHA256 of the body>` (Flux's `generic-hmac` Provider sends
+//! exactly that) or a bearer token with the report scope when the hub has a webhook secret or
+//! such tokens; queries carry a bearer token or the dashboard's session once the hub has a
+//! credential that reads. Every error is JSON
 //! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
@@ -21,14 +23,13 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kalypso_git::redact::Secret;
 use kalypso_hub_api::{
     ClusterDetail, ClusterList, ClusterState, CommitAnswer, ComplianceReport, EnvironmentList,
     EnvironmentStatus, ErrorBody, FluxEvent, Gate, IngestAnswer, WorkloadAnswer,
 };
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
+use crate::auth::{Action, Auth, authorize, authorize_report};
 use crate::db::{Db, DbError};
 use crate::gitops::Refresher;
 use crate::ingest::Ingest;
@@ -48,8 +49,7 @@ struct Shared {
     db: Db,
     ingest: Ingest,
     refresher: Refresher,
-    webhook_secret: Option<Secret>,
-    api_token: Option<Secret>,
+    auth: Auth,
     stale_after: Duration,
 }
 
@@ -61,8 +61,7 @@ impl std::fmt::Debug for HubState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HubState")
             .field("backend", &self.0.db.backend())
-            .field("webhook_secret", &self.0.webhook_secret)
-            .field("api_token", &self.0.api_token)
+            .field("auth", &self.0.auth)
             .field("stale_after", &self.0.stale_after)
             .finish_non_exhaustive()
     }
@@ -70,22 +69,19 @@ impl std::fmt::Debug for HubState {
 
 impl HubState {
     /// A state over `db`, storing reports through `ingest`.
-    pub fn new(
-        db: Db,
-        ingest: Ingest,
-        refresher: Refresher,
-        webhook_secret: Option<Secret>,
-        api_token: Option<Secret>,
-        stale_after: Duration,
-    ) -> HubState {
+    pub fn new(db: Db, ingest: Ingest, refresher: Refresher, auth: Auth, stale_after: Duration) -> HubState {
         HubState(Arc::new(Shared {
             db,
             ingest,
             refresher,
-            webhook_secret,
-            api_token,
+            auth,
             stale_after,
         }))
+    }
+
+    /// Who may do what ([`crate::auth`]).
+    pub fn auth(&self) -> &Auth {
+        &self.0.auth
     }
 
     /// The database.
@@ -101,11 +97,6 @@ impl HubState {
     /// How long a cluster may be silent before it is stale.
     pub fn stale_after(&self) -> Duration {
         self.0.stale_after
-    }
-
-    /// Whether `headers` carry the API token (always, when there is none).
-    pub fn authorized(&self, headers: &HeaderMap) -> bool {
-        check_token(self, headers).is_ok()
     }
 
     fn stale_before(&self) -> i64 {
@@ -148,12 +139,23 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    /// An error answer with `status`, naming `field` when it is at fault.
+    pub fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             field: field.map(str::to_owned),
             message: message.into(),
         }
+    }
+
+    /// Its status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Its message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
@@ -243,57 +245,6 @@ pub(crate) async fn readyz(State(state): State<HubState>) -> Response {
     }
 }
 
-fn check_signature(state: &HubState, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
-    let Some(secret) = &state.0.webhook_secret else {
-        return Ok(());
-    };
-    let signature = headers
-        .get("x-signature")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if signature.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("X-Signature"),
-            "missing X-Signature header (sha256=<HMAC-SHA256 of the body>)",
-        ));
-    }
-    if !kalypso_git::signature::verify(secret.expose().as_bytes(), body, signature) {
-        tracing::warn!("report rejected: invalid signature");
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("X-Signature"),
-            "invalid signature",
-        ));
-    }
-    Ok(())
-}
-
-fn digest_eq(a: &[u8], b: &[u8]) -> bool {
-    // Compare digests, so that neither the length nor the content leaks through timing.
-    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &state.0.api_token else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if given.is_empty() || !digest_eq(given.trim().as_bytes(), token.expose().as_bytes()) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("Authorization"),
-            "missing or invalid bearer token",
-        ));
-    }
-    Ok(())
-}
-
 async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
     let result = state.0.ingest.submit(report, received_at).await?;
     ok(IngestAnswer { result })
@@ -326,7 +277,7 @@ pub(crate) async fn flux_event(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body = body.map_err(|e| body_error(&e))?;
-    check_signature(&state, &headers, &body)?;
+    authorize_report(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
     ingest(&state, report, now_ms()).await
 }
@@ -344,7 +295,7 @@ pub(crate) async fn compliance(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body = body.map_err(|e| body_error(&e))?;
-    check_signature(&state, &headers, &body)?;
+    authorize_report(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
     ingest(&state, report, now).await
@@ -393,7 +344,7 @@ pub(crate) async fn list_clusters(
     headers: HeaderMap,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let state_filter = params
         .get("state")
         .filter(|s| !s.is_empty())
@@ -440,7 +391,7 @@ pub(crate) async fn get_cluster(
     Path((environment, name)): Path<(String, String)>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let limit = int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let offset = int_param(&params, "offset", 0, i64::MAX / 2)?;
     match query::cluster(
@@ -465,7 +416,7 @@ pub(crate) async fn get_cluster(
     summary = "Every environment's status",
     responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
 pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     ok(query::environments(state.db(), state.stale_before()).await?)
 }
 
@@ -482,7 +433,7 @@ pub(crate) async fn get_environment(
     headers: HeaderMap,
     Path(environment): Path<String>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     match query::environment(state.db(), &environment, state.stale_before()).await? {
         Some(v) => ok(v),
         None => Err(not_found(format!("no environment {environment:?}"))),
@@ -513,7 +464,7 @@ pub(crate) async fn get_gate(
     Path(environment): Path<String>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let commit = params
         .get("commit")
         .map(|c| c.trim().to_owned())
@@ -558,7 +509,7 @@ pub(crate) async fn get_commit(
     Path(sha): Path<String>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     if query::commit_pattern(&sha).is_none() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -585,18 +536,6 @@ pub(crate) async fn get_workload(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     ok(query::workload(state.db(), &name).await?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_by_digest() {
-        assert!(digest_eq(b"abc", b"abc"));
-        assert!(!digest_eq(b"abc", b"abd"));
-        assert!(!digest_eq(b"abc", b"abcd"));
-    }
 }

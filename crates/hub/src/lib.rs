@@ -15,11 +15,15 @@
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
 //!   [`query`]: the correlation queries;
+//! - [`auth`]: who a request comes from and what it may do (API tokens, OIDC sign-in,
+//!   sessions); [`config`]: the configuration file (`--config`);
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
 
+pub mod auth;
 pub mod client;
+pub mod config;
 pub mod dashboard;
 pub mod db;
 pub mod fleet_source;
@@ -60,8 +64,14 @@ pub struct HubConfig {
     pub git: Option<GitSettings>,
     /// Reports must be signed with this secret.
     pub webhook_secret: Option<Secret>,
-    /// Queries must carry this bearer token.
+    /// Queries must carry this bearer token (`--api-token-file`; it may do everything).
     pub api_token: Option<Secret>,
+    /// What the configuration file says about sign-in, tokens and roles (`--config`).
+    pub auth: config::AuthFile,
+    /// The OIDC client secret (read from `oidc.clientSecretFile`).
+    pub oidc_client_secret: Option<Secret>,
+    /// The key session cookies are signed with (read from `session.secretFile`).
+    pub session_secret: Option<Secret>,
     /// A cluster silent for longer is stale.
     pub stale_after: Duration,
     /// How often the GitOps history is refreshed.
@@ -81,6 +91,9 @@ impl HubConfig {
             git: None,
             webhook_secret: None,
             api_token: None,
+            auth: config::AuthFile::default(),
+            oidc_client_secret: None,
+            session_secret: None,
             stale_after: Duration::from_secs(30 * 60),
             refresh: Duration::from_secs(30),
             writers: 0,
@@ -126,8 +139,13 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         db,
         ingest,
         refresher,
-        config.webhook_secret.clone(),
-        config.api_token.clone(),
+        auth::Auth::new(&auth::AuthSettings {
+            api_token: config.api_token.clone(),
+            webhook_secret: config.webhook_secret.clone(),
+            file: config.auth.clone(),
+            oidc_client_secret: config.oidc_client_secret.clone(),
+            session_secret: config.session_secret.clone(),
+        }),
         config.stale_after,
     ))
 }
