@@ -31,6 +31,7 @@ mod folders;
 mod git_cli;
 mod go_json;
 mod http_git;
+pub mod oidc;
 mod registry;
 mod run;
 
