@@ -26,7 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Assignment, AssignmentPackage, BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment,
-    GitOpsRepo, Manifest, SchedulerExtender, SchedulingPolicy, Template, Workload, WorkloadRegistration,
+    GitOpsRepo, Manifest, PromotionPolicy, SchedulerExtender, SchedulingPolicy, Template, Workload,
+    WorkloadRegistration,
 };
 
 /// The status of most kinds: conditions only (`Ready`, with reason, message and the
@@ -140,6 +141,7 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         DeploymentTarget::crd(),
         Environment::crd(),
         GitOpsRepo::crd(),
+        PromotionPolicy::crd(),
         SchedulerExtender::crd(),
         SchedulingPolicy::crd(),
         Template::crd(),
@@ -248,7 +250,7 @@ mod tests {
                 "{kind} has a status subresource"
             );
         }
-        assert_eq!(crds.len(), 13);
+        assert_eq!(crds.len(), 14);
     }
 
     fn spec_schema(kind: &str) -> serde_json::Value {

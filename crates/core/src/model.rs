@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{
     BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, SchedulerExtenderSpec, SchedulingPolicySpec, TemplateSpec,
-    WorkloadRegistrationSpec, WorkloadSpec, labels,
+    GitOpsRepoSpec, Kind, ObjectMeta, PromotionPolicySpec, SchedulerExtenderSpec, SchedulingPolicySpec,
+    TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
 use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
@@ -72,6 +72,8 @@ pub enum AnyObject {
     ConfigSchema(Object<ConfigSchemaSpec>),
     ConfigMap(Object<ConfigMapData>),
     SchedulerExtender(Object<SchedulerExtenderSpec>),
+    /// A PromotionPolicy.
+    PromotionPolicy(Object<PromotionPolicySpec>),
 }
 
 macro_rules! each_object {
@@ -89,6 +91,7 @@ macro_rules! each_object {
             AnyObject::ConfigSchema($o) => $body,
             AnyObject::ConfigMap($o) => $body,
             AnyObject::SchedulerExtender($o) => $body,
+            AnyObject::PromotionPolicy($o) => $body,
         }
     };
 }
@@ -109,6 +112,7 @@ impl AnyObject {
             AnyObject::ConfigSchema(_) => Kind::ConfigSchema,
             AnyObject::ConfigMap(_) => Kind::ConfigMap,
             AnyObject::SchedulerExtender(_) => Kind::SchedulerExtender,
+            AnyObject::PromotionPolicy(_) => Kind::PromotionPolicy,
         }
     }
 
@@ -188,6 +192,8 @@ pub struct Namespace {
     pub config_maps: BTreeMap<String, Object<ConfigMapData>>,
     /// SchedulerExtenders.
     pub extenders: BTreeMap<String, Object<SchedulerExtenderSpec>>,
+    /// PromotionPolicies (at most one: what promotes into this environment).
+    pub promotion_policies: BTreeMap<String, Object<PromotionPolicySpec>>,
 }
 
 fn insert_unique<S>(
@@ -278,6 +284,24 @@ impl Namespace {
                 AnyObject::ConfigSchema(o) => insert_unique(&mut self.config_schemas, kind, o, diagnostics),
                 AnyObject::ConfigMap(o) => insert_unique(&mut self.config_maps, kind, o, diagnostics),
                 AnyObject::SchedulerExtender(o) => insert_unique(&mut self.extenders, kind, o, diagnostics),
+                AnyObject::PromotionPolicy(o) => {
+                    if let Some(first) = self.promotion_policies.keys().find(|n| *n != o.name()) {
+                        diagnostics.push(
+                            Diagnostic::error(
+                                Code::InvalidPromotionPolicy,
+                                format!(
+                                    "a second PromotionPolicy in environment {}: an environment has at most one \
+                                     (the first is {first:?})",
+                                    self.name
+                                ),
+                            )
+                            .at(&o.origin)
+                            .on(kind, o.name()),
+                        );
+                    } else {
+                        insert_unique(&mut self.promotion_policies, kind, o, diagnostics)
+                    }
+                }
             }
         }
     }

@@ -10,7 +10,7 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::render;
+use maud::{Markup, html};
 
 /// What the header shows about the person looking.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -66,7 +66,39 @@ pub async fn fill(request: Request, next: Next) -> Response {
         return axum::http::StatusCode::INTERNAL_SERVER_ERROR.into_response();
     };
     let text = String::from_utf8_lossy(&bytes);
-    let filled = text.replacen(render::ACCOUNT_SLOT, &render::account(&account).into_string(), 1);
+    let filled = text.replacen(ACCOUNT_SLOT, &markup(&account).into_string(), 1);
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(filled))
+}
+
+/// Where the header shows who is signed in: filled by the router with the request's
+/// [`Account`], if any (a comment no escaped text can produce).
+pub const ACCOUNT_SLOT: &str = "<!--kalypso:account-->";
+
+/// Who is signed in, and how to sign in or out: shown in every page's header.
+pub fn markup(account: &Account) -> Markup {
+    html! {
+        div.account {
+            @match &account.signed_in {
+                Some(person) => {
+                    span.who { "Signed in as " strong.identity { (person.identity) } " · " span.roles { (person.roles) } }
+                    @for action in &person.actions {
+                        form.account-action method="post" action=(action.url) {
+                            input type="hidden" name="csrf" value=(person.csrf);
+                            button type="submit" { (action.label) }
+                        }
+                    }
+                    form.sign-out method="post" action=(person.sign_out_url) {
+                        input type="hidden" name="csrf" value=(person.csrf);
+                        button type="submit" { "Sign out" }
+                    }
+                }
+                None => {
+                    @if let Some(url) = &account.sign_in_url {
+                        a.sign-in href=(url) { "Sign in" }
+                    }
+                }
+            }
+        }
+    }
 }

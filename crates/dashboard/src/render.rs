@@ -8,7 +8,7 @@
 use maud::{DOCTYPE, Markup, PreEscaped, html};
 use url::form_urlencoded;
 
-use crate::account::Account;
+use crate::account::ACCOUNT_SLOT;
 use crate::model::{
     ClusterPage, ClusterSummary, ClusterTypePage, FleetFilter, FleetMap, Page, PromotionView, Stage,
     StageState, State, StateCounts, Timestamp, WorkloadPage,
@@ -204,38 +204,6 @@ fn plural(n: u64, one: &str, many: &str) -> String {
         format!("1 {one}")
     } else {
         format!("{} {many}", number(n))
-    }
-}
-
-/// Where the header shows who is signed in: filled by the router with the request's
-/// [`Account`], if any (a comment no escaped text can produce).
-pub const ACCOUNT_SLOT: &str = "<!--kalypso:account-->";
-
-/// Who is signed in, and how to sign in or out: shown in every page's header.
-pub fn account(account: &Account) -> Markup {
-    html! {
-        div.account {
-            @match &account.signed_in {
-                Some(person) => {
-                    span.who { "Signed in as " strong.identity { (person.identity) } " · " span.roles { (person.roles) } }
-                    @for action in &person.actions {
-                        form.account-action method="post" action=(action.url) {
-                            input type="hidden" name="csrf" value=(person.csrf);
-                            button type="submit" { (action.label) }
-                        }
-                    }
-                    form.sign-out method="post" action=(person.sign_out_url) {
-                        input type="hidden" name="csrf" value=(person.csrf);
-                        button type="submit" { "Sign out" }
-                    }
-                }
-                None => {
-                    @if let Some(url) = &account.sign_in_url {
-                        a.sign-in href=(url) { "Sign in" }
-                    }
-                }
-            }
-        }
     }
 }
 

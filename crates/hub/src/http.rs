@@ -12,6 +12,8 @@
 //! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
+pub mod actions;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +32,7 @@ use kalypso_hub_api::{
 use serde::Serialize;
 
 use crate::auth::{Action, Auth, authorize, authorize_report};
+use crate::counts::Staleness;
 use crate::db::{Db, DbError};
 use crate::gitops::Refresher;
 use crate::ingest::Ingest;
@@ -51,6 +54,10 @@ struct Shared {
     refresher: Refresher,
     auth: Auth,
     stale_after: Duration,
+    notifier: crate::notify::Notifier,
+    /// The last promotion refusal notified per (into, commit), so that a gate asked every
+    /// few seconds notifies a change, not every answer.
+    notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// What the handlers share.
@@ -76,12 +83,46 @@ impl HubState {
             refresher,
             auth,
             stale_after,
+            notifier: crate::notify::Notifier::none(),
+            notified: std::sync::Mutex::default(),
         }))
     }
 
     /// Who may do what ([`crate::auth`]).
     pub fn auth(&self) -> &Auth {
         &self.0.auth
+    }
+
+    /// The same state, sending notifications through `notifier`. Only before the state is
+    /// shared (else the state is returned unchanged).
+    pub fn with(mut self, notifier: crate::notify::Notifier) -> HubState {
+        if let Some(shared) = Arc::get_mut(&mut self.0) {
+            shared.notifier = notifier;
+        }
+        self
+    }
+
+    /// Where notifications go.
+    pub fn notifier(&self) -> &crate::notify::Notifier {
+        &self.0.notifier
+    }
+
+    /// Whether `summary` is news for (into, commit): not the last one notified.
+    pub(crate) fn news(&self, into: &str, commit: &str, summary: &str) -> bool {
+        let mut seen = self
+            .0
+            .notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        let key = (into.to_owned(), commit.to_owned());
+        if seen.get(&key).is_some_and(|s| s == summary) {
+            return false;
+        }
+        seen.insert(key, summary.to_owned());
+        true
     }
 
     /// The database.
@@ -99,18 +140,20 @@ impl HubState {
         self.0.stale_after
     }
 
-    fn stale_before(&self) -> i64 {
-        now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
+    /// When clusters are stale, as of now.
+    pub fn staleness(&self) -> Staleness {
+        Staleness {
+            now: now_ms(),
+            after: i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
+    pub(crate) fn stale_before(&self) -> i64 {
+        self.staleness().before()
     }
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
+pub use crate::model::now_ms;
 
 /// The router.
 pub fn app(state: HubState) -> Router {
@@ -126,6 +169,11 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
+        .route("/api/v1/approvals", post(actions::approve))
+        .route("/api/v1/freezes", post(actions::freeze))
+        .route("/api/v1/unfreezes", post(actions::unfreeze))
+        .route("/api/v1/promotions", post(actions::report_promotion))
+        .route("/api/v1/audit", get(actions::audit))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -208,9 +256,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok(answer: impl Serialize) -> ApiResult {
+pub(crate) fn ok(answer: impl Serialize) -> ApiResult {
     Ok(axum::Json(answer).into_response())
 }
 
@@ -245,13 +293,13 @@ pub(crate) async fn readyz(State(state): State<HubState>) -> Response {
     }
 }
 
-async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
+async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Result<IngestAnswer, ApiError> {
     let result = state.0.ingest.submit(report, received_at).await?;
-    ok(IngestAnswer { result })
+    Ok(IngestAnswer { result })
 }
 
 /// A body over [`MAX_BODY`] (or one that could not be read): 413 (or 400), as JSON.
-fn body_error(rejection: &BytesRejection) -> ApiError {
+pub(crate) fn body_error(rejection: &BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -279,7 +327,10 @@ pub(crate) async fn flux_event(
     let body = body.map_err(|e| body_error(&e))?;
     authorize_report(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
-    ingest(&state, report, now_ms()).await
+    let failure = actions::failure_event(&report);
+    let answer = ingest(&state, report, now_ms()).await?;
+    actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
 /// `POST /api/v1/compliance`.
@@ -298,12 +349,20 @@ pub(crate) async fn compliance(
     authorize_report(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
-    ingest(&state, report, now).await
+    let failure = actions::failure_event(&report);
+    let answer = ingest(&state, report, now).await?;
+    actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
-type Params = Query<BTreeMap<String, String>>;
+pub(crate) type Params = Query<BTreeMap<String, String>>;
 
-fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i64) -> Result<i64, ApiError> {
+pub(crate) fn int_param(
+    params: &BTreeMap<String, String>,
+    name: &str,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
     match params.get(name) {
         None => Ok(default),
         Some(text) => text
@@ -320,7 +379,7 @@ fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i
     }
 }
 
-fn not_found(what: String) -> ApiError {
+pub(crate) fn not_found(what: String) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, None, what)
 }
 
@@ -368,7 +427,7 @@ pub(crate) async fn list_clusters(
         limit: int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?,
         offset: int_param(&params, "offset", 0, i64::MAX / 2)?,
     };
-    ok(query::clusters(state.db(), &filter, state.stale_before()).await?)
+    ok(query::clusters(state.db(), &filter, state.staleness()).await?)
 }
 
 /// `GET /api/v1/clusters/{environment}/{name}`.
@@ -417,7 +476,7 @@ pub(crate) async fn get_cluster(
     responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
 pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
     authorize(&state, &headers, Action::Read)?;
-    ok(query::environments(state.db(), state.stale_before()).await?)
+    ok(query::environments(state.db(), state.staleness()).await?)
 }
 
 /// `GET /api/v1/environments/{environment}`.
@@ -434,7 +493,7 @@ pub(crate) async fn get_environment(
     Path(environment): Path<String>,
 ) -> ApiResult {
     authorize(&state, &headers, Action::Read)?;
-    match query::environment(state.db(), &environment, state.stale_before()).await? {
+    match query::environment(state.db(), &environment, state.staleness()).await? {
         Some(v) => ok(v),
         None => Err(not_found(format!("no environment {environment:?}"))),
     }
@@ -453,9 +512,11 @@ const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
         ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
             description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
         ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
+        ("into" = Option<String>, Query, example = "stage",
+            description = "The environment the commit would be promoted into: the answer's `promotion` then lists every requirement of that environment's PromotionPolicy and freezes, and whether the promotion may go."),
     ),
     responses(
-        (status = 200, description = "The verdict and the clusters.", body = Gate),
+        (status = 200, description = "The verdict and the clusters (and, with `into`, the promotion's requirements).", body = Gate),
         (status = 400, description = "The commit is missing or not a commit id, or a bad limit (`field` names it).", body = ErrorBody),
     ))]
 pub(crate) async fn get_gate(
@@ -488,7 +549,14 @@ pub(crate) async fn get_gate(
     if query::resolve_commit(db, &environment, &commit).await?.is_none() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
-    ok(query::gate(db, &environment, &commit, state.stale_before(), limit).await?)
+    let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
+    if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        actions::check_environment_name("into", into)?;
+        let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;
+        actions::notify_gate(&state, &gate, &promotion);
+        gate.promotion = Some(promotion);
+    }
+    ok(gate)
 }
 
 /// `GET /api/v1/commits/{sha}`.
@@ -518,10 +586,10 @@ pub(crate) async fn get_commit(
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
-    let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+    let mut answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     if answer.environments.is_empty() && state.refresher().enabled() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
-        answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+        answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     }
     ok(answer)
 }

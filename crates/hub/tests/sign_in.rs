@@ -237,6 +237,163 @@ async fn each_token_does_what_its_scopes_allow_and_is_never_shown() {
     }
 }
 
+/// The identity an action's audit entry names.
+async fn audit_actors(c: &mut Client, token: &str) -> Vec<(String, String)> {
+    let r = c
+        .get("/api/v1/audit", &[("authorization", &bearer(token))])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    r.json()["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["kind"].as_str().unwrap().to_owned(),
+                e["actor"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actions_are_allowed_by_scope_and_recorded_under_the_callers_name() {
+    logs();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = HubConfig::new(format!("sqlite://{}", tmp.path().join("hub.db").display()));
+    config.api_token = Some(Secret::new(LEGACY_TOKEN));
+    config.auth = HubFile::parse(&tokens_yaml(), "hub.yaml").unwrap().1;
+    let addr = serve(config, listener().await).await;
+    let mut c = Client::new(addr);
+    let json = ("content-type", "application/json");
+    let freeze = |env: &str| format!(r#"{{"environment":"{env}","reason":"incident 7"}}"#).into_bytes();
+
+    // The release bot (approve:stage) freezes and unfreezes stage; the audit log names it.
+    let approve = bearer(APPROVE_TOKEN);
+    let r = c
+        .post(
+            "/api/v1/freezes",
+            &[("authorization", &approve), json],
+            &freeze("stage"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    assert_eq!(r.json()["actor"], "release-bot");
+    let r = c
+        .post(
+            "/api/v1/unfreezes",
+            &[("authorization", &approve), json],
+            br#"{"environment":"stage"}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+    // A name in the body is no way to act as someone else: the body is refused.
+    let r = c
+        .post(
+            "/api/v1/freezes",
+            &[("authorization", &approve), json],
+            br#"{"environment":"stage","reason":"x","actor":"ana@contoso.com"}"#,
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 400);
+    assert!(
+        r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("unknown field `actor`"),
+        "{}",
+        String::from_utf8_lossy(&r.body)
+    );
+    // Not in prod (403, naming what it may do), not with a read or report token (403), not
+    // without a token or with a wrong one (401); nothing is stored.
+    let r = c
+        .post(
+            "/api/v1/freezes",
+            &[("authorization", &approve), json],
+            &freeze("prod"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403);
+    let message = r.json()["error"].as_str().unwrap().to_owned();
+    assert!(
+        message.contains("release-bot")
+            && message.contains("freeze or unfreeze prod")
+            && message.contains("approve:stage"),
+        "{message}"
+    );
+    for token in [READ_TOKEN, REPORT_TOKEN] {
+        let r = c
+            .post(
+                "/api/v1/freezes",
+                &[("authorization", &bearer(token)), json],
+                &freeze("stage"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 403, "{token}");
+    }
+    let r = c
+        .post("/api/v1/freezes", &[json], &freeze("stage"))
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, r.json()["field"].clone()),
+        (401, "Authorization".into())
+    );
+    let r = c
+        .post(
+            "/api/v1/freezes",
+            &[("authorization", "Bearer wrong"), json],
+            b"not json",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "credentials are checked before the body");
+    // A promotion report needs the approver's scope for the environment too.
+    let r = c
+        .post(
+            "/api/v1/promotions",
+            &[("authorization", &bearer(READ_TOKEN)), json],
+            format!(r#"{{"environment":"stage","commit":"{}"}}"#, "1".repeat(40)).as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403);
+    // The legacy token may do everything, under its own name.
+    let r = c
+        .post(
+            "/api/v1/freezes",
+            &[("authorization", &bearer(LEGACY_TOKEN)), json],
+            &freeze("prod"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.body));
+
+    // The log, read with the read token: newest first, each under the caller's name.
+    assert_eq!(
+        audit_actors(&mut c, READ_TOKEN).await,
+        [
+            ("freeze".to_owned(), "api-token".to_owned()),
+            ("unfreeze".to_owned(), "release-bot".to_owned()),
+            ("freeze".to_owned(), "release-bot".to_owned()),
+        ]
+    );
+    let r = c
+        .get("/api/v1/audit", &[("authorization", &bearer(REPORT_TOKEN))])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403);
+    for secret in [APPROVE_TOKEN, READ_TOKEN, LEGACY_TOKEN] {
+        assert!(!logged().contains(secret), "{secret} logged");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hub_with_only_the_api_token_works_as_before() {
     let tmp = tempfile::tempdir().unwrap();

@@ -60,6 +60,9 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         }
         config.auth = auth;
     }
+    if let Some(file) = &settings.notifications {
+        config.notifications = kalypso_hub::notify::NotificationsConfig::load(file)?;
+    }
     config.dashboard = settings.dashboard;
     config.stale_after = settings.stale_after;
     config.refresh = settings.refresh;

@@ -54,6 +54,11 @@ pub enum Action<'a> {
     Report,
     /// Approve a promotion into an environment.
     Approve(&'a str),
+    /// Freeze or unfreeze an environment (its approvers and admins may).
+    Freeze(&'a str),
+    /// Tell the hub of a promotion into an environment, for its audit log (its approvers and
+    /// admins may).
+    Promote(&'a str),
     /// Anything else that changes the hub (freezes, a refresh...).
     Admin,
 }
@@ -64,6 +69,8 @@ impl fmt::Display for Action<'_> {
             Action::Read => f.write_str("read"),
             Action::Report => f.write_str("report"),
             Action::Approve(env) => write!(f, "approve in {env}"),
+            Action::Freeze(env) => write!(f, "freeze or unfreeze {env}"),
+            Action::Promote(env) => write!(f, "report promotions into {env}"),
             Action::Admin => f.write_str("administer"),
         }
     }
@@ -227,7 +234,9 @@ impl Grants {
             || match action {
                 Action::Read => self.read,
                 Action::Report => self.report,
-                Action::Approve(env) => self.approve.contains("*") || self.approve.contains(env),
+                Action::Approve(env) | Action::Freeze(env) | Action::Promote(env) => {
+                    self.approve.contains("*") || self.approve.contains(env)
+                }
                 Action::Admin => false,
             }
     }
@@ -292,6 +301,9 @@ pub struct Principal {
     /// subject), the token's name, [`LEGACY_TOKEN_IDENTITY`], [`SIGNATURE_IDENTITY`] or
     /// [`ANONYMOUS_IDENTITY`].
     pub identity: String,
+    /// The groups claim of a person (empty for tokens): what a PromotionPolicy's `group:`
+    /// approvers match.
+    pub groups: Vec<String>,
     /// What kind of caller.
     pub kind: PrincipalKind,
     /// What they may do.
@@ -302,6 +314,7 @@ impl Principal {
     fn anonymous() -> Principal {
         Principal {
             identity: ANONYMOUS_IDENTITY.to_owned(),
+            groups: Vec::new(),
             kind: PrincipalKind::Anonymous,
             grants: Grants::all(),
         }
@@ -457,6 +470,7 @@ impl Auth {
         {
             return Some(Principal {
                 identity: LEGACY_TOKEN_IDENTITY.to_owned(),
+                groups: Vec::new(),
                 kind: PrincipalKind::Token,
                 grants: Grants::all(),
             });
@@ -471,6 +485,7 @@ impl Auth {
         }
         found.map(|t| Principal {
             identity: t.name.clone(),
+            groups: Vec::new(),
             kind: PrincipalKind::Token,
             grants: t.grants.clone(),
         })
@@ -485,17 +500,31 @@ impl Auth {
         csrf: Option<&str>,
         now: i64,
     ) -> Result<Principal, ApiError> {
+        self.caller(headers, action, csrf, now)?.may(action)
+    }
+
+    /// Who `headers` come from, before what they want is known: 401 for a wrong bearer token
+    /// (or none, where `action` needs a credential), 403 for a session's request without its
+    /// CSRF token (anything but reading). Only `action`'s kind matters here (reading, reporting
+    /// or changing something), not its environment: [`Caller::may`] checks that.
+    pub fn caller(
+        &self,
+        headers: &HeaderMap,
+        action: Action<'_>,
+        csrf: Option<&str>,
+        now: i64,
+    ) -> Result<Caller, ApiError> {
         let open = self.open(action);
         if let Some(given) = bearer(headers) {
             return match self.token(given) {
-                Some(p) if p.grants.allow(action) => Ok(p),
-                Some(_) if open => Ok(Principal::anonymous()),
-                Some(p) => Err(forbidden(format!(
-                    "token {:?} may not {action} (its scopes: {})",
-                    p.identity,
-                    p.describe()
-                ))),
-                None if open => Ok(Principal::anonymous()),
+                Some(p) => Ok(Caller {
+                    principal: Some(p),
+                    open,
+                }),
+                None if open => Ok(Caller {
+                    principal: None,
+                    open,
+                }),
                 None => Err(ApiError::new(
                     StatusCode::UNAUTHORIZED,
                     Some("Authorization"),
@@ -504,11 +533,6 @@ impl Auth {
             };
         }
         if let Some(session) = self.sessions.read(headers, now) {
-            let principal = Principal {
-                identity: session.identity.clone(),
-                kind: PrincipalKind::Person,
-                grants: session.grants.clone(),
-            };
             if action != Action::Read {
                 let given = csrf
                     .or_else(|| headers.get(CSRF_HEADER).and_then(|v| v.to_str().ok()))
@@ -519,17 +543,21 @@ impl Auth {
                     ));
                 }
             }
-            if principal.grants.allow(action) || open {
-                return Ok(principal);
-            }
-            return Err(forbidden(format!(
-                "{} may not {action} (roles: {})",
-                principal.identity,
-                principal.describe()
-            )));
+            return Ok(Caller {
+                principal: Some(Principal {
+                    identity: session.identity.clone(),
+                    groups: session.groups.clone(),
+                    kind: PrincipalKind::Person,
+                    grants: session.grants.clone(),
+                }),
+                open,
+            });
         }
         if open {
-            return Ok(Principal::anonymous());
+            return Ok(Caller {
+                principal: None,
+                open,
+            });
         }
         Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
@@ -541,6 +569,39 @@ impl Auth {
                 _ => "missing credentials: Authorization: Bearer <token>, or sign in",
             },
         ))
+    }
+}
+
+/// A request's authenticated caller ([`Auth::caller`]), to be checked against an action.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    principal: Option<Principal>,
+    open: bool,
+}
+
+impl Caller {
+    /// The principal, when it may do `action`: 403 naming its scopes or roles when not. On a
+    /// hub without credentials for `action`, a token without the scope acts as anonymous and a
+    /// person as themself.
+    pub fn may(self, action: Action<'_>) -> Result<Principal, ApiError> {
+        match self.principal {
+            Some(p) if p.grants.allow(action) => Ok(p),
+            Some(p) if self.open && p.kind == PrincipalKind::Person => Ok(p),
+            Some(_) | None if self.open => Ok(Principal::anonymous()),
+            Some(p) => Err(forbidden(match p.kind {
+                PrincipalKind::Person => format!("{} may not {action} (roles: {})", p.identity, p.describe()),
+                _ => format!(
+                    "token {:?} may not {action} (its scopes: {})",
+                    p.identity,
+                    p.describe()
+                ),
+            })),
+            None => Err(ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                Some("Authorization"),
+                "missing credentials: Authorization: Bearer <token>, or sign in",
+            )),
+        }
     }
 }
 
@@ -577,6 +638,18 @@ pub fn authorize(state: &HubState, headers: &HeaderMap, action: Action<'_>) -> R
     state.auth().principal(headers, action, None, now_s())
 }
 
+/// The caller of a request that changes something (an approval, a freeze...), known before its
+/// body is read: 401 without valid credentials where the hub has any, 403 for a session's
+/// request without its CSRF token (`csrf`, a form's field, else the `X-CSRF-Token` header).
+/// What the caller may do is checked once the body names it ([`Caller::may`]).
+pub fn authenticate_change(
+    state: &HubState,
+    headers: &HeaderMap,
+    csrf: Option<&str>,
+) -> Result<Caller, ApiError> {
+    state.auth().caller(headers, Action::Admin, csrf, now_s())
+}
+
 /// [`authorize`] for a form post of the dashboard, whose CSRF token is the form's `csrf` field.
 pub fn authorize_form(
     state: &HubState,
@@ -608,6 +681,7 @@ pub fn authorize_report(state: &HubState, headers: &HeaderMap, body: &[u8]) -> R
         }
         return Ok(Principal {
             identity: SIGNATURE_IDENTITY.to_owned(),
+            groups: Vec::new(),
             kind: PrincipalKind::Signature,
             grants: Grants {
                 report: true,

@@ -169,7 +169,9 @@ async fn callback(State(state): State<HubState>, headers: HeaderMap, RawQuery(ra
         r.headers_mut().append(header::SET_COOKIE, clear);
         return r;
     }
-    let (session, cookie) = auth.sessions().start(&person.identity, grants, now_s());
+    let (session, cookie) = auth
+        .sessions()
+        .start(&person.identity, &person.groups, grants, now_s());
     tracing::info!(identity = %session.identity, roles = %session.grants.describe(true), "signed in");
     see_other(&sign_in.next, &[cookie, clear])
 }

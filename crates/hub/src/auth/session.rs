@@ -32,6 +32,9 @@ pub const SIGN_IN_TTL: Duration = Duration::from_secs(600);
 pub struct Session {
     /// The person's identity (e-mail, or subject).
     pub identity: String,
+    /// The person's groups at sign-in (what a PromotionPolicy's `group:` approvers match).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<String>,
     /// The session's id (revocation).
     pub sid: String,
     /// The CSRF token every state-changing request of the session carries.
@@ -131,12 +134,19 @@ impl Sessions {
         .unwrap_or_else(|_| HeaderValue::from_static(""))
     }
 
-    /// A new session for `identity` with `grants`, from `now` (Unix seconds), and its
-    /// `Set-Cookie` value.
-    pub fn start(&self, identity: &str, grants: Grants, now: i64) -> (Session, HeaderValue) {
+    /// A new session for `identity` in `groups` with `grants`, from `now` (Unix seconds), and
+    /// its `Set-Cookie` value.
+    pub fn start(
+        &self,
+        identity: &str,
+        groups: &[String],
+        grants: Grants,
+        now: i64,
+    ) -> (Session, HeaderValue) {
         let ttl = i64::try_from(self.ttl.as_secs()).unwrap_or(i64::MAX / 2);
         let session = Session {
             identity: identity.to_owned(),
+            groups: groups.to_vec(),
             sid: random_token(16),
             csrf: random_token(24),
             grants,
@@ -212,7 +222,7 @@ mod tests {
     #[test]
     fn a_session_reads_back_until_it_expires_or_ends() {
         let sessions = Sessions::new(None, Duration::from_secs(60), true);
-        let (session, set) = sessions.start("ana@contoso.com", Grants::all(), 1000);
+        let (session, set) = sessions.start("ana@contoso.com", &["leads".to_owned()], Grants::all(), 1000);
         let text = set.to_str().unwrap();
         assert!(
             text.contains("HttpOnly")
@@ -244,7 +254,7 @@ mod tests {
         let key = Secret::new("k".repeat(32));
         let a = Sessions::new(Some(&key), Duration::from_secs(60), false);
         let b = Sessions::new(Some(&key), Duration::from_secs(60), false);
-        let (session, set) = a.start("ana", Grants::default(), 0);
+        let (session, set) = a.start("ana", &[], Grants::default(), 0);
         assert!(!set.to_str().unwrap().contains("Secure"));
         assert_eq!(b.read(&headers(&set), 1), Some(session));
         let sign_in = SignIn {
