@@ -19,6 +19,8 @@ pub struct Account {
     pub signed_in: Option<SignedIn>,
     /// Where to sign in (shown when nobody is).
     pub sign_in_url: Option<String>,
+    /// More pages the header links to: (label, path), e.g. the hub's release pages.
+    pub links: Vec<(String, String)>,
 }
 
 /// A signed-in person.
@@ -79,6 +81,9 @@ pub const ACCOUNT_SLOT: &str = "<!--kalypso:account-->";
 pub fn markup(account: &Account) -> Markup {
     html! {
         div.account {
+            @for (label, url) in &account.links {
+                a.header-link href=(url) { (label) }
+            }
             @match &account.signed_in {
                 Some(person) => {
                     span.who { "Signed in as " strong.identity { (person.identity) } " · " span.roles { (person.roles) } }

@@ -17,6 +17,9 @@
 //! - `/workloads/{name}`: where a workload runs;
 //! - `/environments/{env}/clusters/{name}`: a cluster's reports.
 //!
+//! The hub adds the release pages ([`release`]: `/releases`, `/environments/{env}/promotion`,
+//! `/audit`), rendered here from view models it builds.
+//!
 //! `/events` is a server-sent event stream of [`FleetSource::version`]; the pages' script
 //! re-fetches the page when it changes and swaps its `#live` part in place.
 
@@ -26,6 +29,7 @@ pub mod account;
 pub mod demo;
 pub mod memory;
 pub mod model;
+pub mod release;
 pub mod render;
 
 use std::convert::Infallible;

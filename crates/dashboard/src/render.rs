@@ -62,7 +62,7 @@ pub fn workload_url(name: &str) -> String {
 }
 
 /// `path` with the query `pairs` (empty values left out).
-fn with_query(path: &str, pairs: &[(&str, String)]) -> String {
+pub(crate) fn with_query(path: &str, pairs: &[(&str, String)]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     let mut any = false;
     for (key, value) in pairs {

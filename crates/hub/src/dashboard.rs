@@ -44,7 +44,10 @@ pub fn source(state: &HubState) -> HubSource {
 /// `mode` is [`DashboardMode::Public`], with the sign-in pages; `None` when it is
 /// [`DashboardMode::Off`].
 pub fn router(state: &HubState, mode: DashboardMode, options: kalypso_dashboard::Options) -> Option<Router> {
-    let dashboard = kalypso_dashboard::router_with(std::sync::Arc::new(source(state)), options);
+    let releases = crate::release_pages::router(state.clone())
+        .layer(middleware::from_fn(kalypso_dashboard::account::fill));
+    let dashboard =
+        kalypso_dashboard::router_with(std::sync::Arc::new(source(state)), options).merge(releases);
     let public = match mode {
         DashboardMode::Off => return None,
         DashboardMode::Public => true,
@@ -72,6 +75,14 @@ fn sign_in_url(path_and_query: &str) -> String {
     format!("{SIGN_IN_PATH}?next={next}")
 }
 
+/// The header's links to the release pages ([`crate::release_pages`]), for those who may read.
+fn release_links() -> Vec<(String, String)> {
+    vec![
+        ("Releases".to_owned(), "/releases".to_owned()),
+        ("Audit log".to_owned(), "/audit".to_owned()),
+    ]
+}
+
 async fn require_reader(
     State((state, public)): State<(HubState, bool)>,
     mut request: Request,
@@ -85,6 +96,7 @@ async fn require_reader(
     let signed_out = Account {
         signed_in: None,
         sign_in_url: auth.oidc().map(|_| sign_in_url(&here)),
+        links: Vec::new(),
     };
     match auth::authorize(&state, request.headers(), Action::Read) {
         Ok(principal) => {
@@ -111,8 +123,12 @@ async fn require_reader(
                         },
                     }),
                     sign_in_url: None,
+                    links: release_links(),
                 },
-                None => signed_out,
+                None => Account {
+                    links: release_links(),
+                    ..signed_out
+                },
             };
             request.extensions_mut().insert(account);
             next.run(request).await

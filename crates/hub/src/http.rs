@@ -512,7 +512,7 @@ const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
         ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
             description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
         ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
-        ("into" = Option<String>, Query, example = "stage",
+        ("into" = Option<String>, Query, example = "stage", pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]{0,253}$",
             description = "The environment the commit would be promoted into: the answer's `promotion` then lists every requirement of that environment's PromotionPolicy and freezes, and whether the promotion may go."),
     ),
     responses(

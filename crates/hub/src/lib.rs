@@ -22,6 +22,8 @@
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database;
+//!   [`release_pages`]: its release pages (promotion requirements, the approve/freeze/unfreeze
+//!   forms, the audit log);
 //! - [`policy`]: the promotion gate with reasons (PromotionPolicy, freezes, verification);
 //!   [`actions`]: approvals, freezes, promotion reports and the audit log's API; [`audit`]: the
 //!   append-only log; [`notify`]: Slack, Teams and signed webhook notifications.
@@ -46,6 +48,7 @@ pub mod openapi;
 mod plans;
 pub mod policy;
 pub mod query;
+pub mod release_pages;
 
 use std::net::SocketAddr;
 use std::time::Duration;

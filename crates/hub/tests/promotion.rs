@@ -809,3 +809,196 @@ async fn the_promotion_flow_gates_approves_freezes_verifies_audits_and_notifies(
         flow_scenario(&url, &sub).await;
     }
 }
+
+/// Waits until the page at the browser's current address shows `text` in `css` (a form's
+/// post and redirect finish in their own time).
+async fn wait_for(b: &kalypso_testkit::browser::Browser, css: &str, text: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = b.texts(css).await.join("\n");
+        if now.contains(text) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{css} does not say {text:?}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The dashboard's release pages, with people signed in (session cookies signed with the hub's
+/// session key): over HTTP, the forms' refusals (no session, a role without the environment, a
+/// wrong CSRF token) store nothing; in Chromium, an approver sees the promotion's requirements,
+/// approves, freezes and unfreezes with the page's buttons, and the audit page lists each under
+/// their name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approvers_act_on_the_release_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let health = Arc::new(AtomicU16::new(200));
+    let server = loopback(health, Received::default()).await;
+    let repos = repos(dir.path(), &format!("http://{server}/healthz"));
+    let mut config = HubConfig::new(format!("sqlite://{}", dir.path().join("hub.db").display()));
+    config.refresh = Duration::from_secs(3600);
+    config.git = Some(GitSettings {
+        control_plane: repos.control_plane.display().to_string(),
+        cache_dir: repos.cache.clone(),
+        auth: AuthSettings::default(),
+        retry: RetryPolicy::default(),
+        main_branch: "main".to_owned(),
+        registry: Default::default(),
+    });
+    config.auth = roles();
+    config.session_secret = Some(Secret::new(SESSION_KEY));
+    let state = kalypso_hub::start(&config).await.unwrap();
+    state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = kalypso_hub::dashboard::app(
+        state.clone(),
+        kalypso_hub::DashboardMode::Protected,
+        kalypso_dashboard::Options::default(),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let people = sessions(&state);
+    let hub = Hub {
+        addr,
+        state,
+        people: people.clone(),
+    };
+    ok(
+        &hub,
+        "POST",
+        "/api/v1/compliance",
+        "x",
+        Some(report(&repos.dev_commit, &time_ago(Duration::from_secs(7200)))),
+    )
+    .await;
+
+    // Over HTTP: the forms' refusals.
+    let (bo_cookie, bo_csrf) = people["bo"].clone();
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let mut c = Client::new(addr);
+    let r = c.get("/environments/stage/promotion", &[]).await.unwrap();
+    assert_eq!(r.status, 401, "no session, no page");
+    let r = c
+        .post("/environments/stage/freeze", &[form], b"reason=x")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "no session, no action");
+    let body = format!("csrf={bo_csrf}&reason=x");
+    let r = c
+        .post(
+            "/environments/dev/freeze",
+            &[form, ("cookie", &bo_cookie)],
+            body.as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "bo approves in stage only");
+    assert!(String::from_utf8_lossy(&r.body).contains("may not freeze or unfreeze dev"));
+    let r = c
+        .post(
+            "/environments/stage/freeze",
+            &[form, ("cookie", &bo_cookie)],
+            b"csrf=wrong&reason=x",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "a wrong CSRF token");
+    assert!(String::from_utf8_lossy(&r.body).contains("CSRF"));
+    let log = ok(&hub, "GET", "/api/v1/audit", "ana", None).await;
+    assert_eq!(log["total"], 0, "nothing stored: {log:#}");
+    // Without the right in the environment, no forms on its page.
+    let page = c
+        .get("/environments/dev/promotion", &[("cookie", &bo_cookie)])
+        .await
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(!String::from_utf8_lossy(&page.body).contains("<form class=\"freeze\""));
+
+    // In Chromium, as bo.
+    let base = format!("http://{addr}");
+    let Some(b) = kalypso_testkit::browser::Browser::start(&base, "the release pages' browser test").await
+    else {
+        return;
+    };
+    b.goto("/healthz").await;
+    // The session cookie as the hub sets it at sign-in (set by script here: the sign-in itself,
+    // at a real OpenID Provider, is tests/sign_in.rs).
+    b.js(&format!("document.cookie = '{bo_cookie}; path=/'; return true;"))
+        .await;
+    b.goto("/environments/stage/promotion").await;
+    assert_eq!(b.title().await, "Promotion into stage · Kalypso fleet");
+    let requirements = wait_for(&b, "ul.requirements li", "approvals 0 of 2").await;
+    assert!(requirements.contains("compliant 1/1 in dev"), "{requirements}");
+    assert!(requirements.contains("soak 2h"), "{requirements}");
+    assert!(requirements.contains("stage is not frozen"), "{requirements}");
+    b.client
+        .find(fantoccini::Locator::Css("#approve-comment"))
+        .await
+        .unwrap()
+        .send_keys("looks good")
+        .await
+        .unwrap();
+    b.client
+        .find(fantoccini::Locator::Css("form.approve button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "ul.requirements li", "approvals 1 of 2 (bo@contoso.com)").await;
+    b.screenshot("release-environment").await;
+    b.client
+        .find(fantoccini::Locator::Css("#freeze-reason"))
+        .await
+        .unwrap()
+        .send_keys("incident 9")
+        .await
+        .unwrap();
+    b.client
+        .find(fantoccini::Locator::Css("form.freeze button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "ul.freezes li", "by bo@contoso.com").await;
+    wait_for(&b, "ul.requirements li", "frozen by bo@contoso.com").await;
+    b.client
+        .find(fantoccini::Locator::Css("form.unfreeze button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "p.not-frozen", "Not frozen.").await;
+
+    // The releases page shows stage's requirements; the audit page lists what bo did.
+    b.goto("/releases").await;
+    wait_for(
+        &b,
+        "#release-stage ul.requirements li",
+        "approvals 1 of 2 (bo@contoso.com)",
+    )
+    .await;
+    b.goto("/audit").await;
+    let rows = wait_for(&b, "table.audit tbody tr", "unfreeze").await;
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.len(), 3, "{rows}");
+    assert!(
+        lines[0].contains("bo@contoso.com") && lines[0].contains("unfreeze"),
+        "{rows}"
+    );
+    assert!(
+        lines[1].contains("freeze") && lines[1].contains("incident 9"),
+        "{rows}"
+    );
+    assert!(
+        lines[2].contains("approval") && lines[2].contains("looks good"),
+        "{rows}"
+    );
+    b.screenshot("release-audit").await;
+    b.close().await;
+}

@@ -57,11 +57,11 @@ pub fn safe_next(next: Option<&str>) -> String {
     }
 }
 
-fn message(status: StatusCode, title: &str, text: &str, link: (&str, &str)) -> Response {
+pub(crate) fn message(status: StatusCode, title: &str, text: &str, link: (&str, &str)) -> Response {
     kalypso_dashboard::page(status, render::message_page(title, text, link))
 }
 
-fn see_other(location: &str, cookies: &[HeaderValue]) -> Response {
+pub(crate) fn see_other(location: &str, cookies: &[HeaderValue]) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();
     if let Ok(value) = HeaderValue::from_str(location) {
         response.headers_mut().insert(header::LOCATION, value);
@@ -176,7 +176,7 @@ async fn callback(State(state): State<HubState>, headers: HeaderMap, RawQuery(ra
     see_other(&sign_in.next, &[cookie, clear])
 }
 
-fn form(body: &[u8]) -> BTreeMap<String, String> {
+pub(crate) fn form(body: &[u8]) -> BTreeMap<String, String> {
     url::form_urlencoded::parse(body).into_owned().collect()
 }
 

@@ -23,7 +23,7 @@ use serde::de::DeserializeOwned;
 use sqlx::Row;
 
 use crate::audit::{self, Entry};
-use crate::auth::{Action, Principal, authenticate_change, authorize};
+use crate::auth::{Action, Caller, Principal, authenticate_change, authorize};
 use crate::http::{ApiError, ApiResult, HubState, Params, body_error, int_param, now_ms, ok};
 use crate::model::{Report, format_time, parse_time};
 use crate::notify::{Event, EventKind};
@@ -101,7 +101,7 @@ fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 /// A request to act on an environment.
-trait ActionRequest: DeserializeOwned {
+pub(crate) trait ActionRequest: DeserializeOwned {
     /// The environment it acts on.
     fn environment(&self) -> &str;
 }
@@ -143,10 +143,22 @@ async fn prelude<T: ActionRequest>(
     let caller = authenticate_change(state, headers, None)?;
     let body = body.map_err(|e| body_error(&e))?;
     let request: T = json_body(&body)?;
+    let who = allowed(state, caller, &request, action).await?;
+    Ok((who, request))
+}
+
+/// The end of the [`prelude`], for a request already read (the dashboard's forms): the
+/// caller allowed `action` on the request's environment (403), the environment known (404).
+pub(crate) async fn allowed<T: ActionRequest>(
+    state: &HubState,
+    caller: Caller,
+    request: &T,
+    action: for<'a> fn(&'a str) -> Action<'a>,
+) -> Result<Principal, ApiError> {
     check_environment_name("environment", request.environment())?;
     let who = caller.may(action(request.environment()))?;
     known_environment(state, "environment", request.environment()).await?;
-    Ok((who, request))
+    Ok(who)
 }
 
 async fn control_plane_commit(state: &HubState, given: &str) -> Result<String, ApiError> {
@@ -177,8 +189,17 @@ pub(crate) async fn approve(
 ) -> ApiResult {
     let (who, request): (_, ApprovalRequest) =
         prelude(&state, &headers, body, |env| Action::Approve(env)).await?;
+    ok(approve_as(&state, who, request).await?)
+}
+
+/// [`approve`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn approve_as(
+    state: &HubState,
+    who: Principal,
+    request: ApprovalRequest,
+) -> Result<ApprovalAnswer, ApiError> {
     let comment = text("comment", request.comment.as_deref(), false)?;
-    let commit = control_plane_commit(&state, &request.commit).await?;
+    let commit = control_plane_commit(state, &request.commit).await?;
     if let policy::StoredPolicy::Valid(p) = policy::stored_policy(state.db(), &request.environment).await?
         && !p.may_approve(&who.identity, &who.groups)
     {
@@ -235,7 +256,7 @@ pub(crate) async fn approve(
         .into_iter()
         .map(|(a, _)| a)
         .collect();
-    ok(ApprovalAnswer {
+    Ok(ApprovalAnswer {
         environment: request.environment,
         commit,
         actor: who.identity,
@@ -273,6 +294,15 @@ pub(crate) async fn freeze(
 ) -> ApiResult {
     let (who, request): (_, FreezeRequest) =
         prelude(&state, &headers, body, |env| Action::Freeze(env)).await?;
+    ok(freeze_as(&state, who, request).await?)
+}
+
+/// [`freeze`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn freeze_as(
+    state: &HubState,
+    who: Principal,
+    request: FreezeRequest,
+) -> Result<Freeze, ApiError> {
     let reason = text("reason", Some(&request.reason), true)?;
     let now = now_ms();
     let until = match request.until.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
@@ -313,7 +343,7 @@ pub(crate) async fn freeze(
         },
     )
     .await?;
-    ok(freeze_answer(
+    Ok(freeze_answer(
         &request.environment,
         &policy::ActiveFreeze {
             id,
@@ -342,6 +372,15 @@ pub(crate) async fn unfreeze(
 ) -> ApiResult {
     let (who, request): (_, UnfreezeRequest) =
         prelude(&state, &headers, body, |env| Action::Freeze(env)).await?;
+    ok(unfreeze_as(&state, who, request).await?)
+}
+
+/// [`unfreeze`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn unfreeze_as(
+    state: &HubState,
+    who: Principal,
+    request: UnfreezeRequest,
+) -> Result<UnfreezeAnswer, ApiError> {
     let reason = text("reason", request.reason.as_deref(), false)?;
     let now = now_ms();
     let active = policy::active_freezes(state.db(), &request.environment, now).await?;
@@ -378,7 +417,7 @@ pub(crate) async fn unfreeze(
         },
     )
     .await?;
-    ok(UnfreezeAnswer {
+    Ok(UnfreezeAnswer {
         lifted: active
             .iter()
             .map(|f| freeze_answer(&request.environment, f))
@@ -407,6 +446,15 @@ pub(crate) async fn report_promotion(
 ) -> ApiResult {
     let (who, report): (_, PromotionReport) =
         prelude(&state, &headers, body, |env| Action::Promote(env)).await?;
+    ok(report_promotion_as(&state, who, report).await?)
+}
+
+/// [`report_promotion`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn report_promotion_as(
+    state: &HubState,
+    who: Principal,
+    report: PromotionReport,
+) -> Result<IngestAnswer, ApiError> {
     if let Some(from) = &report.from {
         check_environment_name("from", from)?;
     }
@@ -419,7 +467,7 @@ pub(crate) async fn report_promotion(
     for (i, u) in report.unmet.iter().enumerate() {
         unmet.push(text(&format!("unmet[{i}]"), Some(u), true)?);
     }
-    let commit = control_plane_commit(&state, &report.commit).await?;
+    let commit = control_plane_commit(state, &report.commit).await?;
     let from = report
         .from
         .as_deref()
@@ -455,7 +503,7 @@ pub(crate) async fn report_promotion(
         },
     )
     .await?;
-    ok(IngestAnswer {
+    Ok(IngestAnswer {
         result: IngestResult::Stored,
     })
 }
