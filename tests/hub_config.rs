@@ -66,6 +66,10 @@ fn a_bad_configuration_file_stops_the_hub_naming_the_file_and_the_field() {
             "oidc:\n  issuer: https://login.contoso.com\n  clientId: hub\n  clientSecretFile: missing-secret\n  redirectUrl: https://hub.contoso.com/auth/callback\n",
             "cannot read the OIDC client secret file",
         ),
+        (
+            "notifications:\n  receivers:\n  - {name: slack, type: slack, url: 'ftp://hooks.example'}\n",
+            ": notifications: receivers[0] (\"slack\"): the URL is not http(s)",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let out = kalypso()
@@ -86,4 +90,30 @@ fn a_bad_configuration_file_stops_the_hub_naming_the_file_and_the_field() {
         assert!(stderr.contains(message), "{message}: {stderr}");
         assert!(!stderr.contains(token), "{stderr}");
     }
+    // Notifications in the file and with --notifications: one place only.
+    std::fs::write(
+        &file,
+        "notifications:\n  receivers:\n  - {name: slack, type: slack, url: 'http://127.0.0.1:9/hook'}\n",
+    )
+    .unwrap();
+    let flag_file = tmp.path().join("notifications.yaml");
+    std::fs::write(&flag_file, "receivers: []\n").unwrap();
+    let out = kalypso()
+        .args(["hub", "--listen", "127.0.0.1:0", "--database"])
+        .arg(format!("sqlite://{}", tmp.path().join("hub.db").display()))
+        .arg("--config")
+        .arg(&file)
+        .arg("--notifications")
+        .arg(&flag_file)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains(&format!(
+            "{}: notifications: give them in the configuration file or with --notifications, not both",
+            file.display()
+        )),
+        "{stderr}"
+    );
 }

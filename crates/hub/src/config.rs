@@ -1,9 +1,10 @@
 //! The hub's configuration file (`kalypso hub --config FILE`, YAML): what outgrows flags.
 //!
 //! Each top-level section is its own type, parsed and checked on its own, so that a new
-//! section (notifications...) is one more field here and touches no other: `oidc` (sign-in),
+//! section is one more field here and touches no other: `oidc` (sign-in),
 //! `tokens` (named, scoped API tokens, stored as hashes), `roles` (who may do what once signed
-//! in) and `session` (the dashboard's sign-in cookies). Unknown fields are refused; every
+//! in), `session` (the dashboard's sign-in cookies) and `notifications` (what a
+//! `--notifications` file holds). Unknown fields are refused; every
 //! error names the file and the field. Parsing ([`HubFile::parse`]) is pure; [`load`] reads the
 //! file and the secret files it names, relative paths resolved against the file's folder.
 
@@ -31,6 +32,9 @@ pub struct HubFile {
     /// The sign-in sessions.
     #[serde(default)]
     pub session: SessionSection,
+    /// Where notifications go (as a `--notifications` file holds them).
+    #[serde(default)]
+    pub notifications: Option<crate::notify::NotificationsConfig>,
 }
 
 /// `oidc`: the OpenID Provider the dashboard signs people in with.
@@ -362,6 +366,14 @@ pub fn load(path: &Path) -> Result<(HubFile, AuthFile), ConfigError> {
     if let Some(secret) = &mut auth.session_secret_file {
         resolve(secret);
     }
+    let mut file = file;
+    if let Some(notifications) = file.notifications.take() {
+        let notifications = notifications.relative_to(folder);
+        notifications
+            .check()
+            .map_err(|message| invalid(&path.display().to_string(), "notifications", message))?;
+        file.notifications = Some(notifications);
+    }
     Ok((file, auth))
 }
 
@@ -386,6 +398,34 @@ mod tests {
 
     fn starts(error: String, start: &str) {
         assert!(error.starts_with(start), "{error}");
+    }
+
+    #[test]
+    fn notifications_may_be_a_section_their_files_relative_to_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::write(tmp.path().join("hmac"), "s3cret\n").unwrap();
+        let path = tmp.path().join("hub.yaml");
+        std::fs::write(
+            &path,
+            "notifications:\n  attempts: 2\n  receivers:\n  - {name: ops, type: generic, url: 'http://127.0.0.1:9/hook', secretFile: hmac}\n",
+        )
+        .unwrap();
+        let (file, _) = load(&path).unwrap();
+        let notifications = file.notifications.unwrap();
+        assert_eq!(notifications.attempts, Some(2));
+        assert_eq!(
+            notifications.receivers[0].secret_file.as_deref(),
+            Some(tmp.path().join("hmac").as_path())
+        );
+        std::fs::remove_file(tmp.path().join("hmac")).unwrap();
+        let e = load(&path).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "{}: notifications: receivers[0] (\"ops\").secretFile",
+                path.display()
+            )),
+            "{e}"
+        );
     }
 
     #[test]

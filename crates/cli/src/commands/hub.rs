@@ -38,7 +38,16 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         .map(|p| read_secret(p, "API token"))
         .transpose()?;
     if let Some(path) = &settings.config {
-        let (_, auth) = kalypso_hub::config::load(path).map_err(|e| anyhow!("{e}"))?;
+        let (file, auth) = kalypso_hub::config::load(path).map_err(|e| anyhow!("{e}"))?;
+        if let Some(notifications) = file.notifications {
+            if settings.notifications.is_some() {
+                return Err(anyhow!(
+                    "{}: notifications: give them in the configuration file or with --notifications, not both",
+                    path.display()
+                ));
+            }
+            config.notifications = notifications;
+        }
         config.oidc_client_secret = auth
             .oidc
             .as_ref()
