@@ -1355,6 +1355,7 @@ mod tests {
             "check-promote --provider KALYPSO_PROVIDER",
             "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
+            "hub --config KALYPSO_HUB_CONFIG",
         ]
         .iter()
         .map(|s| (*s).to_owned())

@@ -6,7 +6,7 @@
 //!
 //! Who acts is the request's [`Principal`] ([`crate::auth`]): a signed-in person's e-mail (or
 //! subject) and groups, or an API token's name — never a name the body gives. The four
-//! actions share one [`prelude`]: the caller authenticated (and a session's CSRF token
+//! actions share one prelude: the caller authenticated (and a session's CSRF token
 //! checked), the body parsed, the caller allowed to act on the environment it names, and the
 //! environment known.
 
@@ -449,7 +449,7 @@ pub(crate) async fn report_promotion(
     ok(report_promotion_as(&state, who, report).await?)
 }
 
-/// [`report_promotion`] once the caller is known and allowed: shared with the dashboard's form.
+/// [`report_promotion`] once the caller is known and allowed.
 pub(crate) async fn report_promotion_as(
     state: &HubState,
     who: Principal,
