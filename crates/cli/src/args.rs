@@ -626,9 +626,14 @@ pub(crate) struct HubArgs {
     /// File holding the secret reports are signed with (`X-Signature: sha256=<HMAC>`).
     #[arg(long, value_name = "FILE")]
     pub(crate) webhook_secret_file: Option<PathBuf>,
-    /// File holding the bearer token every query must carry.
+    /// File holding the bearer token every query must carry; it may do everything (named,
+    /// scoped tokens are given in --config).
     #[arg(long, value_name = "FILE")]
     pub(crate) api_token_file: Option<PathBuf>,
+    /// The hub's configuration file (YAML): OpenID Connect sign-in for the dashboard, named
+    /// API tokens with scopes, roles, sessions. See docs/hub.md.
+    #[arg(long, env = "KALYPSO_HUB_CONFIG", value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
     /// Serve the fleet dashboard at `/` without the API token (the API still requires it).
     /// Without this flag and with `--api-token-file`, the dashboard needs the same bearer
     /// token (e.g. added by an authenticating reverse proxy).
@@ -671,6 +676,25 @@ pub(crate) struct HubArgs {
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
     pub(crate) registry: RegistryArgs,
+    #[command(subcommand)]
+    pub(crate) command: Option<HubCommand>,
+}
+
+/// What `kalypso hub` does besides running the hub.
+#[derive(Debug, Subcommand)]
+pub(crate) enum HubCommand {
+    /// Print the hash of an API token (`sha256:<hex>`) for the `tokens` section of the hub's
+    /// configuration file, which holds hashes only. The token is read from --token-file, or
+    /// from standard input (surrounding whitespace ignored); make one with e.g.
+    /// `openssl rand -hex 32`.
+    HashToken(HashTokenArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HashTokenArgs {
+    /// File holding the token (default: standard input).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -77,6 +77,7 @@ pub fn run(cli: Cli) -> ExitCode {
         CommandSettings::CheckPromote(s) => commands::check_promote(&s, global),
         CommandSettings::HubAction(s) => commands::hub_action(&s, global),
         CommandSettings::Hub(s) => commands::hub(&s, global),
+        CommandSettings::HashToken(file) => commands::hub::hash_token(file.as_deref()),
         CommandSettings::Completions(shell) => commands::completions(shell),
         CommandSettings::Man(s) => commands::man(&s, global),
         #[cfg(feature = "operator")]

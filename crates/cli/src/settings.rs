@@ -234,6 +234,8 @@ pub(crate) enum CommandSettings {
     CheckPromote(Box<CheckPromote>),
     HubAction(Box<HubAction>),
     Hub(Box<Hub>),
+    /// `kalypso hub hash-token`: the token's file (none: standard input).
+    HashToken(Option<PathBuf>),
     Completions(Shell),
     Man(Man),
     #[cfg(feature = "operator")]
@@ -280,7 +282,10 @@ impl CommandSettings {
                     reason: a.reason.clone(),
                 },
             )?)),
-            Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
+            Command::Hub(a) => match &a.command {
+                Some(args::HubCommand::HashToken(h)) => CommandSettings::HashToken(h.token_file.clone()),
+                None => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
+            },
             Command::Completions(a) => CommandSettings::Completions(a.shell),
             Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
             #[cfg(feature = "operator")]
@@ -768,6 +773,8 @@ pub(crate) struct Hub {
     pub(crate) control_plane: Option<String>,
     pub(crate) webhook_secret_file: Option<PathBuf>,
     pub(crate) api_token_file: Option<PathBuf>,
+    /// The configuration file (`--config`).
+    pub(crate) config: Option<PathBuf>,
     pub(crate) dashboard: DashboardMode,
     /// A cluster silent for longer is stale.
     pub(crate) stale_after: Duration,
@@ -792,6 +799,7 @@ impl Hub {
             control_plane: args.control_plane.clone(),
             webhook_secret_file: args.webhook_secret_file.clone(),
             api_token_file: args.api_token_file.clone(),
+            config: args.config.clone(),
             dashboard: if args.no_dashboard {
                 DashboardMode::Off
             } else if args.dashboard_public {
@@ -1397,6 +1405,7 @@ mod tests {
             "check-promote --provider KALYPSO_PROVIDER",
             "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
+            "hub --config KALYPSO_HUB_CONFIG",
         ]
         .iter()
         .map(|s| (*s).to_owned())

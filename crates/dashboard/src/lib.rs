@@ -17,14 +17,19 @@
 //! - `/workloads/{name}`: where a workload runs;
 //! - `/environments/{env}/clusters/{name}`: a cluster's reports.
 //!
+//! The hub adds the release pages ([`release`]: `/releases`, `/environments/{env}/promotion`,
+//! `/audit`), rendered here from view models it builds.
+//!
 //! `/events` is a server-sent event stream of [`FleetSource::version`]; the pages' script
 //! re-fetches the page when it changes and swaps its `#live` part in place.
 
 #![warn(missing_docs)]
 
+pub mod account;
 pub mod demo;
 pub mod memory;
 pub mod model;
+pub mod release;
 pub mod render;
 
 use std::convert::Infallible;
@@ -40,6 +45,7 @@ use axum::routing::get;
 use futures::Stream;
 use maud::Markup;
 
+pub use account::{Account, AccountAction, SignedIn};
 pub use memory::MemorySource;
 pub use model::{
     ClusterPage, ClusterQuery, ClusterState, ClusterTypePage, FleetColumn, FleetFilter, FleetMap,
@@ -118,6 +124,7 @@ pub fn router_with<S: FleetSource>(source: Arc<S>, options: Options) -> Router {
         .route("/assets/dashboard.css", get(css))
         .route("/assets/dashboard.js", get(js))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn(account::fill))
         .with_state(Arc::new(App {
             source,
             options,
@@ -133,7 +140,8 @@ const JS: &str = include_str!("../assets/dashboard.js");
 const CSP: &str = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
                    connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
 
-fn page(status: StatusCode, markup: Markup) -> Response {
+/// An HTML answer with the dashboard's headers (its content security policy, no caching).
+pub fn page(status: StatusCode, markup: Markup) -> Response {
     let mut response = (status, markup.into_string()).into_response();
     let headers = response.headers_mut();
     headers.insert(

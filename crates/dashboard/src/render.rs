@@ -5,9 +5,10 @@
 //! messages, labels, config values) goes through maud's splices, which escape it: no string
 //! is ever inserted as raw HTML. States are shown with an icon and a word as well as a colour.
 
-use maud::{DOCTYPE, Markup, html};
+use maud::{DOCTYPE, Markup, PreEscaped, html};
 use url::form_urlencoded;
 
+use crate::account::ACCOUNT_SLOT;
 use crate::model::{
     ClusterPage, ClusterSummary, ClusterTypePage, FleetFilter, FleetMap, Page, PromotionView, Stage,
     StageState, State, StateCounts, Timestamp, WorkloadPage,
@@ -61,7 +62,7 @@ pub fn workload_url(name: &str) -> String {
 }
 
 /// `path` with the query `pairs` (empty values left out).
-fn with_query(path: &str, pairs: &[(&str, String)]) -> String {
+pub(crate) fn with_query(path: &str, pairs: &[(&str, String)]) -> String {
     let mut query = form_urlencoded::Serializer::new(String::new());
     let mut any = false;
     for (key, value) in pairs {
@@ -206,6 +207,22 @@ fn plural(n: u64, one: &str, many: &str) -> String {
     }
 }
 
+/// A page with a message and one link (sign-in and sign-out pages).
+pub fn message_page(title: &str, message: &str, link: (&str, &str)) -> Markup {
+    layout(
+        title,
+        Nav::None,
+        None,
+        html! {
+            div.error-page {
+                h1 { (title) }
+                p.message { (message) }
+                p { a href=(link.0) { (link.1) } }
+            }
+        },
+    )
+}
+
 /// The page around `content`.
 pub fn layout(title: &str, nav: Nav, version: Option<u64>, content: Markup) -> Markup {
     html! {
@@ -231,6 +248,7 @@ pub fn layout(title: &str, nav: Nav, version: Option<u64>, content: Markup) -> M
                     @if version.is_some() {
                         p #live-status role="status" { "Live" }
                     }
+                    (PreEscaped(ACCOUNT_SLOT))
                 }
                 main #main tabindex="-1" { (content) }
             }

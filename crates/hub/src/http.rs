@@ -4,9 +4,11 @@
 //! `kalypso-hub-api` and carries the annotation its part of the OpenAPI document
 //! ([`crate::openapi`]) is generated from.
 //!
-//! Reports must carry `X-Signature: sha256=<HMAC-SHA256 of the body>` when a webhook secret
-//! is set (Flux's `generic-hmac` Provider sends exactly that); queries need
-//! `Authorization: Bearer <token>` when an API token is set. Every error is JSON
+//! Every handler asks [`crate::auth`] whether the request may do what it does: reports carry
+//! `X-Signature: sha256=<HMAC-SHA256 of the body>` (Flux's `generic-hmac` Provider sends
+//! exactly that) or a bearer token with the report scope when the hub has a webhook secret or
+//! such tokens; queries carry a bearer token or the dashboard's session once the hub has a
+//! credential that reads. Every error is JSON
 //! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
@@ -23,14 +25,13 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use kalypso_git::redact::Secret;
 use kalypso_hub_api::{
     ClusterDetail, ClusterList, ClusterState, CommitAnswer, ComplianceReport, EnvironmentList,
     EnvironmentStatus, ErrorBody, FluxEvent, Gate, IngestAnswer, WorkloadAnswer,
 };
 use serde::Serialize;
-use sha2::{Digest, Sha256};
 
+use crate::auth::{Action, Auth, authorize, authorize_report};
 use crate::counts::Staleness;
 use crate::db::{Db, DbError};
 use crate::gitops::Refresher;
@@ -52,11 +53,9 @@ struct Shared {
     db: Db,
     ingest: Ingest,
     refresher: Refresher,
-    webhook_secret: Option<Secret>,
-    api_token: Option<Secret>,
+    auth: Auth,
     stale_after: Duration,
     notifier: crate::notify::Notifier,
-    identify: Option<actions::Identify>,
     /// The last promotion refusal notified per (into, commit), so that a gate asked every
     /// few seconds notifies a change, not every answer.
     notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
@@ -72,8 +71,7 @@ impl std::fmt::Debug for HubState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("HubState")
             .field("backend", &self.0.db.backend())
-            .field("webhook_secret", &self.0.webhook_secret)
-            .field("api_token", &self.0.api_token)
+            .field("auth", &self.0.auth)
             .field("stale_after", &self.0.stale_after)
             .finish_non_exhaustive()
     }
@@ -81,23 +79,14 @@ impl std::fmt::Debug for HubState {
 
 impl HubState {
     /// A state over `db`, storing reports through `ingest`.
-    pub fn new(
-        db: Db,
-        ingest: Ingest,
-        refresher: Refresher,
-        webhook_secret: Option<Secret>,
-        api_token: Option<Secret>,
-        stale_after: Duration,
-    ) -> HubState {
+    pub fn new(db: Db, ingest: Ingest, refresher: Refresher, auth: Auth, stale_after: Duration) -> HubState {
         HubState(Arc::new(Shared {
             db,
             ingest,
             refresher,
-            webhook_secret,
-            api_token,
+            auth,
             stale_after,
             notifier: crate::notify::Notifier::none(),
-            identify: None,
             notified: std::sync::Mutex::default(),
             throttle: crate::throttle::Throttle::new(crate::throttle::Rate::default()),
         }))
@@ -112,16 +101,16 @@ impl HubState {
         self
     }
 
-    /// The same state, sending notifications through `notifier` and naming callers with
-    /// `identify`. Only before the state is shared (else the state is returned unchanged).
-    pub fn with(
-        mut self,
-        notifier: crate::notify::Notifier,
-        identify: Option<actions::Identify>,
-    ) -> HubState {
+    /// Who may do what ([`crate::auth`]).
+    pub fn auth(&self) -> &Auth {
+        &self.0.auth
+    }
+
+    /// The same state, sending notifications through `notifier`. Only before the state is
+    /// shared (else the state is returned unchanged).
+    pub fn with(mut self, notifier: crate::notify::Notifier) -> HubState {
         if let Some(shared) = Arc::get_mut(&mut self.0) {
             shared.notifier = notifier;
-            shared.identify = identify;
         }
         self
     }
@@ -129,16 +118,6 @@ impl HubState {
     /// Where notifications go.
     pub fn notifier(&self) -> &crate::notify::Notifier {
         &self.0.notifier
-    }
-
-    /// Names callers, when sign-in (or a test) says how.
-    pub(crate) fn identify(&self) -> Option<&actions::Identify> {
-        self.0.identify.as_ref()
-    }
-
-    /// Whether an API token is required.
-    pub(crate) fn has_api_token(&self) -> bool {
-        self.0.api_token.is_some()
     }
 
     /// Whether `summary` is news for (into, commit): not the last one notified.
@@ -172,11 +151,6 @@ impl HubState {
     /// How long a cluster may be silent before it is stale.
     pub fn stale_after(&self) -> Duration {
         self.0.stale_after
-    }
-
-    /// Whether `headers` carry the API token (always, when there is none).
-    pub fn authorized(&self, headers: &HeaderMap) -> bool {
-        check_token(self, headers).is_ok()
     }
 
     /// When clusters are stale, as of now.
@@ -228,7 +202,8 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub(crate) fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    /// An error answer with `status`, naming `field` when it is at fault.
+    pub fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             field: field.map(str::to_owned),
@@ -243,6 +218,16 @@ impl ApiError {
             retry_after: Some(seconds),
             ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, None, message)
         }
+    }
+
+    /// Its status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Its message.
+    pub fn message(&self) -> &str {
+        &self.message
     }
 }
 
@@ -336,57 +321,6 @@ pub(crate) async fn readyz(State(state): State<HubState>) -> Response {
     }
 }
 
-fn check_signature(state: &HubState, headers: &HeaderMap, body: &[u8]) -> Result<(), ApiError> {
-    let Some(secret) = &state.0.webhook_secret else {
-        return Ok(());
-    };
-    let signature = headers
-        .get("x-signature")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or_default();
-    if signature.is_empty() {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("X-Signature"),
-            "missing X-Signature header (sha256=<HMAC-SHA256 of the body>)",
-        ));
-    }
-    if !kalypso_git::signature::verify(secret.expose().as_bytes(), body, signature) {
-        tracing::warn!("report rejected: invalid signature");
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("X-Signature"),
-            "invalid signature",
-        ));
-    }
-    Ok(())
-}
-
-fn digest_eq(a: &[u8], b: &[u8]) -> bool {
-    // Compare digests, so that neither the length nor the content leaks through timing.
-    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
-    a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
-
-pub(crate) fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = &state.0.api_token else {
-        return Ok(());
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default();
-    if given.is_empty() || !digest_eq(given.trim().as_bytes(), token.expose().as_bytes()) {
-        return Err(ApiError::new(
-            StatusCode::UNAUTHORIZED,
-            Some("Authorization"),
-            "missing or invalid bearer token",
-        ));
-    }
-    Ok(())
-}
-
 async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Result<IngestAnswer, ApiError> {
     if let Verdict::Refuse { retry_after } = state.0.throttle.admit(&report, received_at) {
         return Err(ApiError::too_many(
@@ -436,7 +370,7 @@ pub(crate) async fn flux_event(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body = body.map_err(|e| body_error(&e))?;
-    check_signature(&state, &headers, &body)?;
+    authorize_report(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
     let failure = actions::failure_event(&report);
     let answer = ingest(&state, report, now_ms()).await?;
@@ -457,7 +391,7 @@ pub(crate) async fn compliance(
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
     let body = body.map_err(|e| body_error(&e))?;
-    check_signature(&state, &headers, &body)?;
+    authorize_report(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
     let failure = actions::failure_event(&report);
@@ -514,7 +448,7 @@ pub(crate) async fn list_clusters(
     headers: HeaderMap,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let state_filter = params
         .get("state")
         .filter(|s| !s.is_empty())
@@ -561,7 +495,7 @@ pub(crate) async fn get_cluster(
     Path((environment, name)): Path<(String, String)>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let limit = int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?;
     let offset = int_param(&params, "offset", 0, i64::MAX / 2)?;
     match query::cluster(
@@ -586,7 +520,7 @@ pub(crate) async fn get_cluster(
     summary = "Every environment's status",
     responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
 pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     ok(query::environments(state.db(), state.staleness()).await?)
 }
 
@@ -603,7 +537,7 @@ pub(crate) async fn get_environment(
     headers: HeaderMap,
     Path(environment): Path<String>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     match query::environment(state.db(), &environment, state.staleness()).await? {
         Some(v) => ok(v),
         None => Err(not_found(format!("no environment {environment:?}"))),
@@ -623,7 +557,7 @@ const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
         ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
             description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
         ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
-        ("into" = Option<String>, Query, example = "stage",
+        ("into" = Option<String>, Query, example = "stage", pattern = "^[^\\x00-\\x1f\\x7f-\\x9f]{0,253}$",
             description = "The environment the commit would be promoted into: the answer's `promotion` then lists every requirement of that environment's PromotionPolicy and freezes, and whether the promotion may go."),
     ),
     responses(
@@ -636,7 +570,7 @@ pub(crate) async fn get_gate(
     Path(environment): Path<String>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let commit = params
         .get("commit")
         .map(|c| c.trim().to_owned())
@@ -688,7 +622,7 @@ pub(crate) async fn get_commit(
     Path(sha): Path<String>,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     if query::commit_pattern(&sha).is_none() {
         return Err(ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -715,18 +649,6 @@ pub(crate) async fn get_workload(
     headers: HeaderMap,
     Path(name): Path<String>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     ok(query::workload(state.db(), &name).await?)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tokens_compare_by_digest() {
-        assert!(digest_eq(b"abc", b"abc"));
-        assert!(!digest_eq(b"abc", b"abd"));
-        assert!(!digest_eq(b"abc", b"abcd"));
-    }
 }

@@ -17,15 +17,21 @@
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
 //!   [`query`]: the correlation queries;
+//! - [`auth`]: who a request comes from and what it may do (API tokens, OIDC sign-in,
+//!   sessions); [`config`]: the configuration file (`--config`);
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database;
+//!   [`release_pages`]: its release pages (promotion requirements, the approve/freeze/unfreeze
+//!   forms, the audit log);
 //! - [`policy`]: the promotion gate with reasons (PromotionPolicy, freezes, verification);
 //!   [`actions`]: approvals, freezes, promotion reports and the audit log's API; [`audit`]: the
 //!   append-only log; [`notify`]: Slack, Teams and signed webhook notifications.
 
 pub mod audit;
+pub mod auth;
 pub mod client;
+pub mod config;
 pub mod counts;
 pub mod dashboard;
 pub mod db;
@@ -43,6 +49,7 @@ pub mod openapi;
 mod plans;
 pub mod policy;
 pub mod query;
+pub mod release_pages;
 pub mod throttle;
 
 use std::net::SocketAddr;
@@ -75,8 +82,14 @@ pub struct HubConfig {
     pub git: Option<GitSettings>,
     /// Reports must be signed with this secret.
     pub webhook_secret: Option<Secret>,
-    /// Queries must carry this bearer token.
+    /// Queries must carry this bearer token (`--api-token-file`; it may do everything).
     pub api_token: Option<Secret>,
+    /// What the configuration file says about sign-in, tokens and roles (`--config`).
+    pub auth: config::AuthFile,
+    /// The OIDC client secret (read from `oidc.clientSecretFile`).
+    pub oidc_client_secret: Option<Secret>,
+    /// The key session cookies are signed with (read from `session.secretFile`).
+    pub session_secret: Option<Secret>,
     /// A cluster silent for longer is stale.
     pub stale_after: Duration,
     /// How often the GitOps history is refreshed.
@@ -87,8 +100,6 @@ pub struct HubConfig {
     pub dashboard: DashboardMode,
     /// Where notifications go (`--notifications FILE`).
     pub notifications: notify::NotificationsConfig,
-    /// Names callers (sign-in; tests): see [`actions::actor`].
-    pub identify: Option<actions::Identify>,
     /// Connection and request limits.
     pub limits: Limits,
     /// Each cluster's report rate.
@@ -104,12 +115,14 @@ impl HubConfig {
             git: None,
             webhook_secret: None,
             api_token: None,
+            auth: config::AuthFile::default(),
+            oidc_client_secret: None,
+            session_secret: None,
             stale_after: Duration::from_secs(30 * 60),
             refresh: Duration::from_secs(30),
             writers: 0,
             dashboard: DashboardMode::Protected,
             notifications: notify::NotificationsConfig::default(),
-            identify: None,
             limits: Limits::default(),
             cluster_rate: throttle::Rate::default(),
         }
@@ -176,11 +189,16 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         db,
         ingest,
         refresher,
-        config.webhook_secret.clone(),
-        config.api_token.clone(),
+        auth::Auth::new(&auth::AuthSettings {
+            api_token: config.api_token.clone(),
+            webhook_secret: config.webhook_secret.clone(),
+            file: config.auth.clone(),
+            oidc_client_secret: config.oidc_client_secret.clone(),
+            session_secret: config.session_secret.clone(),
+        }),
         config.stale_after,
     )
-    .with(notifier, config.identify.clone())
+    .with(notifier)
     .with_cluster_rate(config.cluster_rate))
 }
 

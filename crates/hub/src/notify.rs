@@ -211,6 +211,24 @@ impl NotificationsConfig {
         Ok(config)
     }
 
+    /// Checks it (reading the files it names), as [`Notifier::start`] will: the first problem,
+    /// naming its field.
+    pub fn check(&self) -> Result<(), String> {
+        self.receivers().map(|_| ())
+    }
+
+    /// The same, the files it names resolved against `folder` when relative.
+    pub fn relative_to(mut self, folder: &Path) -> NotificationsConfig {
+        for r in &mut self.receivers {
+            for file in [&mut r.url_file, &mut r.secret_file].into_iter().flatten() {
+                if file.is_relative() {
+                    *file = folder.join(&*file);
+                }
+            }
+        }
+        self
+    }
+
     fn backoff(&self) -> Result<Duration, String> {
         match &self.backoff {
             None => Ok(Duration::from_secs(1)),

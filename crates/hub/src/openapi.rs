@@ -4,9 +4,10 @@
 //!
 //! What every operation shares is added here once rather than on each handler: the error
 //! answers (400, 401 with `WWW-Authenticate`, 413, 429 and 503 with `Retry-After`, all an
-//! [`ErrorBody`]) and the security requirement of its kind — an HMAC signature of the body
-//! (`X-Signature`) for reports, a bearer token for queries — which applies when the hub runs
-//! with a webhook secret or an API token.
+//! [`ErrorBody`]) and the security requirements of its kind — an HMAC signature of the body
+//! (`X-Signature`) or a bearer token with the report scope for reports, a bearer token or the
+//! dashboard's session cookie for queries — which apply when the hub has such credentials
+//! (see [`crate::auth`]).
 
 use axum::Router;
 use axum::http::{HeaderValue, header};
@@ -35,8 +36,10 @@ pub const DASHBOARD: &str = "dashboard";
 
 /// The security scheme of reports.
 const HMAC: &str = "hmacSignature";
-/// The security scheme of queries.
+/// The security scheme of queries (and of reports from agents that cannot sign).
 const BEARER: &str = "bearerToken";
+/// The dashboard's session, which reads too.
+const SESSION: &str = "sessionCookie";
 
 #[derive(OpenApi)]
 #[openapi(
@@ -137,8 +140,8 @@ fn dashboard_events() -> OperationBuilder {
         .description(Some(
             "A server-sent event stream that does not end: an event `version` at once and whenever the fleet \
              data changes (its `data` is a number that only says \"changed\"); the pages re-fetch themselves \
-             when it does. Served with the dashboard (not with --no-dashboard); it needs the bearer token \
-             when the hub has one, unless the hub runs with --dashboard-public.",
+             when it does. Served with the dashboard (not with --no-dashboard); it needs a bearer token that \
+             reads, or a session, when the hub has credentials, unless the hub runs with --dashboard-public.",
         ))
         .response(
             "200",
@@ -149,12 +152,16 @@ fn dashboard_events() -> OperationBuilder {
         )
         .response(
             "401",
-            text("The bearer token is missing or wrong.").header(
+            text("No valid credentials (bearer token or session).").header(
                 "WWW-Authenticate",
                 HeaderBuilder::new().schema(String::schema()).build(),
             ),
         )
-        .security(SecurityRequirement::new(BEARER, Vec::<String>::new()))
+        .response("403", text("The credentials do not allow reading."))
+        .securities(Some([
+            SecurityRequirement::new(BEARER, Vec::<String>::new()),
+            SecurityRequirement::new(SESSION, Vec::<String>::new()),
+        ]))
 }
 
 impl Modify for Shared {
@@ -174,10 +181,22 @@ impl Modify for Shared {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .description(Some(
-                        "The hub's API token; required when the hub runs with --api-token-file.",
+                        "An API token: the one of --api-token-file (allowed everything), or a named token of the \
+                         hub's configuration file, allowed its scopes (`read` for queries, `report` for reports, \
+                         `approve`, `approve:ENV`, `admin`). Queries need one (or a session) once the hub has a \
+                         credential that reads; a token without the scope is answered 403.",
                     ))
                     .build(),
             ),
+        );
+        components.add_security_scheme(
+            SESSION,
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                crate::auth::session::SESSION_COOKIE,
+                "The dashboard's session of a person signed in with OpenID Connect (`/auth/sign-in`), \
+                 whose role reads (viewer, approver or admin). State-changing requests of a session also \
+                 carry its CSRF token (`X-CSRF-Token`, or the `csrf` field of a form).",
+            ))),
         );
         let retry_after = HeaderBuilder::new()
             .schema(u32::schema())
@@ -198,8 +217,17 @@ impl Modify for Shared {
                         .entry(status.to_owned())
                         .or_insert_with(|| response.build().into());
                 };
+                let forbidden = || {
+                    error_response(
+                        "The credentials are valid but do not allow this: a token without the scope, a person \
+                         without the role (the message names them).",
+                    )
+                };
                 if tags.iter().any(|t| t == REPORTS) {
-                    operation.security = Some(vec![SecurityRequirement::new(HMAC, Vec::<String>::new())]);
+                    operation.security = Some(vec![
+                        SecurityRequirement::new(HMAC, Vec::<String>::new()),
+                        SecurityRequirement::new(BEARER, Vec::<String>::new()),
+                    ]);
                     add(
                         "400",
                         error_response(
@@ -210,9 +238,11 @@ impl Modify for Shared {
                     add(
                         "401",
                         error_response(
-                            "`X-Signature` is missing or wrong (`field`: `X-Signature`). Nothing is stored.",
+                            "`X-Signature` is missing or wrong (`field`: `X-Signature`), or the bearer token is \
+                             not valid (`field`: `Authorization`). Nothing is stored.",
                         ),
                     );
+                    add("403", forbidden());
                     add(
                         "413",
                         error_response("The body is over 1 MiB. Nothing is stored."),
@@ -240,12 +270,16 @@ impl Modify for Shared {
                     );
                 }
                 if tags.iter().any(|t| t == QUERIES || t == ACTIONS) {
-                    operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
+                    operation.security = Some(vec![
+                        SecurityRequirement::new(BEARER, Vec::<String>::new()),
+                        SecurityRequirement::new(SESSION, Vec::<String>::new()),
+                    ]);
                     add(
                         "401",
-                        error_response("The bearer token is missing or wrong (`field`: `Authorization`).")
+                        error_response("No valid credentials: the bearer token is missing or wrong, and no session (`field`: `Authorization`).")
                             .header("WWW-Authenticate", www_authenticate.clone()),
                     );
+                    add("403", forbidden());
                 }
                 if tags.iter().any(|t| t == REPORTS || t == QUERIES || t == ACTIONS) {
                     add(
@@ -297,6 +331,6 @@ mod tests {
             .as_ref()
             .unwrap();
         let statuses: Vec<&str> = gate.responses.responses.keys().map(String::as_str).collect();
-        assert_eq!(statuses, ["200", "400", "401", "503"]);
+        assert_eq!(statuses, ["200", "400", "401", "403", "503"]);
     }
 }

@@ -12,9 +12,12 @@ use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::collections::HashMap;
+
 use axum::http::HeaderMap;
+use kalypso_git::redact::Secret;
 use kalypso_git::{AuthSettings, RetryPolicy};
-use kalypso_hub::actions::{Actor, Identify};
+use kalypso_hub::auth::session::Sessions;
 use kalypso_hub::client::{Client, Response};
 use kalypso_hub::notify::NotificationsConfig;
 use kalypso_hub::{GitSettings, HubConfig, HubState};
@@ -62,25 +65,50 @@ async fn databases(dir: &Path, label: &str) -> Vec<String> {
     out
 }
 
-/// Bearer tokens → people: what sign-in will provide; here a test's [`Identify`].
-fn people() -> Identify {
-    Identify(Arc::new(|headers: &HeaderMap| {
-        let token = headers
-            .get("authorization")?
-            .to_str()
-            .ok()?
-            .strip_prefix("Bearer ")?;
-        let (name, groups): (&str, &[&str]) = match token {
-            "ana-token" => ("ana@contoso.com", &[]),
-            "bo-token" => ("bo@contoso.com", &["platform-leads"]),
-            "eve-token" => ("eve@contoso.com", &["interns"]),
-            _ => return None,
-        };
-        Some(Actor {
-            name: name.to_owned(),
-            groups: groups.iter().map(|g| (*g).to_owned()).collect(),
+/// The key the hub signs session cookies with: the test signs people in with it, as a replica
+/// sharing the key would (the sign-in itself, at a real OpenID Provider, is tests/sign_in.rs).
+const SESSION_KEY: &str = "a-session-key-of-at-least-32-characters";
+
+/// Who may do what on the test's hub: anyone signed in approves in stage (the PromotionPolicy
+/// narrows who counts), ana administers (she freezes and unfreezes), and a read-only token
+/// makes the hub require credentials for reading.
+fn roles() -> kalypso_hub::config::AuthFile {
+    let yaml = format!(
+        "roles:\n  approver:\n    stage: ['*']\n  admin: [user:ana@contoso.com]\ntokens:\n- {{name: ci, hash: {}, scopes: [read]}}\n",
+        kalypso_hub::auth::hash_token("ci-token")
+    );
+    kalypso_hub::config::HubFile::parse(&yaml, "hub.yaml").unwrap().1
+}
+
+/// The people of the test, signed in: (name as the calls give it, identity, groups).
+const PEOPLE: [(&str, &str, &[&str]); 3] = [
+    ("ana", "ana@contoso.com", &[]),
+    ("bo", "bo@contoso.com", &["platform-leads"]),
+    ("eve", "eve@contoso.com", &["interns"]),
+];
+
+/// A session (its `Cookie` header and CSRF token) for each of [`PEOPLE`], with the roles the
+/// hub gives them at sign-in.
+fn sessions(state: &HubState) -> HashMap<String, (String, String)> {
+    let key = Secret::new(SESSION_KEY);
+    let signer = Sessions::new(Some(&key), Duration::from_secs(3600), false);
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    PEOPLE
+        .iter()
+        .map(|(name, identity, groups)| {
+            let groups: Vec<String> = groups.iter().map(|g| (*g).to_owned()).collect();
+            let grants = state.auth().roles_of(identity, identity, &groups);
+            let (session, set_cookie) = signer.start(identity, &groups, grants, now);
+            let cookie = set_cookie.to_str().unwrap().split(';').next().unwrap().to_owned();
+            ((*name).to_owned(), (cookie, session.csrf))
         })
-    }))
+        .collect()
 }
 
 /// What the loopback receivers got: (path, headers, body).
@@ -205,6 +233,8 @@ fn repos(dir: &Path, smoke: &str) -> Repos {
 struct Hub {
     addr: SocketAddr,
     state: HubState,
+    /// Each signed-in person's cookie and CSRF token.
+    people: HashMap<String, (String, String)>,
 }
 
 async fn start(config: HubConfig) -> Hub {
@@ -213,16 +243,26 @@ async fn start(config: HubConfig) -> Hub {
     let addr = listener.local_addr().unwrap();
     let app = kalypso_hub::app(state.clone());
     tokio::spawn(async move { axum::serve(listener, app).await });
-    Hub { addr, state }
+    let people = sessions(&state);
+    Hub { addr, state, people }
 }
 
-async fn call(hub: &Hub, method: &str, path: &str, token: &str, body: Option<Value>) -> Response {
+/// Calls the hub as `who`: a signed-in person of [`PEOPLE`] (with the session's CSRF token),
+/// else a bearer token.
+async fn call(hub: &Hub, method: &str, path: &str, who: &str, body: Option<Value>) -> Response {
     let mut c = Client::new(hub.addr);
-    let auth = format!("Bearer {token}");
-    let headers = [
-        ("authorization", auth.as_str()),
-        ("content-type", "application/json"),
-    ];
+    let bearer = format!("Bearer {who}");
+    let headers: Vec<(&str, &str)> = match hub.people.get(who) {
+        Some((cookie, csrf)) => vec![
+            ("cookie", cookie.as_str()),
+            ("x-csrf-token", csrf.as_str()),
+            ("content-type", "application/json"),
+        ],
+        None => vec![
+            ("authorization", bearer.as_str()),
+            ("content-type", "application/json"),
+        ],
+    };
     match (method, body) {
         ("GET", _) => c.get(path, &headers).await.unwrap(),
         (_, body) => c
@@ -270,7 +310,7 @@ async fn promotion(hub: &Hub, repos: &Repos) -> Value {
             "/api/v1/environments/dev/gate?commit={}&into=stage",
             repos.dev_commit
         ),
-        "ana-token",
+        "ana",
         None,
     )
     .await;
@@ -334,7 +374,8 @@ async fn flow_scenario(url: &str, dir: &Path) {
         registry: Default::default(),
     });
     config.notifications = notifications;
-    config.identify = Some(people());
+    config.auth = roles();
+    config.session_secret = Some(Secret::new(SESSION_KEY));
     let hub = start(config).await;
     hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
 
@@ -398,7 +439,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/approvals",
-        "ana-token",
+        "ana",
         Some(json!({"environment": "stage", "commit": short, "comment": "looks good"})),
     )
     .await;
@@ -408,7 +449,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/approvals",
-        "ana-token",
+        "ana",
         Some(json!({"environment": "stage", "commit": short})),
     )
     .await;
@@ -423,7 +464,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/approvals",
-        "eve-token",
+        "eve",
         Some(json!({"environment": "stage", "commit": short})),
     )
     .await;
@@ -438,7 +479,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/approvals",
-        "bo-token",
+        "bo",
         Some(json!({"environment": "stage", "commit": P1})),
     )
     .await;
@@ -471,7 +512,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/freezes",
-        "bo-token",
+        "bo",
         Some(json!({"environment": "stage", "reason": "incident 42"})),
     )
     .await;
@@ -491,7 +532,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/unfreezes",
-        "ana-token",
+        "ana",
         Some(json!({"environment": "stage", "reason": "resolved"})),
     )
     .await;
@@ -531,7 +572,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
             "extra",
         ),
     ] {
-        let r = call(&hub, "POST", path, "ana-token", Some(body.clone())).await;
+        let r = call(&hub, "POST", path, "ana", Some(body.clone())).await;
         assert_eq!(r.status, 400, "{body}: {}", String::from_utf8_lossy(&r.body));
         assert_eq!(r.json()["field"], field, "{body}");
     }
@@ -539,7 +580,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/freezes",
-        "ana-token",
+        "ana",
         Some(json!({"environment": "prod", "reason": "x"})),
     )
     .await;
@@ -608,7 +649,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "GET",
         &format!("/api/v1/environments/dev/gate?commit={}", repos.dev_commit),
-        "ana-token",
+        "ana",
         None,
     )
     .await;
@@ -619,7 +660,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/promotions",
-        "ana-token",
+        "ana",
         Some(json!({"environment": "stage", "from": "dev", "commit": P1})),
     )
     .await;
@@ -641,13 +682,13 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "POST",
         "/api/v1/promotions",
-        "bo-token",
+        "bo",
         Some(json!({"environment": "stage", "commit": P1, "overrideReason": "hotfix", "unmet": ["approvals 0 of 2"]})),
     )
     .await;
 
     // The audit log holds every action, newest first, filterable; nothing edits it.
-    let log = ok(&hub, "GET", "/api/v1/audit", "ana-token", None).await;
+    let log = ok(&hub, "GET", "/api/v1/audit", "ana", None).await;
     let entries: Vec<(String, String, String)> = log["entries"]
         .as_array()
         .unwrap()
@@ -681,7 +722,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         &hub,
         "GET",
         "/api/v1/audit?kind=approval&actor=ana@contoso.com&limit=1",
-        "ana-token",
+        "ana",
         None,
     )
     .await;
@@ -691,7 +732,7 @@ async fn flow_scenario(url: &str, dir: &Path) {
         anas["entries"][0]["detail"],
         "already approved by this identity: counted once"
     );
-    let r = call(&hub, "GET", "/api/v1/audit?kind=deletion", "ana-token", None).await;
+    let r = call(&hub, "GET", "/api/v1/audit?kind=deletion", "ana", None).await;
     assert_eq!(r.status, 400);
     for method in ["PUT", "DELETE", "PATCH"] {
         let r = Client::new(hub.addr)
@@ -767,4 +808,197 @@ async fn the_promotion_flow_gates_approves_freezes_verifies_audits_and_notifies(
         std::fs::create_dir_all(&sub).unwrap();
         flow_scenario(&url, &sub).await;
     }
+}
+
+/// Waits until the page at the browser's current address shows `text` in `css` (a form's
+/// post and redirect finish in their own time).
+async fn wait_for(b: &kalypso_testkit::browser::Browser, css: &str, text: &str) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let now = b.texts(css).await.join("\n");
+        if now.contains(text) {
+            return now;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{css} does not say {text:?}: {now:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The dashboard's release pages, with people signed in (session cookies signed with the hub's
+/// session key): over HTTP, the forms' refusals (no session, a role without the environment, a
+/// wrong CSRF token) store nothing; in Chromium, an approver sees the promotion's requirements,
+/// approves, freezes and unfreezes with the page's buttons, and the audit page lists each under
+/// their name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn approvers_act_on_the_release_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    let health = Arc::new(AtomicU16::new(200));
+    let server = loopback(health, Received::default()).await;
+    let repos = repos(dir.path(), &format!("http://{server}/healthz"));
+    let mut config = HubConfig::new(format!("sqlite://{}", dir.path().join("hub.db").display()));
+    config.refresh = Duration::from_secs(3600);
+    config.git = Some(GitSettings {
+        control_plane: repos.control_plane.display().to_string(),
+        cache_dir: repos.cache.clone(),
+        auth: AuthSettings::default(),
+        retry: RetryPolicy::default(),
+        main_branch: "main".to_owned(),
+        registry: Default::default(),
+    });
+    config.auth = roles();
+    config.session_secret = Some(Secret::new(SESSION_KEY));
+    let state = kalypso_hub::start(&config).await.unwrap();
+    state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = kalypso_hub::dashboard::app(
+        state.clone(),
+        kalypso_hub::DashboardMode::Protected,
+        kalypso_dashboard::Options::default(),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let people = sessions(&state);
+    let hub = Hub {
+        addr,
+        state,
+        people: people.clone(),
+    };
+    ok(
+        &hub,
+        "POST",
+        "/api/v1/compliance",
+        "x",
+        Some(report(&repos.dev_commit, &time_ago(Duration::from_secs(7200)))),
+    )
+    .await;
+
+    // Over HTTP: the forms' refusals.
+    let (bo_cookie, bo_csrf) = people["bo"].clone();
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let mut c = Client::new(addr);
+    let r = c.get("/environments/stage/promotion", &[]).await.unwrap();
+    assert_eq!(r.status, 401, "no session, no page");
+    let r = c
+        .post("/environments/stage/freeze", &[form], b"reason=x")
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401, "no session, no action");
+    let body = format!("csrf={bo_csrf}&reason=x");
+    let r = c
+        .post(
+            "/environments/dev/freeze",
+            &[form, ("cookie", &bo_cookie)],
+            body.as_bytes(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "bo approves in stage only");
+    assert!(String::from_utf8_lossy(&r.body).contains("may not freeze or unfreeze dev"));
+    let r = c
+        .post(
+            "/environments/stage/freeze",
+            &[form, ("cookie", &bo_cookie)],
+            b"csrf=wrong&reason=x",
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 403, "a wrong CSRF token");
+    assert!(String::from_utf8_lossy(&r.body).contains("CSRF"));
+    let log = ok(&hub, "GET", "/api/v1/audit", "ana", None).await;
+    assert_eq!(log["total"], 0, "nothing stored: {log:#}");
+    // Without the right in the environment, no forms on its page.
+    let page = c
+        .get("/environments/dev/promotion", &[("cookie", &bo_cookie)])
+        .await
+        .unwrap();
+    assert_eq!(page.status, 200);
+    assert!(!String::from_utf8_lossy(&page.body).contains("<form class=\"freeze\""));
+
+    // In Chromium, as bo.
+    let base = format!("http://{addr}");
+    let Some(b) = kalypso_testkit::browser::Browser::start(&base, "the release pages' browser test").await
+    else {
+        return;
+    };
+    b.goto("/healthz").await;
+    // The session cookie as the hub sets it at sign-in (set by script here: the sign-in itself,
+    // at a real OpenID Provider, is tests/sign_in.rs).
+    b.js(&format!("document.cookie = '{bo_cookie}; path=/'; return true;"))
+        .await;
+    b.goto("/environments/stage/promotion").await;
+    assert_eq!(b.title().await, "Promotion into stage · Kalypso fleet");
+    let requirements = wait_for(&b, "ul.requirements li", "approvals 0 of 2").await;
+    assert!(requirements.contains("compliant 1/1 in dev"), "{requirements}");
+    assert!(requirements.contains("soak 2h"), "{requirements}");
+    assert!(requirements.contains("stage is not frozen"), "{requirements}");
+    b.client
+        .find(fantoccini::Locator::Css("#approve-comment"))
+        .await
+        .unwrap()
+        .send_keys("looks good")
+        .await
+        .unwrap();
+    b.client
+        .find(fantoccini::Locator::Css("form.approve button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "ul.requirements li", "approvals 1 of 2 (bo@contoso.com)").await;
+    b.screenshot("release-environment").await;
+    b.client
+        .find(fantoccini::Locator::Css("#freeze-reason"))
+        .await
+        .unwrap()
+        .send_keys("incident 9")
+        .await
+        .unwrap();
+    b.client
+        .find(fantoccini::Locator::Css("form.freeze button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "ul.freezes li", "by bo@contoso.com").await;
+    wait_for(&b, "ul.requirements li", "frozen by bo@contoso.com").await;
+    b.client
+        .find(fantoccini::Locator::Css("form.unfreeze button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&b, "p.not-frozen", "Not frozen.").await;
+
+    // The releases page shows stage's requirements; the audit page lists what bo did.
+    b.goto("/releases").await;
+    wait_for(
+        &b,
+        "#release-stage ul.requirements li",
+        "approvals 1 of 2 (bo@contoso.com)",
+    )
+    .await;
+    b.goto("/audit").await;
+    let rows = wait_for(&b, "table.audit tbody tr", "unfreeze").await;
+    let lines: Vec<&str> = rows.lines().collect();
+    assert_eq!(lines.len(), 3, "{rows}");
+    assert!(
+        lines[0].contains("bo@contoso.com") && lines[0].contains("unfreeze"),
+        "{rows}"
+    );
+    assert!(
+        lines[1].contains("freeze") && lines[1].contains("incident 9"),
+        "{rows}"
+    );
+    assert!(
+        lines[2].contains("approval") && lines[2].contains("looks good"),
+        "{rows}"
+    );
+    b.screenshot("release-audit").await;
+    b.close().await;
 }

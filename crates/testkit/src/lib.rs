@@ -34,6 +34,7 @@ mod go_json;
 mod http_git;
 mod kill;
 mod loopback;
+pub mod oidc;
 mod registry;
 mod run;
 

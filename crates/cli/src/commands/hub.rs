@@ -37,6 +37,38 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         .as_deref()
         .map(|p| read_secret(p, "API token"))
         .transpose()?;
+    if let Some(path) = &settings.config {
+        let (file, auth) = kalypso_hub::config::load(path).map_err(|e| anyhow!("{e}"))?;
+        if let Some(notifications) = file.notifications {
+            if settings.notifications.is_some() {
+                return Err(anyhow!(
+                    "{}: notifications: give them in the configuration file or with --notifications, not both",
+                    path.display()
+                ));
+            }
+            config.notifications = notifications;
+        }
+        config.oidc_client_secret = auth
+            .oidc
+            .as_ref()
+            .and_then(|o| o.client_secret_file.as_deref())
+            .map(|p| read_secret(p, "OIDC client secret"))
+            .transpose()?;
+        config.session_secret = auth
+            .session_secret_file
+            .as_deref()
+            .map(|p| read_secret(p, "session key"))
+            .transpose()?;
+        if let Some(key) = &config.session_secret
+            && key.expose().len() < 32
+        {
+            return Err(anyhow!(
+                "{}: session.secretFile: the session key must be at least 32 characters",
+                path.display()
+            ));
+        }
+        config.auth = auth;
+    }
     if let Some(file) = &settings.notifications {
         config.notifications = kalypso_hub::notify::NotificationsConfig::load(file)?;
     }
@@ -61,5 +93,24 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
             kalypso_server::shutdown_signal(),
         ))
         .map_err(|e| anyhow!("{}", kalypso_git::redact(&e.to_string())))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `kalypso hub hash-token`: prints the hash of the token read from `file` or standard input.
+pub(crate) fn hash_token(file: Option<&Path>) -> Result<ExitCode> {
+    let text = match file {
+        Some(path) => std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the token file {}", path.display()))?,
+        None => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .context("cannot read the token from standard input")?;
+            text
+        }
+    };
+    if text.trim().is_empty() {
+        return Err(anyhow!("the token is empty"));
+    }
+    println!("{}", kalypso_hub::auth::hash_token(&text));
     Ok(ExitCode::SUCCESS)
 }

@@ -6,7 +6,7 @@ mod completions;
 #[cfg(feature = "operator")]
 pub(crate) mod crds;
 mod explain;
-mod hub;
+pub(crate) mod hub;
 mod hub_action;
 #[cfg(feature = "operator")]
 pub(crate) mod operator;

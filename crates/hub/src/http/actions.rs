@@ -4,10 +4,11 @@
 //! (`POST /api/v1/freezes`, `POST /api/v1/unfreezes`), report a promotion
 //! (`POST /api/v1/promotions`); and read the log (`GET /api/v1/audit`).
 //!
-//! Who acts is decided by one function, [`actor`]: today the API token's fixed name
-//! ([`API_TOKEN_ACTOR`]), or what an [`Identify`] hook says (sign-in plugs in there).
-
-use std::sync::Arc;
+//! Who acts is the request's [`Principal`] ([`crate::auth`]): a signed-in person's e-mail (or
+//! subject) and groups, or an API token's name — never a name the body gives. The four
+//! actions share one prelude: the caller authenticated (and a session's CSRF token
+//! checked), the body parsed, the caller allowed to act on the environment it names, and the
+//! environment known.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -22,58 +23,14 @@ use serde::de::DeserializeOwned;
 use sqlx::Row;
 
 use crate::audit::{self, Entry};
-use crate::http::{ApiError, ApiResult, HubState, Params, body_error, check_token, int_param, now_ms, ok};
+use crate::auth::{Action, Caller, Principal, authenticate_change, authorize};
+use crate::http::{ApiError, ApiResult, HubState, Params, body_error, int_param, now_ms, ok};
 use crate::model::{Report, format_time, parse_time};
 use crate::notify::{Event, EventKind};
 use crate::policy;
 
-/// The identity of a caller authenticated by the hub's single API token.
-pub const API_TOKEN_ACTOR: &str = "api-token";
-/// The identity of a caller of a hub without an API token.
-pub const ANONYMOUS_ACTOR: &str = "anonymous";
 /// The longest comment, reason or message stored.
 pub const MAX_TEXT: usize = 4096;
-
-/// Who acts: an identity and its group claims.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Actor {
-    /// The identity (an OIDC subject or e-mail, or a token's name).
-    pub name: String,
-    /// Its group claims (empty when the identity carries none).
-    pub groups: Vec<String>,
-}
-
-/// Names the caller of a request from its headers (`None`: not known this way). Sign-in
-/// provides one; tests give one that maps bearer tokens to people.
-#[derive(Clone)]
-pub struct Identify(pub Arc<IdentifyFn>);
-
-/// The function an [`Identify`] holds.
-pub type IdentifyFn = dyn Fn(&HeaderMap) -> Option<Actor> + Send + Sync;
-
-impl std::fmt::Debug for Identify {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Identify(..)")
-    }
-}
-
-/// The one place that says who the caller of an authenticated request is.
-pub fn actor(state: &HubState, headers: &HeaderMap) -> Actor {
-    if let Some(identify) = state.identify()
-        && let Some(actor) = (identify.0)(headers)
-    {
-        return actor;
-    }
-    Actor {
-        name: if state.has_api_token() {
-            API_TOKEN_ACTOR
-        } else {
-            ANONYMOUS_ACTOR
-        }
-        .to_owned(),
-        groups: Vec::new(),
-    }
-}
 
 fn bad(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, Some(field), message)
@@ -143,6 +100,67 @@ fn json_body<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     })
 }
 
+/// A request to act on an environment.
+pub(crate) trait ActionRequest: DeserializeOwned {
+    /// The environment it acts on.
+    fn environment(&self) -> &str;
+}
+
+impl ActionRequest for ApprovalRequest {
+    fn environment(&self) -> &str {
+        &self.environment
+    }
+}
+
+impl ActionRequest for FreezeRequest {
+    fn environment(&self) -> &str {
+        &self.environment
+    }
+}
+
+impl ActionRequest for UnfreezeRequest {
+    fn environment(&self) -> &str {
+        &self.environment
+    }
+}
+
+impl ActionRequest for PromotionReport {
+    fn environment(&self) -> &str {
+        &self.environment
+    }
+}
+
+/// What every action does first, in this order: the caller authenticated (401; a session's
+/// request needs its CSRF token, 403), the body read and parsed (413, 400), the caller allowed
+/// `action` on the environment the body names (403), and the environment known (404).
+/// Nothing is stored before all have passed.
+async fn prelude<T: ActionRequest>(
+    state: &HubState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    action: for<'a> fn(&'a str) -> Action<'a>,
+) -> Result<(Principal, T), ApiError> {
+    let caller = authenticate_change(state, headers, None)?;
+    let body = body.map_err(|e| body_error(&e))?;
+    let request: T = json_body(&body)?;
+    let who = allowed(state, caller, &request, action).await?;
+    Ok((who, request))
+}
+
+/// The end of the [`prelude`], for a request already read (the dashboard's forms): the
+/// caller allowed `action` on the request's environment (403), the environment known (404).
+pub(crate) async fn allowed<T: ActionRequest>(
+    state: &HubState,
+    caller: Caller,
+    request: &T,
+    action: for<'a> fn(&'a str) -> Action<'a>,
+) -> Result<Principal, ApiError> {
+    check_environment_name("environment", request.environment())?;
+    let who = caller.may(action(request.environment()))?;
+    known_environment(state, "environment", request.environment()).await?;
+    Ok(who)
+}
+
 async fn control_plane_commit(state: &HubState, given: &str) -> Result<String, ApiError> {
     match policy::resolve_control_plane_commit(state.db(), given).await? {
         Ok(commit) => Ok(commit),
@@ -153,7 +171,9 @@ async fn control_plane_commit(state: &HubState, given: &str) -> Result<String, A
 /// `POST /api/v1/approvals`.
 #[utoipa::path(post, path = "/api/v1/approvals", tag = "actions",
     summary = "Approve a commit for an environment",
-    description = "The caller's identity approves the promotion of a control-plane commit into an environment. \
+    description = "The caller's identity (a signed-in person's e-mail or subject, or the API token's name) \
+        approves the promotion of a control-plane commit into an environment; the caller must be an approver \
+        of the environment (role, or a token with the `approve` or `approve:ENV` scope). \
         The same identity approving twice counts once (`counted: false`); both are in the audit log. When the \
         environment's PromotionPolicy names approvers, an identity that is none of them is refused (403).",
     request_body(content = ApprovalRequest, content_type = "application/json"),
@@ -167,22 +187,28 @@ pub(crate) async fn approve(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
-    let body = body.map_err(|e| body_error(&e))?;
-    let request: ApprovalRequest = json_body(&body)?;
-    known_environment(&state, "environment", &request.environment).await?;
+    let (who, request): (_, ApprovalRequest) =
+        prelude(&state, &headers, body, |env| Action::Approve(env)).await?;
+    ok(approve_as(&state, who, request).await?)
+}
+
+/// [`approve`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn approve_as(
+    state: &HubState,
+    who: Principal,
+    request: ApprovalRequest,
+) -> Result<ApprovalAnswer, ApiError> {
     let comment = text("comment", request.comment.as_deref(), false)?;
-    let commit = control_plane_commit(&state, &request.commit).await?;
-    let who = actor(&state, &headers);
+    let commit = control_plane_commit(state, &request.commit).await?;
     if let policy::StoredPolicy::Valid(p) = policy::stored_policy(state.db(), &request.environment).await?
-        && !p.may_approve(&who.name, &who.groups)
+        && !p.may_approve(&who.identity, &who.groups)
     {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             None,
             format!(
                 "{} may not approve promotions into {}: PromotionPolicy {:?} names the approvers {}",
-                who.name,
+                who.identity,
                 request.environment,
                 p.name,
                 p.approvers
@@ -199,7 +225,7 @@ pub(crate) async fn approve(
     )
     .bind(&request.environment)
     .bind(&commit)
-    .bind(&who.name)
+    .bind(&who.identity)
     .bind(serde_json::to_string(&who.groups).unwrap_or_else(|_| "[]".into()))
     .bind(&comment)
     .bind(now_ms())
@@ -212,7 +238,7 @@ pub(crate) async fn approve(
         state.db(),
         state.notifier(),
         Entry {
-            actor: who.name.clone(),
+            actor: who.identity.clone(),
             kind: AuditKind::Approval,
             environment: request.environment.clone(),
             commit: Some(commit.clone()),
@@ -230,10 +256,10 @@ pub(crate) async fn approve(
         .into_iter()
         .map(|(a, _)| a)
         .collect();
-    ok(ApprovalAnswer {
+    Ok(ApprovalAnswer {
         environment: request.environment,
         commit,
-        actor: who.name,
+        actor: who.identity,
         counted,
         approved_by,
     })
@@ -254,7 +280,8 @@ fn freeze_answer(environment: &str, f: &policy::ActiveFreeze) -> Freeze {
 #[utoipa::path(post, path = "/api/v1/freezes", tag = "actions",
     summary = "Freeze an environment (stop the line)",
     description = "No promotion into the environment until it is unfrozen or `until` passes: its gate's \
-        `promotion` lists the freeze as a requirement not met. Recorded in the audit log.",
+        `promotion` lists the freeze as a requirement not met. The environment's approvers and admins may. \
+        Recorded in the audit log with the caller's identity.",
     request_body(content = FreezeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "Frozen.", body = Freeze),
@@ -265,10 +292,17 @@ pub(crate) async fn freeze(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
-    let body = body.map_err(|e| body_error(&e))?;
-    let request: FreezeRequest = json_body(&body)?;
-    known_environment(&state, "environment", &request.environment).await?;
+    let (who, request): (_, FreezeRequest) =
+        prelude(&state, &headers, body, |env| Action::Freeze(env)).await?;
+    ok(freeze_as(&state, who, request).await?)
+}
+
+/// [`freeze`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn freeze_as(
+    state: &HubState,
+    who: Principal,
+    request: FreezeRequest,
+) -> Result<Freeze, ApiError> {
     let reason = text("reason", Some(&request.reason), true)?;
     let now = now_ms();
     let until = match request.until.as_deref().map(str::trim).filter(|s| !s.is_empty()) {
@@ -281,13 +315,12 @@ pub(crate) async fn freeze(
             Some(at)
         }
     };
-    let who = actor(&state, &headers);
     let id: i64 = sqlx::query(
         "INSERT INTO freezes (environment, reason, actor, frozen_at, until_at) VALUES ($1, $2, $3, $4, $5) RETURNING id",
     )
     .bind(&request.environment)
     .bind(&reason)
-    .bind(&who.name)
+    .bind(&who.identity)
     .bind(now)
     .bind(until)
     .fetch_one(state.db().pool())
@@ -299,7 +332,7 @@ pub(crate) async fn freeze(
         state.db(),
         state.notifier(),
         Entry {
-            actor: who.name.clone(),
+            actor: who.identity.clone(),
             kind: AuditKind::Freeze,
             environment: request.environment.clone(),
             commit: None,
@@ -310,11 +343,11 @@ pub(crate) async fn freeze(
         },
     )
     .await?;
-    ok(freeze_answer(
+    Ok(freeze_answer(
         &request.environment,
         &policy::ActiveFreeze {
             id,
-            actor: who.name,
+            actor: who.identity,
             reason,
             frozen_at: now,
             until,
@@ -325,7 +358,8 @@ pub(crate) async fn freeze(
 /// `POST /api/v1/unfreezes`.
 #[utoipa::path(post, path = "/api/v1/unfreezes", tag = "actions",
     summary = "Unfreeze an environment",
-    description = "Lifts every freeze in force. Recorded in the audit log (also when there was none to lift).",
+    description = "Lifts every freeze in force. The environment's approvers and admins may. Recorded in the \
+        audit log with the caller's identity (also when there was none to lift).",
     request_body(content = UnfreezeRequest, content_type = "application/json"),
     responses(
         (status = 200, description = "The freezes lifted.", body = UnfreezeAnswer),
@@ -336,18 +370,24 @@ pub(crate) async fn unfreeze(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
-    let body = body.map_err(|e| body_error(&e))?;
-    let request: UnfreezeRequest = json_body(&body)?;
-    known_environment(&state, "environment", &request.environment).await?;
+    let (who, request): (_, UnfreezeRequest) =
+        prelude(&state, &headers, body, |env| Action::Freeze(env)).await?;
+    ok(unfreeze_as(&state, who, request).await?)
+}
+
+/// [`unfreeze`] once the caller is known and allowed: shared with the dashboard's form.
+pub(crate) async fn unfreeze_as(
+    state: &HubState,
+    who: Principal,
+    request: UnfreezeRequest,
+) -> Result<UnfreezeAnswer, ApiError> {
     let reason = text("reason", request.reason.as_deref(), false)?;
     let now = now_ms();
-    let who = actor(&state, &headers);
     let active = policy::active_freezes(state.db(), &request.environment, now).await?;
     for f in &active {
         sqlx::query("UPDATE freezes SET lifted_at = $1, lifted_by = $2 WHERE id = $3 AND lifted_at IS NULL")
             .bind(now)
-            .bind(&who.name)
+            .bind(&who.identity)
             .bind(f.id)
             .execute(state.db().pool())
             .await
@@ -357,7 +397,7 @@ pub(crate) async fn unfreeze(
         state.db(),
         state.notifier(),
         Entry {
-            actor: who.name.clone(),
+            actor: who.identity.clone(),
             kind: AuditKind::Unfreeze,
             environment: request.environment.clone(),
             commit: None,
@@ -377,7 +417,7 @@ pub(crate) async fn unfreeze(
         },
     )
     .await?;
-    ok(UnfreezeAnswer {
+    Ok(UnfreezeAnswer {
         lifted: active
             .iter()
             .map(|f| freeze_answer(&request.environment, f))
@@ -392,7 +432,8 @@ pub(crate) async fn unfreeze(
     description = "`kalypso promote` reports each promotion it pushed, so that the audit log says who promoted; \
         with `overrideReason`, the promotion went ahead although the gate refused it and is recorded as an \
         `override` naming the requirements not met. (Promotions nobody reports are recorded when the hub sees \
-        the environment's GitOps branch move, with the actor `hub`.)",
+        the environment's GitOps branch move, with the actor `hub`.) The environment's approvers and admins \
+        may (a CI token with the `approve:ENV` scope).",
     request_body(content = PromotionReport, content_type = "application/json"),
     responses(
         (status = 200, description = "Recorded.", body = IngestAnswer),
@@ -403,10 +444,17 @@ pub(crate) async fn report_promotion(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
-    let body = body.map_err(|e| body_error(&e))?;
-    let report: PromotionReport = json_body(&body)?;
-    known_environment(&state, "environment", &report.environment).await?;
+    let (who, report): (_, PromotionReport) =
+        prelude(&state, &headers, body, |env| Action::Promote(env)).await?;
+    ok(report_promotion_as(&state, who, report).await?)
+}
+
+/// [`report_promotion`] once the caller is known and allowed.
+pub(crate) async fn report_promotion_as(
+    state: &HubState,
+    who: Principal,
+    report: PromotionReport,
+) -> Result<IngestAnswer, ApiError> {
     if let Some(from) = &report.from {
         check_environment_name("from", from)?;
     }
@@ -419,8 +467,7 @@ pub(crate) async fn report_promotion(
     for (i, u) in report.unmet.iter().enumerate() {
         unmet.push(text(&format!("unmet[{i}]"), Some(u), true)?);
     }
-    let commit = control_plane_commit(&state, &report.commit).await?;
-    let who = actor(&state, &headers);
+    let commit = control_plane_commit(state, &report.commit).await?;
     let from = report
         .from
         .as_deref()
@@ -447,7 +494,7 @@ pub(crate) async fn report_promotion(
         state.db(),
         state.notifier(),
         Entry {
-            actor: who.name,
+            actor: who.identity,
             kind,
             environment: report.environment,
             commit: Some(commit),
@@ -456,7 +503,7 @@ pub(crate) async fn report_promotion(
         },
     )
     .await?;
-    ok(IngestAnswer {
+    Ok(IngestAnswer {
         result: IngestResult::Stored,
     })
 }
@@ -482,7 +529,7 @@ pub(crate) async fn audit(
     headers: HeaderMap,
     Query(params): Params,
 ) -> ApiResult {
-    check_token(&state, &headers)?;
+    authorize(&state, &headers, Action::Read)?;
     let kind = params
         .get("kind")
         .filter(|s| !s.is_empty())
