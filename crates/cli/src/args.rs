@@ -421,6 +421,14 @@ pub(crate) struct SyncArgs {
     /// Commit message.
     #[arg(long, value_name = "TEXT", default_value = kalypso_git::deliver::DEFAULT_MESSAGE)]
     pub(crate) message: String,
+    /// The Deployment Observability Hub (`http://hub:8090`): environments with a
+    /// RolloutPolicy get a change wave by wave, each wave once the hub reports every
+    /// registered cluster of the waves before it compliant with the change (docs/rollout.md).
+    #[arg(long, env = "KALYPSO_HUB", value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token.
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub(crate) json: bool,

@@ -357,6 +357,10 @@ impl Comparison {
             promote_from: args.promote_from.clone(),
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            hub: args.hub.as_ref().map(|url| HubAccess {
+                url: url.clone(),
+                token_file: args.hub_token_file.clone(),
+            }),
         })
     }
 }
@@ -419,6 +423,8 @@ pub(crate) struct Sync {
     pub(crate) git: Git,
     /// Registry access for `oci://` GitOpsRepos.
     pub(crate) registry: kalypso_git::oci::AuthSettings,
+    /// The hub that gates the waves of progressive rollouts.
+    pub(crate) hub: Option<HubAccess>,
 }
 
 impl Sync {

@@ -27,6 +27,7 @@ pub mod placement;
 pub mod plan;
 mod position;
 pub mod render;
+pub mod rollout;
 pub mod run;
 pub mod schedule;
 pub mod schema;

@@ -873,6 +873,9 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             Kind::SchedulerExtender => {
                 AnyObject::SchedulerExtender(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
+            Kind::RolloutPolicy => {
+                AnyObject::RolloutPolicy(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
             Kind::ConfigSchema => {
                 let schema: Object<kalypso_api::ConfigSchemaSpec> =
                     parse_typed(doc, &origin, kind, &name, diagnostics)?;

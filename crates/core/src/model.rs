@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{
     BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, SchedulerExtenderSpec, SchedulingPolicySpec, TemplateSpec,
-    WorkloadRegistrationSpec, WorkloadSpec, labels,
+    GitOpsRepoSpec, Kind, ObjectMeta, RolloutPolicySpec, SchedulerExtenderSpec, SchedulingPolicySpec,
+    TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
 use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
@@ -72,6 +72,7 @@ pub enum AnyObject {
     ConfigSchema(Object<ConfigSchemaSpec>),
     ConfigMap(Object<ConfigMapData>),
     SchedulerExtender(Object<SchedulerExtenderSpec>),
+    RolloutPolicy(Object<RolloutPolicySpec>),
 }
 
 macro_rules! each_object {
@@ -89,6 +90,7 @@ macro_rules! each_object {
             AnyObject::ConfigSchema($o) => $body,
             AnyObject::ConfigMap($o) => $body,
             AnyObject::SchedulerExtender($o) => $body,
+            AnyObject::RolloutPolicy($o) => $body,
         }
     };
 }
@@ -109,6 +111,7 @@ impl AnyObject {
             AnyObject::ConfigSchema(_) => Kind::ConfigSchema,
             AnyObject::ConfigMap(_) => Kind::ConfigMap,
             AnyObject::SchedulerExtender(_) => Kind::SchedulerExtender,
+            AnyObject::RolloutPolicy(_) => Kind::RolloutPolicy,
         }
     }
 
@@ -188,6 +191,8 @@ pub struct Namespace {
     pub config_maps: BTreeMap<String, Object<ConfigMapData>>,
     /// SchedulerExtenders.
     pub extenders: BTreeMap<String, Object<SchedulerExtenderSpec>>,
+    /// RolloutPolicies (at most one is valid: see [`crate::rollout`]).
+    pub rollout_policies: BTreeMap<String, Object<RolloutPolicySpec>>,
 }
 
 fn insert_unique<S>(
@@ -278,6 +283,9 @@ impl Namespace {
                 AnyObject::ConfigSchema(o) => insert_unique(&mut self.config_schemas, kind, o, diagnostics),
                 AnyObject::ConfigMap(o) => insert_unique(&mut self.config_maps, kind, o, diagnostics),
                 AnyObject::SchedulerExtender(o) => insert_unique(&mut self.extenders, kind, o, diagnostics),
+                AnyObject::RolloutPolicy(o) => {
+                    insert_unique(&mut self.rollout_policies, kind, o, diagnostics)
+                }
             }
         }
     }

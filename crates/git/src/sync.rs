@@ -17,6 +17,7 @@ use git2::Oid;
 use kalypso_core::Diagnostics;
 use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient};
 use kalypso_core::run::{Failure, Input, Isolation, RenderMemo, Request, Run, RunContext, Sink};
+use kalypso_core::tree::Blob;
 use kalypso_template::{Engine, SprigVersion};
 use tokio::runtime::Handle;
 
@@ -78,6 +79,14 @@ pub enum Error {
     /// The registry client cannot be made (its credentials cannot be loaded).
     #[error("environment {environment}: cannot reach OCI registries: {reason}")]
     Registry {
+        /// The environment.
+        environment: String,
+        /// Why.
+        reason: String,
+    },
+    /// The environment's progressive rollout cannot go on.
+    #[error("environment {environment}: {reason}")]
+    Rollout {
         /// The environment.
         environment: String,
         /// Why.
@@ -534,6 +543,8 @@ pub struct Scope<'r> {
     others: Vec<(&'r Resolved, BTreeSet<String>)>,
     /// Cluster types whose folders stay as they are.
     keep: BTreeSet<String>,
+    /// Tracking files written with the content (a rollout's state).
+    tracking: BTreeMap<String, Blob>,
 }
 
 impl<'r> Scope<'r> {
@@ -547,6 +558,13 @@ impl<'r> Scope<'r> {
     /// Keeps the folders of `cluster_types` on the GitOps branches exactly as they are.
     pub fn keeping(mut self, cluster_types: impl IntoIterator<Item = String>) -> Scope<'r> {
         self.keep.extend(cluster_types);
+        self
+    }
+
+    /// Writes `bytes` as the tracking file `name` (under `.github/tracking/`) in the same
+    /// commit as the content.
+    pub fn tracking(mut self, name: &str, bytes: impl Into<Blob>) -> Scope<'r> {
+        self.tracking.insert(name.to_owned(), bytes.into());
         self
     }
 
@@ -599,6 +617,39 @@ impl Pass<'_> {
         Ok(self
             .control_plane
             .resolve(env, &mut self.sources, &self.transport)?)
+    }
+
+    /// Reads `env` as it was at `revisions` (see [`ControlPlane::resolve_pinned`]).
+    pub fn resolve_pinned(&mut self, env: &EnvironmentRef, revisions: &Revisions) -> Result<Resolved, Error> {
+        Ok(self
+            .control_plane
+            .resolve_pinned(env, revisions, &mut self.sources, &self.transport)?)
+    }
+
+    /// The GitOps branch a rollout of `resolved` tracks its state on (the first git
+    /// GitOpsRepo's), fetched; OCI GitOpsRepos are refused (an artifact is delivered whole).
+    pub(crate) fn rollout_branch(&self, resolved: &Resolved) -> Result<(crate::repo::Repo, String), Error> {
+        let name = &resolved.environment.name;
+        if let Some(oci) = self.oci_targets(resolved)?.first() {
+            return Err(Error::GitOpsRepo {
+                environment: name.clone(),
+                name: oci.name.clone(),
+                reason: "a RolloutPolicy needs git GitOpsRepos: an OCI artifact is delivered whole, so some                          cluster types cannot keep their content while others change"
+                    .to_owned(),
+            });
+        }
+        let targets = self.targets(resolved)?;
+        let (_, url, branch, _) = targets.first().ok_or_else(|| Error::NoGitOpsRepo {
+            environment: name.clone(),
+        })?;
+        let fail = |error: crate::repo::Error| Error::Delivery {
+            environment: name.clone(),
+            error: deliver::Error::Repo(error),
+        };
+        let repo = crate::repo::Repo::open_mirror(url, &self.syncer.cache).map_err(|e| fail(e.into()))?;
+        repo.fetch_branches(&self.transport, &[branch.as_str()], &[])
+            .map_err(|e| fail(e.into()))?;
+        Ok((repo, branch.clone()))
     }
 
     /// Network retries made in this pass so far.
@@ -707,6 +758,7 @@ impl Pass<'_> {
             targets: &targets,
             oci_targets: &oci_targets,
             last,
+            tracking: &scope.tracking,
         };
         let (run, delivered) = kalypso_core::run::run(scope.request(resolved), &context, &mut branches);
         let (outcome, next) = delivered?;
@@ -941,6 +993,8 @@ struct Branches<'p> {
     /// The GitOpsRepos that are OCI locations, delivered after the git ones.
     oci_targets: &'p [crate::oci::OciTarget],
     last: &'p DeliveredFiles,
+    /// Tracking files written with the content.
+    tracking: &'p BTreeMap<String, Blob>,
 }
 
 impl Sink for Branches<'_> {
@@ -985,6 +1039,11 @@ impl Sink for Branches<'_> {
         }
         // What delivering does not need goes first: the scheduled environment.
         drop(std::mem::take(&mut run.environment));
+        run.rendered.content.tracking.extend(
+            self.tracking
+                .iter()
+                .map(|(name, blob)| (name.clone(), blob.clone())),
+        );
         let content = &run.rendered.content;
         let hashed = Hashed::new(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
             let repo = targets.first().map(|(_, url, _, _)| url.redacted());

@@ -813,6 +813,42 @@ pub struct Gate {
     pub cluster_types_without_clusters: Vec<String>,
 }
 
+/// `GET /api/v1/environments/{environment}/waves?commit=SHA&clusterTypes=a,b`: how the
+/// clusters of some cluster types are doing relative to a GitOps commit, for a progressive
+/// rollout's gate (`kalypso sync` with a RolloutPolicy asks it before delivering the next wave).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveGate {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps commit the question is about, `null` when the hub does not know it (yet).
+    pub gitops_commit: Option<String>,
+    /// Each cluster type asked about, in the order asked.
+    #[serde(default)]
+    pub cluster_types: Vec<WaveClusterType>,
+}
+
+/// One cluster type of a [`WaveGate`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveClusterType {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// Registered clusters that are not stale.
+    pub registered: u64,
+    /// Those compliant with the commit or a later one (which contains it).
+    pub compliant: u64,
+    /// For how long (milliseconds, by the hub's clock) every compliant one has been compliant
+    /// on its current commit: the shortest such time. `null` when none is compliant.
+    pub compliant_for_ms: Option<u64>,
+    /// The failed ones (on the commit or a later one), by name, at most `limit`, with their
+    /// reconciler's message.
+    #[serde(default)]
+    pub failed: Vec<GateCluster>,
+    /// How many failed, all told.
+    pub failed_count: u64,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

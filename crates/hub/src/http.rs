@@ -108,7 +108,7 @@ impl HubState {
         check_token(self, headers).is_ok()
     }
 
-    fn stale_before(&self) -> i64 {
+    pub(crate) fn stale_before(&self) -> i64 {
         now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
     }
 }
@@ -133,6 +133,10 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments", get(list_environments))
         .route("/api/v1/environments/{environment}", get(get_environment))
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
+        .route(
+            "/api/v1/environments/{environment}/waves",
+            get(crate::rollout::get_waves),
+        )
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
         .layer(DefaultBodyLimit::max(MAX_BODY))
@@ -148,7 +152,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
+    pub(crate) fn new(status: StatusCode, field: Option<&str>, message: impl Into<String>) -> ApiError {
         ApiError {
             status,
             field: field.map(str::to_owned),
@@ -206,9 +210,9 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok(answer: impl Serialize) -> ApiResult {
+pub(crate) fn ok(answer: impl Serialize) -> ApiResult {
     Ok(axum::Json(answer).into_response())
 }
 
@@ -275,7 +279,7 @@ fn digest_eq(a: &[u8], b: &[u8]) -> bool {
     a.iter().zip(b.iter()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(crate) fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = &state.0.api_token else {
         return Ok(());
     };
@@ -350,9 +354,14 @@ pub(crate) async fn compliance(
     ingest(&state, report, now).await
 }
 
-type Params = Query<BTreeMap<String, String>>;
+pub(crate) type Params = Query<BTreeMap<String, String>>;
 
-fn int_param(params: &BTreeMap<String, String>, name: &str, default: i64, max: i64) -> Result<i64, ApiError> {
+pub(crate) fn int_param(
+    params: &BTreeMap<String, String>,
+    name: &str,
+    default: i64,
+    max: i64,
+) -> Result<i64, ApiError> {
     match params.get(name) {
         None => Ok(default),
         Some(text) => text
@@ -490,7 +499,7 @@ pub(crate) async fn get_environment(
 }
 
 /// How long a query waits for an on-demand refresh when it names an unknown commit.
-const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
+pub(crate) const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
 
 /// `GET /api/v1/environments/{environment}/gate`.
 #[utoipa::path(get, path = "/api/v1/environments/{environment}/gate", tag = "queries",

@@ -14,7 +14,7 @@
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
-//!   [`query`]: the correlation queries;
+//!   [`query`]: the correlation queries; [`rollout`]: the gate of a progressive rollout's waves;
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
 //! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
@@ -30,6 +30,7 @@ pub mod model;
 pub mod oci;
 pub mod openapi;
 pub mod query;
+pub mod rollout;
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -27,6 +27,7 @@ pub mod cases;
 mod doc_script;
 mod example;
 mod fake_github;
+pub mod fleet;
 mod folders;
 mod git_cli;
 mod go_json;
