@@ -13,7 +13,7 @@ use kalypso_testkit::fleet::{Fleet, Rule};
 
 const KALYPSO: &str = env!("CARGO_BIN_EXE_kalypso");
 /// The canary's soak.
-const SOAK: Duration = Duration::from_secs(2);
+const SOAK: Duration = Duration::from_secs(5);
 
 struct Setup {
     _dir: tempfile::TempDir,
@@ -234,12 +234,18 @@ fn a_change_goes_canary_first_soaks_then_the_rest_and_a_newer_change_restarts() 
     assert_eq!(state["delivered"], 1, "{state}");
     assert!(setup.environment_value("small").is_some());
     assert!(setup.environment_value("large").is_none());
-    // Nothing reported: the next sync waits and writes nothing.
-    let head = setup.head();
+    // The clusters register with their first report; the canary's are compliant, and the next
+    // wave waits for the soak.
+    let head = fleet.apply_head();
     let out = setup.sync_ok();
-    assert!(out.contains("not yet compliant"), "{out}");
+    assert!(out.contains("soaking"), "{out}");
     assert_eq!(setup.head(), head);
-    setup.roll_out_everything(&fleet);
+    std::thread::sleep(SOAK);
+    setup.sync_ok();
+    assert_eq!(setup.state()["delivered"], 2);
+    fleet.apply_head();
+    setup.sync_ok();
+    assert_eq!(setup.state()["status"], "complete", "{}", setup.state());
     assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
 
     // A ConfigMap change goes to the canary only, in one commit with the state.
@@ -250,6 +256,20 @@ fn a_change_goes_canary_first_soaks_then_the_rest_and_a_newer_change_restarts() 
     assert_eq!(setup.environment_value("small").as_deref(), Some("Dev2"));
     assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
     assert_eq!(setup.state()["delivered"], 1);
+    // An environment whose rollout is not complete is not promoted from.
+    let out = Command::new(KALYPSO)
+        .arg("promote")
+        .arg(setup.work.join("control-plane.git"))
+        .args(["--from", "dev", "--env", "stage", "--cache-dir"])
+        .arg(setup.work.join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("progressing (1 of 2 waves delivered)"),
+        "{stderr}"
+    );
     // Every cluster still healthy on the commit before: never a reason to advance.
     fleet.apply(&before, |_| true);
     let out = setup.sync_ok();

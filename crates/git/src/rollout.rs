@@ -256,14 +256,13 @@ impl Pass<'_> {
             at.wave_time,
             now,
         );
-        self.carry_out(resolved, &waves, step, at.state, unchecked)
+        self.carry_out(resolved, step, at.state, unchecked)
     }
 
     /// Carries `step` out for `resolved` (the state before: `before`).
     fn carry_out(
         &mut self,
         resolved: &Resolved,
-        waves: &Waves,
         step: Step,
         before: Option<RolloutState>,
         unchecked: Vec<String>,
@@ -332,7 +331,6 @@ impl Pass<'_> {
                 for (at, cluster_types) in &previous {
                     scope = scope.rendering_from(cluster_types.clone(), at);
                 }
-                let _ = waves;
                 let report = self.deliver_scoped(resolved, &scope)?;
                 let delivered = report.is_success();
                 Ok(RolloutRun {

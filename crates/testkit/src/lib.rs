@@ -16,6 +16,8 @@
 //! - JSON data as Go decodes it ([`go_json`]), and the in-repository test data
 //!   ([`data_dir`]);
 //! - documentation walk-throughs run as scripts ([`run_doc_script`]);
+//! - a simulated fleet that reads a GitOps branch and posts to the hub the Flux events of the
+//!   commits its clusters apply, with failure rules ([`fleet`]);
 //! - the pieces of a data-driven test harness ([`cases`]: case folders, expected files,
 //!   blessing).
 //!
