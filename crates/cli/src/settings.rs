@@ -357,10 +357,6 @@ impl Comparison {
             promote_from: args.promote_from.clone(),
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
-            hub: args.hub.as_ref().map(|url| HubAccess {
-                url: url.clone(),
-                token_file: args.hub_token_file.clone(),
-            }),
         })
     }
 }
@@ -445,6 +441,10 @@ impl Sync {
             verbose: args.verbose,
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            hub: args.hub.as_ref().map(|url| HubAccess {
+                url: url.clone(),
+                token_file: args.hub_token_file.clone(),
+            }),
         })
     }
 }
