@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Assignment, AssignmentPackage, BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment,
-    GitOpsRepo, Manifest, RolloutPolicy, SchedulerExtender, SchedulingPolicy, Template, Workload,
-    WorkloadRegistration,
+    GitOpsRepo, Manifest, PromotionPolicy, RolloutPolicy, SchedulerExtender, SchedulingPolicy, Template,
+    Workload, WorkloadRegistration,
 };
 
 /// The status of most kinds: conditions only (`Ready`, with reason, message and the
@@ -146,6 +146,7 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         DeploymentTarget::crd(),
         Environment::crd(),
         GitOpsRepo::crd(),
+        PromotionPolicy::crd(),
         RolloutPolicy::crd(),
         SchedulerExtender::crd(),
         SchedulingPolicy::crd(),
@@ -255,7 +256,7 @@ mod tests {
                 "{kind} has a status subresource"
             );
         }
-        assert_eq!(crds.len(), 14);
+        assert_eq!(crds.len(), 15);
     }
 
     fn spec_schema(kind: &str) -> serde_json::Value {

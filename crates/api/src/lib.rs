@@ -78,13 +78,15 @@ pub enum Kind {
     ConfigMap,
     /// [`SchedulerExtenderSpec`]
     SchedulerExtender,
+    /// [`PromotionPolicySpec`]
+    PromotionPolicy,
     /// [`RolloutPolicySpec`]
     RolloutPolicy,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::ClusterType,
         Kind::Template,
         Kind::WorkloadRegistration,
@@ -99,6 +101,7 @@ impl Kind {
         Kind::AssignmentPackage,
         Kind::ConfigMap,
         Kind::SchedulerExtender,
+        Kind::PromotionPolicy,
         Kind::RolloutPolicy,
     ];
 
@@ -119,6 +122,7 @@ impl Kind {
             Kind::AssignmentPackage => "AssignmentPackage",
             Kind::ConfigMap => "ConfigMap",
             Kind::SchedulerExtender => "SchedulerExtender",
+            Kind::PromotionPolicy => "PromotionPolicy",
             Kind::RolloutPolicy => "RolloutPolicy",
         }
     }
@@ -148,6 +152,7 @@ impl Kind {
             Kind::AssignmentPackage => "assignmentpackages",
             Kind::ConfigMap => "configmaps",
             Kind::SchedulerExtender => "schedulerextenders",
+            Kind::PromotionPolicy => "promotionpolicies",
             Kind::RolloutPolicy => "rolloutpolicies",
         }
     }
@@ -664,6 +669,116 @@ pub struct SchedulerExtenderSpec {
     /// `Fail` (default): a failing call fails the environment; `Ignore`: it is skipped.
     #[serde(default)]
     pub failure_policy: FailurePolicy,
+}
+
+/// What a control-plane commit must have passed before it is promoted into an environment:
+/// it lives in the *target* environment's branch (an environment without one promotes as
+/// before). The Deployment Observability Hub evaluates it; `docs/promotion.md` explains it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "PromotionPolicy",
+        plural = "promotionpolicies",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "PromotionPolicy of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"From","type":"string","jsonPath":".spec.from"}"#,
+        printcolumn = r#"{"name":"Soak","type":"string","jsonPath":".spec.soak"}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
+pub struct PromotionPolicySpec {
+    /// The environment a commit must have passed (every cluster compliant) first.
+    pub from: String,
+    /// How long every cluster of `from` must have been compliant with the commit, as a Go
+    /// duration (`1h`, `30m`; none: no soak).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub soak: String,
+    /// Approvals needed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals: Option<PromotionApprovals>,
+    /// When promotions into the environment may happen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub windows: Vec<PromotionWindow>,
+    /// Checks run against `from` once its clusters are compliant.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verification: Vec<PromotionVerification>,
+}
+
+/// The approvals of a [`PromotionPolicySpec`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct PromotionApprovals {
+    /// Distinct identities that must approve the commit.
+    pub required: u32,
+    /// Who may approve: `user:NAME` or `group:NAME` (none: any identity allowed to approve).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvers: Vec<String>,
+}
+
+/// Whether a [`PromotionWindow`] allows or denies promotions.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum WindowKind {
+    /// Promotions only inside (one of) the allow windows.
+    #[default]
+    Allow,
+    /// No promotion inside the window.
+    Deny,
+}
+
+/// A recurring window: it opens at each time `schedule` (cron, in `timeZone`) names and
+/// lasts `duration`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct PromotionWindow {
+    /// `Allow` or `Deny`.
+    pub kind: WindowKind,
+    /// A cron expression (five fields: minute hour day-of-month month day-of-week).
+    pub schedule: String,
+    /// How long each window lasts, as a Go duration (`63h`).
+    pub duration: String,
+    /// An IANA time zone (`Europe/Berlin`; default `UTC`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub time_zone: String,
+}
+
+/// A check the hub runs against the `from` environment once its clusters are compliant.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct PromotionVerification {
+    /// The check's name, unique in the policy.
+    pub name: String,
+    /// An HTTP GET and the status it must answer.
+    pub http: HttpCheck,
+    /// How long the check may take, as a Go duration (default `30s`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub timeout: String,
+}
+
+/// An HTTP GET check.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct HttpCheck {
+    /// The http(s) URL.
+    pub url: String,
+    /// The status it must answer (default 200).
+    #[serde(default = "default_expect_status")]
+    pub expect_status: u16,
+}
+
+fn default_expect_status() -> u16 {
+    200
 }
 
 /// How a change of an environment reaches its cluster types: in waves, each delivered once

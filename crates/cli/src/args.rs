@@ -10,6 +10,7 @@ use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 use clap_complete::Shell;
 use kalypso_git::Mode;
+use kalypso_git::forge::Provider;
 use kalypso_git::promote;
 pub(crate) use kalypso_server::config::LogFormat;
 
@@ -145,6 +146,19 @@ pub(crate) enum Command {
     /// (`7/9 clusters compliant, waiting for drone-2, large-1`); `--commit-status` mirrors
     /// the result as a GitHub commit status on the control-plane commit.
     CheckPromote(CheckPromoteArgs),
+    /// Approve the promotion of a control-plane commit into an environment, as the identity
+    /// the hub's token gives (the same identity approving twice counts once).
+    ///
+    /// Needed when the environment's PromotionPolicy asks for approvals; recorded in the hub's
+    /// audit log with the comment. See docs/promotion.md.
+    Approve(ApproveArgs),
+    /// Freeze an environment ("stop the line"): no promotion into it (`promote --from --hub`,
+    /// `check-promote --into`) until it is unfrozen or --until passes.
+    ///
+    /// Recorded in the hub's audit log with who froze it and why.
+    Freeze(FreezeArgs),
+    /// Unfreeze an environment: lift every freeze in force (recorded in the hub's audit log).
+    Unfreeze(UnfreezeArgs),
     /// Run the Deployment Observability Hub: clusters report their GitOps compliance (Flux
     /// events, generic JSON), the hub correlates it with the platform GitOps history and
     /// answers queries and promotion gates.
@@ -219,7 +233,8 @@ pub(crate) struct ComparisonArgs {
     #[arg(long, value_name = "GITOPS")]
     pub(crate) against: Option<String>,
     /// Plan the promotion of the main commit environment SRC has promoted (its BaseRepo
-    /// `main` pin, else main's tip) to ENV. See docs/plan-and-explain.md.
+    /// `main` pin, else main's tip) to ENV; SRC `main` (the main branch) plans pinning main's
+    /// tip into ENV, the flow's first step. See docs/plan-and-explain.md.
     #[arg(long, value_name = "SRC")]
     pub(crate) promote_from: Option<String>,
     #[command(flatten, next_help_heading = "Git options")]
@@ -412,9 +427,21 @@ pub(crate) struct SyncArgs {
     /// Compute what would be delivered; write nothing, call no API.
     #[arg(long)]
     pub(crate) dry_run: bool,
+    /// Deliver even when the delivery removes more deployment targets than
+    /// --mass-deletion-limit allows (such a delivery is otherwise held: nothing is pushed,
+    /// the environment fails with a `mass-deletion` error and exit code 3).
+    #[arg(long)]
+    pub(crate) allow_mass_deletion: bool,
+    /// When a delivery that removes deployment-target folders is held: `default` (all of
+    /// them, or more than half when a GitOps branch has more than ten), or a percentage of
+    /// the folders the branch has (`20%`; `100%` never holds).
+    #[arg(long, value_name = "LIMIT", default_value = "default")]
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
     pub(crate) github_api_url: String,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
     /// Prefix of the pull-request branches (`kalypso/` gives `kalypso/<branch>/<tree>`).
     #[arg(long, value_name = "PREFIX", default_value = kalypso_git::deliver::DEFAULT_BRANCH_PREFIX)]
     pub(crate) branch_prefix: String,
@@ -481,6 +508,10 @@ pub(crate) struct PromoteArgs {
     /// File holding the hub's API token.
     #[arg(long, value_name = "FILE", requires = "hub")]
     pub(crate) hub_token_file: Option<PathBuf>,
+    /// With --hub: promote even though the gate refuses, recording REASON in the hub's audit
+    /// log as an override (with the requirements that were not met).
+    #[arg(long, value_name = "REASON", requires = "hub")]
+    pub(crate) override_gate: Option<String>,
     /// With --from: read SRC's GitOps branch from this repository instead of its
     /// GitOpsRepo's spec.repo (a local clone or a mirror).
     #[arg(long, value_name = "URL", requires = "from")]
@@ -509,6 +540,11 @@ pub(crate) struct CheckPromoteArgs {
     /// control-plane commit it carries in `Promoted_Commit_Id`.
     #[arg(long, value_name = "SHA")]
     pub(crate) commit: String,
+    /// Also wait until the commit may be promoted into this environment: its PromotionPolicy
+    /// (soak, approvals, windows, verification) and freezes, as the hub evaluates them. A
+    /// failed requirement exits 1; one not met yet (a window, a missing approval) is waited for.
+    #[arg(long, value_name = "ENV")]
+    pub(crate) into: Option<String>,
     /// How long to wait for the clusters: `90s`, `30m`, `1h`.
     #[arg(long, value_name = "DURATION", default_value = "30m")]
     pub(crate) timeout: String,
@@ -529,8 +565,58 @@ pub(crate) struct CheckPromoteArgs {
     /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
     #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
     pub(crate) github_api_url: String,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
     #[command(flatten, next_help_heading = "Git options")]
     pub(crate) git: GitArgs,
+}
+
+/// The hub an action goes to.
+#[derive(Debug, Args)]
+pub(crate) struct HubActionArgs {
+    /// The hub's URL (`http://hub:8090`).
+    #[arg(long, value_name = "URL", env = "KALYPSO_HUB_URL")]
+    pub(crate) hub: String,
+    /// File holding the hub's API token: the identity that acts.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) hub_token_file: Option<PathBuf>,
+    /// The environment.
+    #[arg(long, value_name = "ENV")]
+    pub(crate) env: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// The control-plane commit whose promotion into ENV is approved (7 to 40 hex digits).
+    #[arg(long, value_name = "SHA")]
+    pub(crate) commit: String,
+    /// A comment recorded with the approval.
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) comment: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct FreezeArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// Why (recorded, and shown by every refused promotion).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: String,
+    /// When the freeze ends by itself: an RFC 3339 time (`2026-12-01T09:00:00Z`) or a duration
+    /// from now (`8h`). Default: until unfrozen.
+    #[arg(long, value_name = "TIME")]
+    pub(crate) until: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct UnfreezeArgs {
+    #[command(flatten)]
+    pub(crate) hub: HubActionArgs,
+    /// Why (recorded).
+    #[arg(long, value_name = "TEXT")]
+    pub(crate) reason: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -565,6 +651,10 @@ pub(crate) struct HubArgs {
     /// How often the GitOps branches are read again.
     #[arg(long, value_name = "DURATION", default_value = "30s")]
     pub(crate) refresh: String,
+    /// YAML file of notification receivers (Slack, Teams, generic signed webhooks), routed by
+    /// environment and event kind (see docs/hub.md).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) notifications: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
@@ -625,6 +715,18 @@ pub(crate) struct OperatorArgs {
     /// The Lease's name.
     #[arg(long, value_name = "NAME", default_value = "kalypso-scheduler")]
     pub(crate) leader_election_id: String,
+    /// With --leader-elect: how long a Lease stays held without renewal (candidates wait
+    /// this long before taking it over).
+    #[arg(long, value_name = "DURATION", default_value = "30s")]
+    pub(crate) leader_elect_lease_duration: String,
+    /// With --leader-elect: how long the leader keeps leading without renewing; then it
+    /// stops and exits so that it restarts as a candidate (shorter than the lease duration;
+    /// the defaults ride out an API-server outage of up to about 18 s).
+    #[arg(long, value_name = "DURATION", default_value = "20s")]
+    pub(crate) leader_elect_renew_deadline: String,
+    /// With --leader-elect: how often the leader renews and candidates retry.
+    #[arg(long, value_name = "DURATION", default_value = "2s")]
+    pub(crate) leader_elect_retry_period: String,
     /// The Lease's namespace (default: the pod's, from POD_NAMESPACE).
     #[arg(long, env = "POD_NAMESPACE", value_name = "NS", default_value = "default")]
     pub(crate) leader_election_namespace: String,
@@ -664,6 +766,12 @@ pub(crate) struct OperatorArgs {
     /// Environments reconciled at the same time.
     #[arg(long, value_name = "N", default_value = "4")]
     pub(crate) concurrency: u16,
+    /// When a delivery that removes deployment-target folders is held: `default` (all of
+    /// them, or more than half when a GitOps branch has more than ten), or a percentage
+    /// (`20%`). A person allows a held delivery with the annotation
+    /// `scheduler.kalypso.io/allow-mass-deletion: "true"` on the Environment.
+    #[arg(long, value_name = "LIMIT", default_value = "default")]
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     /// How to deliver: `pr` (pull requests, the original's way), `push`, or `auto`.
     #[arg(long, value_name = "MODE", default_value = "pr")]
     pub(crate) delivery: Mode,
@@ -679,7 +787,30 @@ pub(crate) struct OperatorArgs {
     /// The GitHub API (for GitHub Enterprise).
     #[arg(long, value_name = "URL")]
     pub(crate) github_api_url: Option<String>,
+    /// The forge of the GitOps repositories: github, gitlab, azure-devops, gitea (or
+    /// forgejo). Default: inferred from each repository's URL.
+    #[arg(long, value_name = "PROVIDER")]
+    pub(crate) provider: Option<Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from the
+    /// repository URL).
+    #[arg(long, value_name = "URL")]
+    pub(crate) provider_api_url: Option<String>,
     /// Log level or filter (RUST_LOG wins).
     #[arg(long, env = "KALYPSO_LOG_LEVEL", value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+}
+
+/// Which forge a repository is on, when its URL does not say (self-hosted hosts).
+#[derive(Debug, Args)]
+pub(crate) struct ProviderArgs {
+    /// The forge: github, gitlab, azure-devops, gitea (or forgejo). Default: inferred from
+    /// the repository URL (github.com, gitlab.com, dev.azure.com and *.visualstudio.com,
+    /// codeberg.org; any other host is GitHub, reached through --github-api-url).
+    #[arg(long, env = "KALYPSO_PROVIDER", value_name = "PROVIDER")]
+    pub(crate) provider: Option<Provider>,
+    /// The API of a GitLab (https://HOST/api/v4), Azure DevOps (the organization URL,
+    /// https://dev.azure.com/ORG) or Gitea (https://HOST/api/v1) forge. Default: derived
+    /// from the repository URL.
+    #[arg(long, env = "KALYPSO_PROVIDER_API_URL", value_name = "URL")]
+    pub(crate) provider_api_url: Option<String>,
 }

@@ -1,8 +1,10 @@
-//! A client of the Deployment Observability Hub's query API, for the commands that gate a
-//! promotion on the clusters' compliance (`check-promote`, `promote --hub`).
+//! A client of the Deployment Observability Hub's API, for the commands that gate a
+//! promotion on the clusters' compliance (`check-promote`, `promote --hub`) and the ones that
+//! act on promotions (`approve`, `freeze`, `unfreeze`).
 //!
-//! It asks one question, the gate (`GET /api/v1/environments/{env}/gate?commit=SHA`): are
-//! the clusters that look at the environment's GitOps branch running that commit? The answer
+//! Its main question is the gate (`GET /api/v1/environments/{env}/gate?commit=SHA[&into=ENV]`):
+//! are the clusters that look at the environment's GitOps branch running that commit, and
+//! (with `into`) may it be promoted into the next environment? The answer
 //! is read into the hub's own API types (`kalypso-hub-api`), so that client and server cannot
 //! disagree on its shape. Failures
 //! are split into those worth asking again (the hub is unreachable or busy) and those that
@@ -67,14 +69,18 @@ impl HubClient {
         &self.base
     }
 
-    /// Asks whether `environment` runs `commit` (a GitOps or control-plane commit).
-    pub fn gate(&self, environment: &str, commit: &str) -> Result<Gate, HubError> {
-        let url = format!(
+    /// Asks whether `environment` runs `commit` (a GitOps or control-plane commit), and with
+    /// `into`, whether it may be promoted into that environment.
+    pub fn gate(&self, environment: &str, commit: &str, into: Option<&str>) -> Result<Gate, HubError> {
+        let mut url = format!(
             "{}/api/v1/environments/{}/gate?commit={}",
             self.base,
             encode(environment),
             encode(commit)
         );
+        if let Some(into) = into {
+            url.push_str(&format!("&into={}", encode(into)));
+        }
         self.get(&url, environment)
     }
 
@@ -132,6 +138,45 @@ impl HubClient {
                 "{what} answered {status}{}",
                 error_message(&body).map(|m| format!(": {m}")).unwrap_or_default()
             ))),
+        }
+    }
+}
+
+impl HubClient {
+    /// POSTs `body` as JSON to `path` (`/api/v1/approvals`) and reads the answer. Every failure
+    /// is fatal: an action is not retried (it may have been recorded).
+    pub fn post<B: serde::Serialize, A: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<A, HubError> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self
+            .agent
+            .post(&url)
+            .header("accept", "application/json")
+            .header("content-type", "application/json");
+        if let Some(token) = &self.token {
+            request = request.header("authorization", &format!("Bearer {}", token.expose()));
+        }
+        let what = format!("the hub at {}", self.base);
+        let text = serde_json::to_string(body).map_err(|e| HubError::Fatal(e.to_string()))?;
+        let mut response = request.send(text.as_str()).map_err(|e| {
+            HubError::Fatal(format!(
+                "cannot reach {what}: {}",
+                kalypso_git::redact(&e.to_string())
+            ))
+        })?;
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        let message = error_message(&body).map(|m| format!(": {m}")).unwrap_or_default();
+        match status {
+            200 => serde_json::from_str(&body)
+                .map_err(|e| HubError::Fatal(format!("{what} answered {path} with unexpected JSON: {e}"))),
+            401 => Err(HubError::Fatal(format!(
+                "{what} refused the request ({status}): give its API token with --hub-token-file"
+            ))),
+            _ => Err(HubError::Fatal(format!("{what} answered {status}{message}"))),
         }
     }
 }

@@ -74,7 +74,7 @@ fn clean_up_and_exit(code: i32, what: &str) -> ! {
         // A thread may still be creating files in it: removed again until it is gone (the
         // writers fail once its path is gone).
         for _ in 0..100 {
-            if crate::output::remove_all(staging).is_ok() && std::fs::symlink_metadata(staging).is_err() {
+            if crate::remove::remove_all(staging).is_ok() && std::fs::symlink_metadata(staging).is_err() {
                 break;
             }
             std::thread::sleep(std::time::Duration::from_millis(2));
@@ -82,7 +82,7 @@ fn clean_up_and_exit(code: i32, what: &str) -> ! {
     }
     for (lock, _, made) in &pending.locks {
         let _ = std::fs::remove_file(lock);
-        crate::output::remove_empty(made);
+        crate::remove::remove_empty(made);
     }
     if let Some((_, shown, _)) = pending.locks.first() {
         eprintln!(

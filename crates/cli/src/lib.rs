@@ -20,6 +20,7 @@ mod interrupt;
 mod local_clone;
 pub mod output;
 mod progress;
+mod remove;
 pub mod render_cache;
 mod settings;
 mod source;
@@ -74,6 +75,7 @@ pub fn run(cli: Cli) -> ExitCode {
         CommandSettings::Serve(s) => commands::serve(&s, global),
         CommandSettings::Promote(s) => commands::promote(&s, global),
         CommandSettings::CheckPromote(s) => commands::check_promote(&s, global),
+        CommandSettings::HubAction(s) => commands::hub_action(&s, global),
         CommandSettings::Hub(s) => commands::hub(&s, global),
         CommandSettings::Completions(shell) => commands::completions(shell),
         CommandSettings::Man(s) => commands::man(&s, global),

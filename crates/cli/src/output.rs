@@ -29,6 +29,7 @@
 //! OUT stays a plain GitOps tree (usually a git clone's root, whose `.git`, root files and
 //! dot-folders an update never touches).
 
+pub use crate::remove::{remove_all, remove_empty};
 use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, Write};
@@ -61,8 +62,9 @@ pub enum OutputError {
         out: String,
         /// `pid N`, or what is known of the holder.
         holder: String,
-        /// What the holder does: `writing to`, or `reading` (a `plan --against` that
-        /// finishes an interrupted update before it reads).
+        /// What the holder does: `writing to`, `reading` (a `plan --against` that
+        /// finishes an interrupted update before it reads), or `using` (a holder that has
+        /// not written its note yet).
         doing: &'static str,
     },
     /// The folder a lock file (and a staging folder) go into cannot be written.
@@ -249,11 +251,22 @@ impl OutputLock {
                 match file.try_lock() {
                     Ok(()) => {}
                     Err(fs::TryLockError::WouldBlock) => {
+                        // The holder writes its note (pid, and whether it reads) just after
+                        // taking the lock: an empty file is a holder that has not yet, so it
+                        // is read again a few times before being called unknown.
                         let mut text = String::new();
-                        let _ = file.read_to_string(&mut text);
-                        let (pid, reading) = match text.trim().strip_suffix(READING) {
-                            Some(pid) => (pid.trim(), true),
-                            None => (text.trim(), false),
+                        for _ in 0..10 {
+                            text.clear();
+                            let _ = file.rewind().and_then(|()| file.read_to_string(&mut text));
+                            if !text.trim().is_empty() {
+                                break;
+                            }
+                            std::thread::sleep(std::time::Duration::from_millis(5));
+                        }
+                        let (pid, doing) = match text.trim().strip_suffix(READING) {
+                            Some(pid) => (pid.trim(), "reading"),
+                            None if text.trim().is_empty() => ("", "using"),
+                            None => (text.trim(), "writing to"),
                         };
                         let holder = match pid.parse::<u32>() {
                             Ok(pid) => format!("pid {pid}"),
@@ -263,7 +276,7 @@ impl OutputLock {
                         return Err(OutputError::Locked {
                             out: shown.to_owned(),
                             holder,
-                            doing: if reading { "reading" } else { "writing to" },
+                            doing,
                         });
                     }
                     Err(fs::TryLockError::Error(e)) => {
@@ -366,13 +379,6 @@ impl Drop for OutputLock {
         });
         let _ = self.file.unlock();
         remove_empty(&self.made_parents);
-    }
-}
-
-/// Removes each of `dirs` (in order) that is an empty folder.
-pub fn remove_empty(dirs: &[PathBuf]) {
-    for dir in dirs {
-        let _ = fs::remove_dir(dir);
     }
 }
 
@@ -606,40 +612,6 @@ pub fn settle_for_reading(dir: &Path, shown: &str, quiet: bool) -> Result<Option
             Err(_) => Ok(None),
         },
         Err(e) => Err(e),
-    }
-}
-
-/// Removes a folder (or a file) and everything in it, making read-only folders writable first.
-pub fn remove_all(path: &Path) -> io::Result<()> {
-    match fs::symlink_metadata(path) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(e),
-        Ok(meta) if meta.is_dir() => fs::remove_dir_all(path).or_else(|_| {
-            make_writable(path);
-            fs::remove_dir_all(path)
-        }),
-        Ok(_) => fs::remove_file(path),
-    }
-}
-
-/// Gives the owner write and search permission on `dir` and every folder below it (never
-/// following links), so that their entries can be removed.
-fn make_writable(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let Ok(meta) = fs::symlink_metadata(dir) else {
-        return;
-    };
-    if !meta.is_dir() {
-        return;
-    }
-    let mode = meta.permissions().mode();
-    let _ = fs::set_permissions(dir, fs::Permissions::from_mode(mode | 0o700));
-    if let Ok(entries) = fs::read_dir(dir) {
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|k| k.is_dir()) {
-                make_writable(&entry.path());
-            }
-        }
     }
 }
 

@@ -220,6 +220,7 @@ pub(crate) enum CommandSettings {
     Serve(Serve),
     Promote(Box<Promote>),
     CheckPromote(Box<CheckPromote>),
+    HubAction(Box<HubAction>),
     Hub(Box<Hub>),
     Completions(Shell),
     Man(Man),
@@ -247,6 +248,26 @@ impl CommandSettings {
             }),
             Command::Promote(a) => CommandSettings::Promote(Box::new(Promote::from_args(a)?)),
             Command::CheckPromote(a) => CommandSettings::CheckPromote(Box::new(CheckPromote::from_args(a)?)),
+            Command::Approve(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Approve {
+                    commit: a.commit.trim().to_owned(),
+                    comment: a.comment.clone(),
+                },
+            )?)),
+            Command::Freeze(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Freeze {
+                    reason: a.reason.clone(),
+                    until: a.until.as_deref().map(until).transpose()?,
+                },
+            )?)),
+            Command::Unfreeze(a) => CommandSettings::HubAction(Box::new(HubAction::new(
+                &a.hub,
+                Action::Unfreeze {
+                    reason: a.reason.clone(),
+                },
+            )?)),
             Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
             Command::Completions(a) => CommandSettings::Completions(a.shell),
             Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
@@ -419,9 +440,14 @@ pub(crate) struct Sync {
     pub(crate) git: Git,
     /// Registry access for `oci://` GitOpsRepos.
     pub(crate) registry: kalypso_git::oci::AuthSettings,
+    /// When a delivery that removes deployment targets is held, and whether it may.
+    pub(crate) mass_deletion: kalypso_git::MassDeletionSettings,
     /// The hub that gates the waves of progressive rollouts.
     pub(crate) hub: Option<HubAccess>,
 }
+
+/// The sentence that ends a held delivery's error under `kalypso sync`.
+const HOW_TO_ALLOW_MASS_DELETION: &str = "run the sync again with --allow-mass-deletion.";
 
 impl Sync {
     fn from_args(args: &args::SyncArgs) -> Result<Sync, SettingsError> {
@@ -434,6 +460,8 @@ impl Sync {
                 message: args.message.clone(),
                 branch_prefix: args.branch_prefix.clone(),
                 github_api_url: args.github_api_url.clone(),
+                provider: args.provider.provider,
+                provider_api_url: args.provider.provider_api_url.clone(),
                 dry_run: args.dry_run,
             },
             gitops_repo: args.gitops_repo.clone(),
@@ -441,6 +469,15 @@ impl Sync {
             verbose: args.verbose,
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            mass_deletion: kalypso_git::MassDeletionSettings {
+                limit: args.mass_deletion_limit,
+                allowed: if args.allow_mass_deletion {
+                    kalypso_git::AllowedDeletions::All
+                } else {
+                    kalypso_git::AllowedDeletions::None
+                },
+                how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+            },
             hub: args.hub.as_ref().map(|url| HubAccess {
                 url: url.clone(),
                 token_file: args.hub_token_file.clone(),
@@ -473,6 +510,8 @@ pub(crate) struct Promote {
     pub(crate) env: String,
     /// Which main commit.
     pub(crate) commit: PromotedCommit,
+    /// `--override-gate`: promote although the hub's gate refuses, for this reason.
+    pub(crate) override_gate: Option<String>,
     /// The commit message (`{commit}` and `{environment}` replaced).
     pub(crate) message: String,
     pub(crate) author: Author,
@@ -534,11 +573,86 @@ impl Promote {
             control_plane: ControlPlane::parse(&args.control_plane)?,
             env: args.env.clone(),
             commit,
+            override_gate: args
+                .override_gate
+                .as_deref()
+                .map(str::trim)
+                .map(|r| {
+                    if r.is_empty() {
+                        Err(flag_error(
+                            "--override-gate",
+                            "give the reason for overriding the gate",
+                        ))
+                    } else {
+                        Ok(r.to_owned())
+                    }
+                })
+                .transpose()?,
             message: args.message.clone(),
             author: author(&args.author),
             git: Git::from_args(&args.git)?,
         })
     }
+}
+
+/// `kalypso approve`, `freeze`, `unfreeze`: an action sent to the hub.
+#[derive(Debug)]
+pub(crate) struct HubAction {
+    pub(crate) hub: HubAccess,
+    pub(crate) env: String,
+    pub(crate) action: Action,
+}
+
+/// What a [`HubAction`] does.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Action {
+    /// Approve `commit`.
+    Approve { commit: String, comment: Option<String> },
+    /// Freeze, until an RFC 3339 time or unfrozen.
+    Freeze { reason: String, until: Option<String> },
+    /// Unfreeze.
+    Unfreeze { reason: Option<String> },
+}
+
+impl HubAction {
+    fn new(args: &args::HubActionArgs, action: Action) -> Result<HubAction, SettingsError> {
+        if args.env.trim().is_empty() {
+            return Err(flag_error("--env", "is empty"));
+        }
+        if let Action::Freeze { reason, .. } = &action
+            && reason.trim().is_empty()
+        {
+            return Err(flag_error("--reason", "give the reason for the freeze"));
+        }
+        Ok(HubAction {
+            hub: HubAccess {
+                url: args.hub.clone(),
+                token_file: args.hub_token_file.clone(),
+            },
+            env: args.env.trim().to_owned(),
+            action,
+        })
+    }
+}
+
+/// `--until`: an RFC 3339 time as given, or a duration from now as an RFC 3339 time.
+fn until(text: &str) -> Result<String, SettingsError> {
+    let text = text.trim();
+    if chrono::DateTime::parse_from_rfc3339(text).is_ok() {
+        return Ok(text.to_owned());
+    }
+    let d = kalypso_core::duration::parse(text).map_err(|e| {
+        flag_error(
+            "--until",
+            format!("{text:?} is neither an RFC 3339 time (2026-12-01T09:00:00Z) nor a duration (8h): {e}"),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    let at = chrono::DateTime::from_timestamp(i64::try_from((now + d).as_secs()).unwrap_or(i64::MAX), 0)
+        .ok_or_else(|| flag_error("--until", format!("{text:?} is too far away")))?;
+    Ok(at.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
 }
 
 /// `kalypso check-promote`.
@@ -549,11 +663,13 @@ pub(crate) struct CheckPromote {
     pub(crate) env: String,
     /// The GitOps commit, or the control-plane commit it carries.
     pub(crate) commit: String,
+    /// `--into`: the environment it would be promoted into.
+    pub(crate) into: Option<String>,
     /// How long to wait.
     pub(crate) timeout: Duration,
     /// How often to ask the hub.
     pub(crate) interval: Duration,
-    /// `--commit-status`: where the GitHub commit status goes.
+    /// `--commit-status`: where the commit status goes.
     pub(crate) commit_status: Option<CommitStatus>,
     pub(crate) git: Git,
 }
@@ -561,13 +677,18 @@ pub(crate) struct CheckPromote {
 /// Where `check-promote --commit-status` sets its status.
 #[derive(Debug)]
 pub(crate) struct CommitStatus {
-    /// The control-plane repository's owner and name on GitHub.
+    /// The control-plane repository.
+    pub(crate) url: RepoUrl,
+    /// Its owner and name on GitHub (empty on the other forges, which [`Self::providers`]
+    /// locates from the URL).
     pub(crate) owner: String,
     pub(crate) repo: String,
     /// The status's context, `{environment}` replaced.
     pub(crate) context: String,
     /// The GitHub API.
     pub(crate) github_api_url: String,
+    /// Which forge, and its API.
+    pub(crate) providers: kalypso_git::forge::ProviderSettings,
 }
 
 impl CheckPromote {
@@ -578,17 +699,31 @@ impl CheckPromote {
                 .as_deref()
                 .ok_or_else(|| flag_error("--commit-status", "needs --control-plane"))?;
             let url = RepoUrl::parse(text).map_err(|e| flag_error("--control-plane", e.to_string()))?;
-            let (owner, repo) = url.forge_repo().ok_or_else(|| {
-                flag_error(
-                    "--control-plane",
-                    format!("{}: not a GitHub repository URL", url.redacted()),
-                )
-            })?;
+            let providers = kalypso_git::forge::ProviderSettings {
+                provider: args.provider.provider,
+                github_api_url: args.github_api_url.clone(),
+                api_url: args.provider.provider_api_url.clone(),
+            };
+            let provider = providers.provider_of(&url);
+            let (owner, repo) = match url.forge_repo() {
+                Some(slug) if provider == kalypso_git::forge::Provider::GitHub => slug,
+                _ if provider != kalypso_git::forge::Provider::GitHub && !url.is_local() => {
+                    Default::default()
+                }
+                _ => {
+                    return Err(flag_error(
+                        "--control-plane",
+                        format!("{}: not a {provider} repository URL", url.redacted()),
+                    ));
+                }
+            };
             Some(CommitStatus {
+                url,
                 owner,
                 repo,
                 context: args.status_context.replace("{environment}", &args.env),
                 github_api_url: args.github_api_url.clone(),
+                providers,
             })
         } else {
             None
@@ -600,6 +735,15 @@ impl CheckPromote {
             },
             env: args.env.clone(),
             commit: args.commit.clone(),
+            into: match &args.into {
+                Some(into) if *into == args.env => {
+                    return Err(flag_error(
+                        "--into",
+                        format!("{into} is the environment checked (--env)"),
+                    ));
+                }
+                other => other.clone(),
+            },
             timeout: duration("--timeout", &args.timeout)?,
             interval: duration("--interval", &args.interval)?,
             commit_status,
@@ -626,6 +770,8 @@ pub(crate) struct Hub {
     pub(crate) git: Git,
     /// Registry access for `oci://` GitOpsRepos.
     pub(crate) registry: kalypso_git::oci::AuthSettings,
+    /// `--notifications`: the receivers file.
+    pub(crate) notifications: Option<PathBuf>,
 }
 
 impl Hub {
@@ -647,6 +793,7 @@ impl Hub {
             refresh: duration("--refresh", &args.refresh)?.max(Duration::from_secs(1)),
             git: Git::from_args(&args.git)?,
             registry: registry(&args.registry),
+            notifications: args.notifications.clone(),
         })
     }
 }
@@ -675,6 +822,8 @@ pub(crate) struct Operator {
     pub(crate) metrics_addr: SocketAddr,
     /// `--leader-elect`: the Lease's name and namespace.
     pub(crate) lease: Option<(String, String)>,
+    /// The leader-election timings: lease duration, renew deadline, retry period.
+    pub(crate) lease_timings: (Duration, Duration, Duration),
     /// This instance's name, when given (else the host name).
     pub(crate) pod_name: Option<String>,
     pub(crate) flux: kalypso_operator::flux::FluxSettings,
@@ -685,6 +834,8 @@ pub(crate) struct Operator {
     pub(crate) poll: Duration,
     /// Environments reconciled at once (at least one).
     pub(crate) concurrency: u16,
+    /// When a delivery that removes deployment targets is held.
+    pub(crate) mass_deletion_limit: kalypso_core::run::DeletionLimit,
     pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
@@ -708,6 +859,24 @@ impl Operator {
                     args.leader_election_namespace.clone(),
                 )
             }),
+            lease_timings: {
+                let timings = (
+                    duration("--leader-elect-lease-duration", &args.leader_elect_lease_duration)?,
+                    duration("--leader-elect-renew-deadline", &args.leader_elect_renew_deadline)?,
+                    duration("--leader-elect-retry-period", &args.leader_elect_retry_period)?,
+                );
+                let check = kalypso_operator::leader::LeaseSettings {
+                    lease_duration: timings.0,
+                    renew_deadline: timings.1,
+                    retry_period: timings.2,
+                    ..kalypso_operator::leader::LeaseSettings::new("", "", "")
+                }
+                .check();
+                if let Err(message) = check {
+                    return Err(flag_error("--leader-elect-renew-deadline", message));
+                }
+                timings
+            },
             pod_name: args.pod_name.clone(),
             flux: kalypso_operator::flux::FluxSettings {
                 namespace: args.flux_namespace.clone(),
@@ -721,12 +890,15 @@ impl Operator {
             resync: duration("--resync", &args.resync)?,
             poll: duration("--poll", &args.poll)?,
             concurrency: args.concurrency.max(1),
+            mass_deletion_limit: args.mass_deletion_limit,
             publisher: kalypso_operator::runtime::PublisherSettings {
                 mode: args.delivery,
                 cache_dir: args.cache_dir.clone(),
                 token_env: args.token_env.clone(),
                 token_file: args.token_file.clone(),
                 github_api_url: args.github_api_url.clone(),
+                provider: args.provider,
+                provider_api_url: args.provider_api_url.clone(),
             },
             log_level: args.log_level.clone(),
         })
@@ -1171,8 +1343,15 @@ mod tests {
             " --log_format KALYPSO_LOG_FORMAT",
             "serve --config KALYPSO_CONFIG",
             "sync --github_api_url KALYPSO_GITHUB_API_URL",
+            "sync --provider KALYPSO_PROVIDER",
+            "sync --provider_api_url KALYPSO_PROVIDER_API_URL",
             "check-promote --hub KALYPSO_HUB_URL",
+            "approve --hub KALYPSO_HUB_URL",
+            "freeze --hub KALYPSO_HUB_URL",
+            "unfreeze --hub KALYPSO_HUB_URL",
             "check-promote --github_api_url KALYPSO_GITHUB_API_URL",
+            "check-promote --provider KALYPSO_PROVIDER",
+            "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
         ]
         .iter()

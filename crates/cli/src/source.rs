@@ -161,11 +161,46 @@ impl<'g> ControlPlaneSource<'g> {
     ///
     /// In git, main is read at `from`'s BaseRepo `main` pin (else main's tip). A folder has
     /// no history: its `main/` folder is the candidate, and the commit is `from`'s pin.
+    ///
+    /// `from` may also be the main branch itself (`main`, unless an environment has that
+    /// name): the first step of the flow, pinning main's tip into the first environment.
     pub(crate) fn promoted_inputs(&mut self, env: &str, from: &str) -> Result<(Inputs, Option<String>)> {
         match self {
             ControlPlaneSource::Folder(dir) => {
+                if from == kalypso_git::control_plane::DEFAULT_MAIN_BRANCH
+                    && !discover_environments(dir)?.iter().any(|e| e == from)
+                {
+                    // The `main/` folder is what every environment reads: nothing is pinned.
+                    return Ok((read_inputs(dir, env)?, None));
+                }
                 let commit = pinned_commit(from, &read_inputs(dir, from)?);
                 Ok((read_inputs(dir, env)?, commit))
+            }
+            ControlPlaneSource::Git {
+                control_plane,
+                sources,
+                transport,
+                clone,
+                quiet,
+                ..
+            } if from == control_plane.main_branch()
+                && !control_plane.environments()?.iter().any(|e| e.name == from) =>
+            {
+                let env_ref = select(control_plane, env)?;
+                let tip = control_plane.repo().branch(from)?.ok_or_else(|| {
+                    anyhow!(
+                        "branch {from:?} (the main branch) does not exist in {}",
+                        control_plane.repo().url().redacted()
+                    )
+                })?;
+                let commit = tip.to_string();
+                let mut inputs = control_plane
+                    .resolve_at(&env_ref, Some(&commit), sources, transport)?
+                    .inputs;
+                if let Some(clone) = clone {
+                    working_copy(clone, &env_ref, &mut inputs, false, *quiet)?;
+                }
+                Ok((inputs, Some(commit)))
             }
             ControlPlaneSource::Git {
                 control_plane,

@@ -329,6 +329,103 @@ fn check_promote_waits_for_compliance_and_sets_commit_statuses() {
 }
 
 #[test]
+fn check_promote_sets_commit_statuses_on_gitlab_azure_devops_and_gitea() {
+    use kalypso_testkit::{FakeForge, Flavor};
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("forge-token");
+    std::fs::write(&token, "forge-status-token-0123\n").unwrap();
+    let cp_commit = "2222222222222222222222222222222222222222";
+    let runtime = kalypso_testkit::runtime();
+    for (flavor, repo, control_plane, provider, states) in [
+        // A self-managed GitLab, named with --provider.
+        (
+            Flavor::GitLab,
+            "platform/control-plane",
+            "https://gitlab.contoso.com/platform/control-plane.git",
+            Some("gitlab"),
+            ["running", "success"],
+        ),
+        // Azure DevOps, known by its host.
+        (
+            Flavor::AzureDevOps,
+            "contoso/platform/control-plane",
+            "https://dev.azure.com/contoso/platform/_git/control-plane",
+            None,
+            ["pending", "succeeded"],
+        ),
+        (
+            Flavor::Gitea,
+            "platform/control-plane",
+            "https://gitea.contoso.com/platform/control-plane.git",
+            Some("forgejo"),
+            ["pending", "success"],
+        ),
+    ] {
+        let forge = FakeForge::start(runtime.handle(), flavor, repo, Some("forge-status-token-0123"));
+        let hub = ScriptedHub::start(vec![
+            gate(
+                "pending",
+                "ab",
+                cp_commit,
+                serde_json::json!([cluster("drone-1", "reconciling", "")]),
+            ),
+            gate(
+                "compliant",
+                "ab",
+                cp_commit,
+                serde_json::json!([cluster("drone-1", "compliant", "")]),
+            ),
+        ]);
+        let api = forge.api_url();
+        let mut args = vec![
+            "check-promote",
+            "--hub",
+            &hub.url,
+            "--env",
+            "dev",
+            "--commit",
+            "ab",
+            "--interval",
+            "50ms",
+            "--timeout",
+            "30s",
+            "--commit-status",
+            "--control-plane",
+            control_plane,
+            "--provider-api-url",
+            &api,
+        ];
+        if let Some(provider) = provider {
+            args.extend(["--provider", provider]);
+        }
+        let token = token.display().to_string();
+        args.extend(["--token-file", &token]);
+        assert_eq!(kalypso(&args), ExitCode::SUCCESS, "{flavor:?}");
+        let statuses = forge.statuses();
+        let sent: Vec<&str> = statuses.iter().map(|s| s["state"].as_str().unwrap()).collect();
+        assert_eq!(sent, states, "{flavor:?}: {statuses:?}");
+        assert!(statuses.iter().all(|s| s["sha"] == cp_commit), "{statuses:?}");
+        let requests = forge.requests();
+        assert_eq!(requests.len(), 2, "{requests:?}");
+        assert!(
+            requests.iter().all(|r| {
+                let auth = r
+                    .authorization
+                    .as_deref()
+                    .or(r.private_token.as_deref())
+                    .unwrap_or_default();
+                match flavor {
+                    Flavor::GitLab => auth == "forge-status-token-0123",
+                    Flavor::Gitea => auth == "token forge-status-token-0123",
+                    Flavor::AzureDevOps => auth.starts_with("Basic "),
+                }
+            }),
+            "{requests:?}"
+        );
+    }
+}
+
+#[test]
 fn check_promote_fails_fast_on_a_failed_cluster_and_times_out_distinctly() {
     let hub = ScriptedHub::start(vec![gate(
         "failed",
@@ -428,7 +525,7 @@ fn promote_from_pins_what_the_source_environment_runs_when_the_hub_says_it_is_co
     };
     assert_eq!(promote_from(&pending.url), ExitCode::FAILURE);
     assert_eq!(rev_parse(&s.control_plane, "refs/heads/stage"), stage_head);
-    assert_eq!(pending.requests()[0].0, format!("commit={dev_gitops}"));
+    assert_eq!(pending.requests()[0].0, format!("commit={dev_gitops}&into=stage"));
 
     let failed = ScriptedHub::start(vec![gate(
         "failed",

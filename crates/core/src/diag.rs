@@ -156,10 +156,14 @@ codes! {
     ConfigConflict => "config-conflict",
     /// `registration-isolated`: A WorkloadRegistration failed alone; the rest was delivered.
     RegistrationIsolated => "registration-isolated",
+    /// `mass-deletion`: A delivery would remove too many deployment-target folders.
+    MassDeletion => "mass-deletion",
     /// `invalid-placement`: A SchedulingPolicy placement field is wrong.
     InvalidPlacement => "invalid-placement",
     /// `invalid-extender`: A SchedulerExtender object is wrong.
     InvalidExtender => "invalid-extender",
+    /// `invalid-promotion-policy`: A PromotionPolicy field is wrong, or an environment has two.
+    InvalidPromotionPolicy => "invalid-promotion-policy",
     /// `extender`: A SchedulerExtender call failed.
     Extender => "extender",
     /// `placement-ref-unsupported`: A `placementRef` whose decisions were not read.

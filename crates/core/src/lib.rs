@@ -26,6 +26,7 @@ pub mod pipeline;
 pub mod placement;
 pub mod plan;
 mod position;
+pub mod promotion;
 pub mod render;
 pub mod rollout;
 pub mod run;

@@ -873,6 +873,12 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
             Kind::SchedulerExtender => {
                 AnyObject::SchedulerExtender(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }
+            Kind::PromotionPolicy => {
+                let policy: Object<kalypso_api::PromotionPolicySpec> =
+                    parse_typed(doc, &origin, kind, &name, diagnostics)?;
+                crate::promotion::validate(&name, &policy.spec, &origin, diagnostics);
+                AnyObject::PromotionPolicy(policy)
+            }
             Kind::RolloutPolicy => {
                 AnyObject::RolloutPolicy(parse_typed(doc, &origin, kind, &name, diagnostics)?)
             }

@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{
     BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, RolloutPolicySpec, SchedulerExtenderSpec, SchedulingPolicySpec,
-    TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
+    GitOpsRepoSpec, Kind, ObjectMeta, PromotionPolicySpec, RolloutPolicySpec, SchedulerExtenderSpec,
+    SchedulingPolicySpec, TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
 use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
@@ -72,6 +72,9 @@ pub enum AnyObject {
     ConfigSchema(Object<ConfigSchemaSpec>),
     ConfigMap(Object<ConfigMapData>),
     SchedulerExtender(Object<SchedulerExtenderSpec>),
+    /// A PromotionPolicy.
+    PromotionPolicy(Object<PromotionPolicySpec>),
+    /// A RolloutPolicy.
     RolloutPolicy(Object<RolloutPolicySpec>),
 }
 
@@ -90,6 +93,7 @@ macro_rules! each_object {
             AnyObject::ConfigSchema($o) => $body,
             AnyObject::ConfigMap($o) => $body,
             AnyObject::SchedulerExtender($o) => $body,
+            AnyObject::PromotionPolicy($o) => $body,
             AnyObject::RolloutPolicy($o) => $body,
         }
     };
@@ -111,6 +115,7 @@ impl AnyObject {
             AnyObject::ConfigSchema(_) => Kind::ConfigSchema,
             AnyObject::ConfigMap(_) => Kind::ConfigMap,
             AnyObject::SchedulerExtender(_) => Kind::SchedulerExtender,
+            AnyObject::PromotionPolicy(_) => Kind::PromotionPolicy,
             AnyObject::RolloutPolicy(_) => Kind::RolloutPolicy,
         }
     }
@@ -191,6 +196,8 @@ pub struct Namespace {
     pub config_maps: BTreeMap<String, Object<ConfigMapData>>,
     /// SchedulerExtenders.
     pub extenders: BTreeMap<String, Object<SchedulerExtenderSpec>>,
+    /// PromotionPolicies (at most one: what promotes into this environment).
+    pub promotion_policies: BTreeMap<String, Object<PromotionPolicySpec>>,
     /// RolloutPolicies (at most one is valid: see [`crate::rollout`]).
     pub rollout_policies: BTreeMap<String, Object<RolloutPolicySpec>>,
 }
@@ -283,6 +290,24 @@ impl Namespace {
                 AnyObject::ConfigSchema(o) => insert_unique(&mut self.config_schemas, kind, o, diagnostics),
                 AnyObject::ConfigMap(o) => insert_unique(&mut self.config_maps, kind, o, diagnostics),
                 AnyObject::SchedulerExtender(o) => insert_unique(&mut self.extenders, kind, o, diagnostics),
+                AnyObject::PromotionPolicy(o) => {
+                    if let Some(first) = self.promotion_policies.keys().find(|n| *n != o.name()) {
+                        diagnostics.push(
+                            Diagnostic::error(
+                                Code::InvalidPromotionPolicy,
+                                format!(
+                                    "a second PromotionPolicy in environment {}: an environment has at most one \
+                                     (the first is {first:?})",
+                                    self.name
+                                ),
+                            )
+                            .at(&o.origin)
+                            .on(kind, o.name()),
+                        );
+                    } else {
+                        insert_unique(&mut self.promotion_policies, kind, o, diagnostics)
+                    }
+                }
                 AnyObject::RolloutPolicy(o) => {
                     insert_unique(&mut self.rollout_policies, kind, o, diagnostics)
                 }

@@ -35,10 +35,12 @@ use crate::pipeline::{
     prepare,
 };
 use crate::placement::{CurrentAssignment, ExtenderClient, NoExtenders, PlacementInput};
+pub mod guard;
 pub mod sink;
 
 use crate::tree::{KeptFolders, RepoContent};
 use crate::warnings;
+pub use guard::{DeletionGuard, DeletionLimit, MassDeletion};
 pub use sink::{Collect, InMemory, NoMemo, RenderMemo, Sink, Writer};
 
 /// What an error blocks.
@@ -108,6 +110,10 @@ pub struct RunContext<'a> {
     pub isolation: Isolation,
     /// Told about each step.
     pub observer: &'a dyn Observer,
+    /// Holds a delivery that would remove too many of the deployment-target folders the
+    /// sink has ([`guard`]); `None`: no guard (commands that only write a local folder or
+    /// look at the result).
+    pub mass_deletion: Option<DeletionGuard>,
 }
 
 impl std::fmt::Debug for RunContext<'_> {
@@ -115,6 +121,7 @@ impl std::fmt::Debug for RunContext<'_> {
         f.debug_struct("RunContext")
             .field("decisions", self.decisions)
             .field("isolation", &self.isolation)
+            .field("mass_deletion", &self.mass_deletion)
             .finish_non_exhaustive()
     }
 }
@@ -123,7 +130,7 @@ static NO_DECISIONS: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
 
 impl<'a> RunContext<'a> {
     /// A context with no extenders, no OCM decisions, errors that block the environment,
-    /// and nobody watching.
+    /// nobody watching, and no mass-deletion guard.
     pub fn new(engine: &'a Engine) -> RunContext<'a> {
         RunContext {
             engine,
@@ -131,6 +138,7 @@ impl<'a> RunContext<'a> {
             decisions: &NO_DECISIONS,
             isolation: Isolation::Environment,
             observer: &Quiet,
+            mass_deletion: None,
         }
     }
 }
@@ -252,10 +260,10 @@ pub fn run<S: Sink + ?Sized>(
     //    cluster types other inputs). Steady placement asks the sink where targets are now,
     //    once, and only if a policy places.
     observer.stage(Stage::Scheduling);
+    let current_cell: OnceCell<CurrentAssignment> = OnceCell::new();
     let scheduled: Vec<Scheduled<'_>> = {
         let sink: &S = sink;
-        let current = OnceCell::new();
-        let current = || current.get_or_init(|| sink.current_assignment()).clone();
+        let current = || current_cell.get_or_init(|| sink.current_assignment()).clone();
         versions
             .into_iter()
             .map(|(input, selection)| Scheduled::new(&name, input, selection, context, &current))
@@ -286,10 +294,42 @@ pub fn run<S: Sink + ?Sized>(
     observer.stage(Stage::Finishing);
     let mut run = compose(runs, keep);
 
-    // 5. The sink delivers the content, or reports why there is none.
+    // 5. A content that removes too many of the folders the sink has now is held.
+    if let Some(guard) = context.mass_deletion
+        && !run.blocked
+    {
+        let current = current_cell.get_or_init(|| sink.current_assignment());
+        guard_deletions(&mut run, &name, current, guard);
+    }
+
+    // 6. The sink delivers the content, or reports why there is none.
     observer.stage(Stage::Delivering);
     let delivered = sink.deliver(&mut run);
     (run, delivered)
+}
+
+/// Blocks `run` (an environment error, reported as a failure of the environment) when its
+/// content removes more of the `current` folders than `guard` allows; a deletion a person
+/// allowed is a warning.
+fn guard_deletions(run: &mut Run, environment: &str, current: &CurrentAssignment, guard: DeletionGuard) {
+    let Some(mut found) = guard::check(current, &run.rendered.content, guard.limit) else {
+        return;
+    };
+    found.held = !guard.allowed;
+    let message = found.message(guard.how_to_allow);
+    if found.held {
+        let error = Diagnostic::error(Code::MassDeletion, message).on(Kind::Environment, environment);
+        run.failures.push(Failure {
+            assignment: None,
+            message: error.to_string(),
+        });
+        run.diagnostics.push(error);
+        run.blocked = true;
+    } else {
+        run.diagnostics
+            .push(Diagnostic::warning(Code::MassDeletion, message).on(Kind::Environment, environment));
+    }
+    run.mass_deletion = Some(found);
 }
 
 /// One version of an environment, loaded and scheduled.
@@ -506,6 +546,10 @@ pub struct Run {
     pub isolated: BTreeSet<String>,
     /// Assignments rendered by this run (the others were held by the sink).
     pub rendered_now: usize,
+    /// The deployment-target folders this run's content removes, when they are over the
+    /// mass-deletion limit ([`RunContext::mass_deletion`]): held (the run is blocked), or
+    /// allowed by a person.
+    pub mass_deletion: Option<MassDeletion>,
     assignments: usize,
     blocked: bool,
 }
@@ -519,6 +563,11 @@ impl Run {
     /// Whether an error blocks the environment.
     pub fn is_blocked(&self) -> bool {
         self.blocked
+    }
+
+    /// Whether the mass-deletion guard held the delivery.
+    pub fn is_held(&self) -> bool {
+        self.mass_deletion.as_ref().is_some_and(|m| m.held)
     }
 
     /// Assignments scheduled (on the cluster types the run renders).
@@ -570,6 +619,7 @@ fn finish(
         failures,
         isolated,
         rendered_now,
+        mass_deletion: None,
         assignments: 0,
         blocked,
     }
@@ -930,6 +980,86 @@ mod tests {
     /// A run of `inputs` as environment `dev` from scratch.
     fn run_fresh(inputs: &Inputs) -> Run {
         run_with(inputs, &mut InMemory::default())
+    }
+
+    #[test]
+    fn a_delivery_that_removes_too_many_folders_is_held_until_allowed() {
+        let inputs = example("dev");
+        let fresh = run_fresh(&inputs);
+        let delivered: Vec<(String, String)> = fresh.content().unwrap().packages.keys().cloned().collect();
+        assert!(!delivered.is_empty());
+        let engine = Engine::new();
+        let guarded = |allowed: bool| RunContext {
+            mass_deletion: Some(DeletionGuard {
+                allowed,
+                ..DeletionGuard::new("run again with --allow-mass-deletion.")
+            }),
+            ..RunContext::new(&engine)
+        };
+        let run_against = |folders: &[(String, String)], context: &RunContext<'_>| {
+            let current = crate::placement::current_from_folders(
+                folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+            );
+            let current = move || current.clone();
+            run(
+                Request::new("dev", &inputs),
+                context,
+                &mut Collect::placed(&current),
+            )
+            .0
+        };
+
+        // The sink has what the content keeps: nothing removed.
+        let same = run_against(&delivered, &guarded(false));
+        assert!(!same.is_blocked() && same.mass_deletion.is_none());
+
+        // The sink has folders of targets this control plane no longer schedules: every one
+        // of them would go.
+        let gone: Vec<(String, String)> = (0..12)
+            .map(|i| ("large".to_owned(), format!("gone-{i:02}")))
+            .collect();
+        let held = run_against(&gone, &guarded(false));
+        assert!(held.is_blocked() && held.is_held());
+        assert!(held.content().is_none());
+        let found = held.mass_deletion.as_ref().unwrap();
+        assert_eq!((found.removed.len(), found.total), (12, 12));
+        let errors: Vec<&Diagnostic> = held.diagnostics.errors().collect();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].code, Code::MassDeletion);
+        assert_eq!(errors[0].object, Some((Kind::Environment, "dev".to_owned())));
+        assert!(errors[0].message.contains("large/gone-00"), "{}", errors[0]);
+        // Reported as a failure of the environment (an issue in pr mode).
+        let [failure] = &held.failures[..] else {
+            panic!("{:?}", held.failures);
+        };
+        assert_eq!(failure.assignment, None);
+        assert!(
+            failure.message.contains("--allow-mass-deletion"),
+            "{}",
+            failure.message
+        );
+
+        // Half of the folders kept: under the default limit.
+        let mixed: Vec<(String, String)> = delivered
+            .iter()
+            .cloned()
+            .chain(gone.iter().take(delivered.len()).cloned())
+            .collect();
+        assert!(!run_against(&mixed, &guarded(false)).is_blocked());
+
+        // Allowed: delivered, with a warning.
+        let allowed = run_against(&gone, &guarded(true));
+        assert!(!allowed.is_blocked() && !allowed.is_held());
+        assert!(allowed.mass_deletion.is_some());
+        assert!(
+            allowed
+                .diagnostics
+                .warnings()
+                .any(|d| d.code == Code::MassDeletion)
+        );
+
+        // No guard (render, plan): nothing is held.
+        assert!(!run_against(&gone, &RunContext::new(&engine)).is_blocked());
     }
 
     #[test]

@@ -23,6 +23,7 @@ use kalypso_core::tree::RepoContent;
 use serde::Deserialize;
 
 use crate::auth::Credentials;
+use crate::forge::{self, Forge, Provider, ProviderSettings};
 use crate::github::{self, GitHub, PullRequest};
 use crate::repo::{self, Author, Cache, RefUpdate, Repo, Transport, Written};
 use crate::treewrite::Hashed;
@@ -52,6 +53,9 @@ pub enum Error {
     /// A GitHub call failed.
     #[error(transparent)]
     GitHub(#[from] github::Error),
+    /// A GitLab, Azure DevOps or Gitea call failed.
+    #[error(transparent)]
+    Forge(forge::Error),
     /// `pr` mode needs a repository on GitHub.
     #[error(
         "cannot open pull requests on {repo}: not a GitHub repository URL (use --mode push for other repositories)"
@@ -98,11 +102,13 @@ pub enum Error {
         /// The branch.
         branch: String,
     },
-    /// GitHub did not return the pull request it said exists.
+    /// The forge did not return the pull request it said exists.
     #[error(
-        "GitHub reports a pull request from {head:?} into {base:?} in {repo}, but it is not among the open ones"
+        "{provider} reports a pull request from {head:?} into {base:?} in {repo}, but it is not among the open ones"
     )]
     MissingPull {
+        /// The forge.
+        provider: Provider,
         /// `owner/repo`.
         repo: String,
         /// Head branch.
@@ -114,6 +120,15 @@ pub enum Error {
 
 crate::repo::operation_errors_into!(Error);
 
+impl From<forge::Error> for Error {
+    fn from(error: forge::Error) -> Error {
+        match error {
+            forge::Error::GitHub(e) => Error::GitHub(e),
+            other => Error::Forge(other),
+        }
+    }
+}
+
 impl Error {
     /// Whether the failure may go away by itself: network trouble, GitHub being unavailable
     /// or rate-limiting, a branch that kept moving.
@@ -121,6 +136,7 @@ impl Error {
         match self {
             Error::Repo(e) => e.is_transient(),
             Error::GitHub(e) => e.is_transient(),
+            Error::Forge(e) => e.is_transient(),
             Error::Contended { .. } => true,
             _ => false,
         }
@@ -191,6 +207,12 @@ pub struct DeliverySettings {
     pub branch_prefix: String,
     /// The GitHub API.
     pub github_api_url: String,
+    /// The forge of the GitOps repositories (default: inferred from each one's URL, see
+    /// [`Provider::infer`]).
+    pub provider: Option<Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from each
+    /// repository's URL; see [`ProviderSettings::api_url`]).
+    pub provider_api_url: Option<String>,
     /// Compute and report, but write nothing anywhere.
     pub dry_run: bool,
 }
@@ -206,6 +228,8 @@ impl Default for DeliverySettings {
             message: DEFAULT_MESSAGE.to_owned(),
             branch_prefix: DEFAULT_BRANCH_PREFIX.to_owned(),
             github_api_url: github::DEFAULT_API_URL.to_owned(),
+            provider: None,
+            provider_api_url: None,
             dry_run: false,
         }
     }
@@ -298,6 +322,58 @@ pub enum Delivery {
     Artifacts(Box<kalypso_oci::Report>),
 }
 
+impl std::fmt::Display for Delivery {
+    /// What the delivery did, as a sentence fragment for a status or a log line
+    /// (`committed 1a2b3c4 (2 added, 0 changed, 1 deleted)`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let short = |oid: &Oid| {
+            let text = oid.to_string();
+            text[..text.len().min(7)].to_owned()
+        };
+        let closed = |f: &mut std::fmt::Formatter<'_>, closed: &[u64]| {
+            if closed.is_empty() {
+                return Ok(());
+            }
+            let numbers: Vec<String> = closed.iter().map(|n| format!("#{n}")).collect();
+            write!(f, ", and closed pull request(s) {}", numbers.join(", "))
+        };
+        match self {
+            Delivery::UpToDate { head, closed: c } => {
+                match head {
+                    Some(head) => write!(f, "already up to date at {}", short(head))?,
+                    None => f.write_str(
+                        "already up to date (the branch does not exist and nothing is to be written)",
+                    )?,
+                }
+                closed(f, c)
+            }
+            Delivery::Committed { commit, changes } => write!(f, "committed {} ({changes})", short(commit)),
+            Delivery::PullRequest {
+                number,
+                url,
+                created,
+                changes,
+                closed: c,
+                ..
+            } => {
+                let state = if *created { "opened" } else { "already open" };
+                write!(f, "pull request #{number} {url} {state} ({changes})")?;
+                closed(f, c)
+            }
+            Delivery::DryRun { mode, changes } => write!(f, "would deliver in {mode} mode ({changes})"),
+            Delivery::Artifacts(report) => {
+                let verb = if report.dry_run { "would push" } else { "pushed" };
+                write!(
+                    f,
+                    "{verb} {} artifact(s), {} unchanged",
+                    report.pushed.len(),
+                    report.unchanged
+                )
+            }
+        }
+    }
+}
+
 /// Where and how one GitOps branch is delivered to.
 #[derive(Debug)]
 pub struct Destination<'a> {
@@ -324,7 +400,30 @@ pub struct Context<'a> {
     pub runtime: &'a tokio::runtime::Handle,
 }
 
+impl DeliverySettings {
+    /// Which forge, and where its API is.
+    pub fn providers(&self) -> ProviderSettings {
+        ProviderSettings {
+            provider: self.provider,
+            github_api_url: self.github_api_url.clone(),
+            api_url: self.provider_api_url.clone(),
+        }
+    }
+}
+
 impl Context<'_> {
+    /// A client of the forge `url`'s repository is on (see [`crate::forge`]).
+    pub fn forge(&self, url: &RepoUrl) -> Result<Box<dyn Forge>, Error> {
+        forge::connect(
+            url,
+            &self.settings.providers(),
+            self.credentials.token(),
+            self.transport.retry,
+            self.runtime,
+        )?
+        .ok_or_else(|| Error::NotAForge { repo: url.redacted() })
+    }
+
     /// A GitHub client for `url`'s repository.
     pub fn github(&self, url: &RepoUrl) -> Result<GitHub, Error> {
         let (owner, name) = url
@@ -555,12 +654,12 @@ fn deliver_pr(
             return Ok(Delivery::UpToDate { head, closed: vec![] });
         }
         Prepared::UpToDate(head) => {
-            let (github, open) = open_pulls(ctx, dest)?;
+            let (forge, open) = open_pulls(ctx, dest)?;
             let own: Vec<&PullRequest> = open
                 .iter()
-                .filter(|p| is_own_pull(p, &own_prefix, dest.branch, &github.full_name()))
+                .filter(|p| is_own_pull(p, &own_prefix, dest.branch, &forge.full_name()))
                 .collect();
-            let closed = close_pulls(ctx, repo, &github, &own)?;
+            let closed = close_pulls(ctx, repo, forge.as_ref(), &own)?;
             return Ok(Delivery::UpToDate { head, closed });
         }
         Prepared::Branch {
@@ -570,24 +669,25 @@ fn deliver_pr(
             promoted,
         } => (name, commit, changes, promoted),
     };
-    let (github, open) = open_pulls(ctx, dest)?;
+    let (forge, open) = open_pulls(ctx, dest)?;
     let own: Vec<&PullRequest> = open
         .iter()
-        .filter(|p| is_own_pull(p, &own_prefix, dest.branch, &github.full_name()))
+        .filter(|p| is_own_pull(p, &own_prefix, dest.branch, &forge.full_name()))
         .collect();
     let (pull, created) = match own.iter().find(|p| p.head.name == name) {
         Some(p) => ((*p).clone(), false),
         None => {
             let title = format!("Update manifests in {} from {name}", dest.branch);
             // The original's text; the commit itself carries the summary and the inputs.
-            match github.create_pull(&name, dest.branch, &title, PR_BODY)? {
+            match forge.create_pull(&name, dest.branch, &title, PR_BODY)? {
                 Some(p) => (p, true),
                 None => {
                     // Opened concurrently (or by an attempt whose answer was lost).
-                    let again = github.open_pulls(dest.branch)?;
+                    let again = forge.open_pulls(dest.branch)?;
                     let found = again.into_iter().find(|p| p.head.name == name).ok_or_else(|| {
                         Error::MissingPull {
-                            repo: github.full_name(),
+                            provider: forge.provider(),
+                            repo: forge.full_name(),
                             head: name.clone(),
                             base: dest.branch.to_owned(),
                         }
@@ -599,14 +699,14 @@ fn deliver_pr(
     };
     let labelled = pull.labels.iter().any(|l| l.name == PROMOTED_LABEL);
     if promoted && !labelled {
-        github.add_labels(pull.number, &[PROMOTED_LABEL])?;
+        forge.add_label(pull.number, PROMOTED_LABEL)?;
     } else if !promoted && labelled {
-        github.remove_label(pull.number, PROMOTED_LABEL)?;
+        forge.remove_label(pull.number, PROMOTED_LABEL)?;
     }
     // Supersede only older pull requests of the scheduler: if two runs opened one each at
     // the same time, the newer survives and nothing is closed twice.
     let older: Vec<&PullRequest> = own.into_iter().filter(|p| p.number < pull.number).collect();
-    let closed = close_pulls(ctx, repo, &github, &older)?;
+    let closed = close_pulls(ctx, repo, forge.as_ref(), &older)?;
     Ok(Delivery::PullRequest {
         number: pull.number,
         url: pull.html_url.clone().unwrap_or_default(),
@@ -619,10 +719,13 @@ fn deliver_pr(
     })
 }
 
-fn open_pulls(ctx: &Context<'_>, dest: &Destination<'_>) -> Result<(GitHub, Vec<PullRequest>), Error> {
-    let github = ctx.github(dest.url)?;
-    let open = github.open_pulls(dest.branch)?;
-    Ok((github, open))
+fn open_pulls(
+    ctx: &Context<'_>,
+    dest: &Destination<'_>,
+) -> Result<(Box<dyn Forge>, Vec<PullRequest>), Error> {
+    let forge = ctx.forge(dest.url)?;
+    let open = forge.open_pulls(dest.branch)?;
+    Ok((forge, open))
 }
 
 fn prepare_branch(
@@ -703,12 +806,12 @@ pub fn is_own_pull(pull: &PullRequest, own_prefix: &str, base: &str, full_name: 
 fn close_pulls(
     ctx: &Context<'_>,
     repo: &Repo,
-    github: &GitHub,
+    forge: &dyn Forge,
     pulls: &[&PullRequest],
 ) -> Result<Vec<u64>, Error> {
     let mut closed = Vec::new();
     for pull in pulls {
-        github.close_pull(pull.number)?;
+        forge.close_pull(pull.number)?;
         closed.push(pull.number);
         let deleted = repo.staging(|s| -> Result<(), repo::Error> {
             s.push(

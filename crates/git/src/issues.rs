@@ -1,13 +1,14 @@
-//! Failures reported as GitHub issues in the GitOps repository, as the original does: one
+//! Failures reported as issues in the GitOps repository, as the original does on GitHub: one
 //! issue per failing assignment (title with the original's typo), its text the error,
-//! updated when the error changes, closed when the assignment renders again.
+//! updated when the error changes, closed when the assignment renders again. Any
+//! [`Forge`] carries them: GitHub, GitLab and Gitea issues, Azure Boards work items.
 //!
 //! The original remembered issue numbers in Assignment status; kalypso keeps no state, so
 //! it finds its issues by title among the open ones ([`title`], the original's words).
 //! [`actions`] decides, from the open issues and the current failures, what to create,
 //! update and close; [`apply`] carries it out.
 
-use crate::github::{self, GitHub, Issue};
+use crate::forge::{self, Forge, Issue};
 use crate::redact::redact;
 use kalypso_core::run::Failure;
 
@@ -119,20 +120,24 @@ pub fn actions(environment: &str, open: &[Issue], failures: &[Failure]) -> Vec<A
 }
 
 /// Brings the issues of `environment` in line with `failures`.
-pub fn apply(github: &GitHub, environment: &str, failures: &[Failure]) -> Result<IssueReport, github::Error> {
-    let open = github.open_issues()?;
+pub fn apply(
+    forge: &dyn Forge,
+    environment: &str,
+    failures: &[Failure],
+) -> Result<IssueReport, forge::Error> {
+    let open = forge.open_issues()?;
     let mut report = IssueReport::default();
     for action in actions(environment, &open, failures) {
         match action {
             Action::Create { title, body } => {
-                report.created.push(create_once(github, &title, &body)?);
+                report.created.push(create_once(forge, &title, &body)?);
             }
             Action::Update { number, body } => {
-                github.update_issue(number, &body)?;
+                forge.update_issue(number, &body)?;
                 report.updated.push(number);
             }
             Action::Close { number } => {
-                github.close_issue(number)?;
+                forge.close_issue(number)?;
                 report.closed.push(number);
             }
         }
@@ -142,15 +147,15 @@ pub fn apply(github: &GitHub, environment: &str, failures: &[Failure]) -> Result
 
 /// Creates an issue, retrying transient failures only after checking that the failed
 /// attempt did not create it after all.
-fn create_once(github: &GitHub, title: &str, body: &str) -> Result<u64, github::Error> {
+fn create_once(forge: &dyn Forge, title: &str, body: &str) -> Result<u64, forge::Error> {
     let mut last = None;
     for attempt in 0..3 {
         if attempt > 0
-            && let Some(existing) = github.open_issues()?.into_iter().find(|i| i.title == title)
+            && let Some(existing) = forge.open_issues()?.into_iter().find(|i| i.title == title)
         {
             return Ok(existing.number);
         }
-        match github.create_issue(title, body) {
+        match forge.create_issue(title, body) {
             Ok(issue) => return Ok(issue.number),
             Err(e) if e.is_transient() => {
                 tracing::warn!(title, error = %e, "creating an issue failed, checking and retrying");
@@ -159,9 +164,10 @@ fn create_once(github: &GitHub, title: &str, body: &str) -> Result<u64, github::
             Err(e) => return Err(e),
         }
     }
-    Err(last.unwrap_or_else(|| github::Error::Transport {
+    Err(last.unwrap_or_else(|| forge::Error::Transport {
+        provider: forge.provider(),
         call: "POST issues".to_owned(),
-        repo: github.full_name(),
+        repo: forge.full_name(),
         message: "no attempt made".to_owned(),
     }))
 }

@@ -14,7 +14,8 @@
 //!   [`treewrite`]: the GitOps tree built incrementally from the previous commit's;
 //! - [`control_plane`]: environments, their branches, the promoted main commit, workload
 //!   folders → [`kalypso_core::Inputs`];
-//! - [`deliver`]: `push` and `pr` modes; [`github`] and [`issues`] for the forge; [`oci`]:
+//! - [`deliver`]: `push` and `pr` modes; [`forge`] (GitHub through [`github`], GitLab,
+//!   Azure DevOps, Gitea/Forgejo) and [`issues`] for the forge; [`oci`]:
 //!   `oci://` GitOpsRepos, delivered as Flux artifacts by `kalypso_oci`;
 //! - [`sync`]: one pass over a control plane, each environment run by
 //!   [`kalypso_core::run`] (calling scheduler [`extenders`] over HTTP); [`state`]: what each
@@ -23,13 +24,14 @@
 //!   with, so that a sync renders only what changed; [`promote`]: pinning a main commit on
 //!   an environment branch; [`rollout`]: an environment's change delivered wave by wave
 //!   (its RolloutPolicy), gated on the clusters' reports;
-//! - [`signature`]: HMAC signatures of webhooks (GitHub pushes, Flux reports).
+//! - [`signature`]: HMAC signatures of webhooks (GitHub and Gitea pushes, Flux reports).
 
 pub mod auth;
 pub mod control_plane;
 pub mod deliver;
 pub mod delivered;
 pub mod extenders;
+pub mod forge;
 pub mod github;
 pub mod issues;
 mod local_push;
@@ -52,7 +54,10 @@ pub use deliver::{Delivery, DeliverySettings, Mode};
 pub use redact::redact;
 pub use repo::{Author, Cache};
 pub use retry::RetryPolicy;
-pub use sync::{Check, EnvReport, Outcome, Pass, Scope, Settings, Syncer, Unchanged};
+pub use sync::{
+    AllowedDeletions, Check, EnvReport, MassDeletionSettings, Outcome, Pass, Scope, Settings, Syncer,
+    Unchanged,
+};
 pub use url::RepoUrl;
 
 /// The Sprig version of the templates a sync renders with ([`Settings::sprig`]).

@@ -1,8 +1,10 @@
 //! Signed webhooks: `sha256=<hex>` HMAC-SHA256 signatures of a request body, as GitHub sends
 //! them for push events (`X-Hub-Signature-256`, checked by `kalypso serve`) and Flux's
 //! `generic-hmac` Provider sends them for cluster reports (`X-Signature`, checked by
-//! `kalypso hub`). One implementation for both, with a constant-time comparison; and the
-//! shared-secret token GitLab sends instead (`X-Gitlab-Token`), compared in constant time too.
+//! `kalypso hub`). One implementation for both, with a constant-time comparison; Gitea's and
+//! Forgejo's bare-hex form of the same signature (`X-Gitea-Signature`); and the
+//! shared-secret token GitLab sends instead (`X-Gitlab-Token`, and Azure DevOps' Basic
+//! password), compared in constant time too.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -13,7 +15,13 @@ pub fn verify(secret: &[u8], body: &[u8], signature: &str) -> bool {
     let Some(hex_digest) = signature.trim().strip_prefix("sha256=") else {
         return false;
     };
-    let Ok(expected) = hex::decode(hex_digest) else {
+    verify_hex(secret, body, hex_digest)
+}
+
+/// Whether `hex_digest` (bare hex, as Gitea's `X-Gitea-Signature`) is the HMAC-SHA256 of
+/// `body` with `secret`. The comparison takes constant time.
+pub fn verify_hex(secret: &[u8], body: &[u8], hex_digest: &str) -> bool {
+    let Ok(expected) = hex::decode(hex_digest.trim()) else {
         return false;
     };
     let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(secret) else {
@@ -70,5 +78,10 @@ mod tests {
         assert!(!verify(b"s3cret", b"{\"ref\":\"refs/heads/main\"}", &header));
         assert!(!verify(b"s3cret", b"x", "sha1=abcd"));
         assert!(!verify(b"s3cret", b"x", "sha256=zz"));
+        let bare = header.strip_prefix("sha256=").unwrap();
+        assert!(verify_hex(b"s3cret", body, bare));
+        assert!(!verify_hex(b"s3cret", body, header.as_str()));
+        assert!(!verify_hex(b"other", body, bare));
+        assert!(!verify_hex(b"s3cret", body, ""));
     }
 }

@@ -16,7 +16,10 @@ use git2::Oid;
 
 use kalypso_core::Diagnostics;
 use kalypso_core::placement::{CurrentAssignment, ExtenderCall, ExtenderClient};
-use kalypso_core::run::{Failure, Input, Isolation, RenderMemo, Request, Run, RunContext, Sink};
+use kalypso_core::run::{
+    DeletionGuard, DeletionLimit, Failure, Input, Isolation, MassDeletion, RenderMemo, Request, Run,
+    RunContext, Sink,
+};
 use kalypso_core::tree::Blob;
 use kalypso_template::{Engine, SprigVersion};
 use tokio::runtime::Handle;
@@ -58,7 +61,7 @@ pub enum Error {
         /// The environment.
         environment: String,
         /// Why (its message is part of this error's).
-        error: crate::github::Error,
+        error: crate::forge::Error,
     },
     /// The environment names no GitOps repository.
     #[error("environment {environment} has no GitOpsRepo: nothing to deliver to")]
@@ -161,6 +164,55 @@ pub struct Settings {
     pub sprig: SprigVersion,
     /// Credentials and plain-HTTP registries for `oci://` GitOpsRepos.
     pub registry: kalypso_oci::AuthSettings,
+    /// When a delivery that removes deployment targets is held.
+    pub mass_deletion: MassDeletionSettings,
+}
+
+/// The mass-deletion guard of every delivery ([`kalypso_core::run::guard`]): a delivery
+/// that would remove more than `limit` of the deployment-target folders a GitOps branch has
+/// is held (nothing is pushed, the environment fails with a `mass-deletion` error, an issue
+/// in `pr` mode) unless its environment is allowed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MassDeletionSettings {
+    /// When too many folders go.
+    pub limit: DeletionLimit,
+    /// The environments allowed to remove them.
+    pub allowed: AllowedDeletions,
+    /// How a person allows it with this front end (ends the error's message).
+    pub how_to_allow: &'static str,
+}
+
+impl Default for MassDeletionSettings {
+    fn default() -> MassDeletionSettings {
+        MassDeletionSettings {
+            limit: DeletionLimit::Default,
+            allowed: AllowedDeletions::None,
+            how_to_allow: "allow it (`kalypso sync --allow-mass-deletion`) and deliver again.",
+        }
+    }
+}
+
+/// Which environments may remove more deployment targets than the limit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum AllowedDeletions {
+    /// None.
+    #[default]
+    None,
+    /// Every environment (`kalypso sync --allow-mass-deletion`).
+    All,
+    /// These environments.
+    Environments(BTreeSet<String>),
+}
+
+impl AllowedDeletions {
+    /// Whether `environment` is allowed.
+    pub fn allows(&self, environment: &str) -> bool {
+        match self {
+            AllowedDeletions::None => false,
+            AllowedDeletions::All => true,
+            AllowedDeletions::Environments(names) => names.contains(environment),
+        }
+    }
 }
 
 /// The client that calls scheduler extenders (HTTP by default).
@@ -191,6 +243,7 @@ impl Default for Settings {
             extenders: Extenders::default(),
             sprig: SprigVersion::default(),
             registry: kalypso_oci::AuthSettings::default(),
+            mass_deletion: MassDeletionSettings::default(),
         }
     }
 }
@@ -241,6 +294,9 @@ pub struct EnvReport {
     pub isolated: BTreeSet<String>,
     /// The failures of the isolated registrations (reported as issues in `pr` mode).
     pub isolated_failures: Vec<Failure>,
+    /// The deployment-target folders the delivery removes, when they are over the
+    /// mass-deletion limit: held (the outcome is [`Outcome::Failed`]), or allowed.
+    pub mass_deletion: Option<MassDeletion>,
     /// The outcome.
     pub outcome: Outcome,
 }
@@ -249,6 +305,11 @@ impl EnvReport {
     /// Whether the environment was delivered, with no workload failing.
     pub fn is_success(&self) -> bool {
         matches!(self.outcome, Outcome::Delivered(_)) && self.isolated.is_empty()
+    }
+
+    /// Whether the mass-deletion guard held the delivery (nothing was delivered).
+    pub fn is_held(&self) -> bool {
+        self.mass_deletion.as_ref().is_some_and(|m| m.held)
     }
 }
 
@@ -366,6 +427,7 @@ impl Syncer {
             control_plane,
             store,
             fingerprint: self.fingerprint(),
+            allowed_deletions: BTreeSet::new(),
         })
     }
 
@@ -592,9 +654,28 @@ pub struct Pass<'s> {
     sources: WorkloadRepos,
     store: Store,
     fingerprint: Fingerprint,
+    /// Environments a person allowed to remove more deployment targets than the limit, in
+    /// this pass only.
+    allowed_deletions: BTreeSet<String>,
 }
 
 impl Pass<'_> {
+    /// Allows this pass's delivery of `environment` to remove more deployment targets than
+    /// the mass-deletion limit (the operator's annotation on an Environment).
+    pub fn allow_mass_deletion(&mut self, environment: &str) {
+        self.allowed_deletions.insert(environment.to_owned());
+    }
+
+    /// The mass-deletion guard of `environment`'s delivery.
+    fn deletion_guard(&self, environment: &str) -> DeletionGuard {
+        let settings = &self.syncer.settings.mass_deletion;
+        DeletionGuard {
+            limit: settings.limit,
+            allowed: settings.allowed.allows(environment) || self.allowed_deletions.contains(environment),
+            how_to_allow: settings.how_to_allow,
+        }
+    }
+
     /// The environments named (all when `names` is empty).
     pub fn environments(&self, names: &[String]) -> Result<Vec<EnvironmentRef>, Error> {
         let selected = self.control_plane.select(names)?;
@@ -750,6 +831,7 @@ impl Pass<'_> {
         let context = RunContext {
             extenders: &extenders,
             isolation: Isolation::Registration,
+            mass_deletion: Some(self.deletion_guard(&name)),
             ..RunContext::new(&self.syncer.engine)
         };
         let mut branches = Branches {
@@ -771,6 +853,7 @@ impl Pass<'_> {
             diagnostics: run.diagnostics,
             isolated: if delivered { run.isolated } else { BTreeSet::new() },
             isolated_failures: if delivered { run.failures } else { Vec::new() },
+            mass_deletion: run.mass_deletion,
             outcome,
         };
         let recordable = report.is_success()
@@ -809,11 +892,11 @@ impl Pass<'_> {
         else {
             return Ok(None);
         };
-        let github = self.context().github(url).map_err(|error| Error::Delivery {
+        let forge = self.context().forge(url).map_err(|error| Error::Delivery {
             environment: name.to_owned(),
             error,
         })?;
-        issues::apply(&github, name, failures)
+        issues::apply(forge.as_ref(), name, failures)
             .map(Some)
             .map_err(|error| Error::Issues {
                 environment: name.to_owned(),

@@ -152,6 +152,54 @@ impl RepoUrl {
         Some((owner.to_owned(), repo.to_owned()))
     }
 
+    /// Where a network location is, for a provider's API: whether it is reached over plain
+    /// `http` (an `https`, `ssh` or scp-like location gives `false`), the host (with the
+    /// port of an `http(s)` URL, without any user), and the path segments (a `.git` suffix
+    /// removed from the last). `None` for local locations.
+    pub fn remote(&self) -> Option<Remote> {
+        if self.is_local() {
+            return None;
+        }
+        let (plain_http, authority, path) = match self.raw.split_once("://") {
+            Some((scheme, rest)) => {
+                let rest = rest.split(['?', '#']).next().unwrap_or_default();
+                let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+                let web = scheme == "http" || scheme == "https";
+                let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                // An ssh port is not the web port.
+                let authority = if web {
+                    authority
+                } else {
+                    authority.split(':').next().unwrap_or_default()
+                };
+                (scheme == "http", authority.to_owned(), path.to_owned())
+            }
+            None => {
+                let (authority, path) = self.raw.split_once(':')?;
+                let host = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+                (false, host.to_owned(), path.to_owned())
+            }
+        };
+        let mut segments: Vec<String> = path
+            .split('/')
+            .filter(|s| !s.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if let Some(last) = segments.last_mut()
+            && let Some(stripped) = last.strip_suffix(".git")
+        {
+            *last = stripped.to_owned();
+        }
+        if authority.is_empty() {
+            return None;
+        }
+        Some(Remote {
+            plain_http,
+            host: authority.to_ascii_lowercase(),
+            segments,
+        })
+    }
+
     /// A folder name for the cached copy: readable, and unique per location (credentials
     /// are not part of it, so a token change reuses the cache).
     pub fn cache_name(&self) -> String {
@@ -179,6 +227,33 @@ impl RepoUrl {
             .take(40)
             .collect();
         format!("{readable}-{digest}")
+    }
+}
+
+/// A network repository location taken apart (see [`RepoUrl::remote`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remote {
+    /// Reached over plain `http`.
+    pub plain_http: bool,
+    /// Host, with the port of an `http(s)` URL, lower case.
+    pub host: String,
+    /// Path segments, as written (percent-encoding kept), `.git` removed from the last.
+    pub segments: Vec<String>,
+}
+
+impl Remote {
+    /// `http://HOST` or `https://HOST`.
+    pub fn origin(&self) -> String {
+        format!(
+            "{}://{}",
+            if self.plain_http { "http" } else { "https" },
+            self.host
+        )
+    }
+
+    /// The host without its port.
+    pub fn hostname(&self) -> &str {
+        self.host.split(':').next().unwrap_or_default()
     }
 }
 
@@ -242,6 +317,28 @@ mod tests {
         assert_eq!(slug("ssh://git@github.com/contoso/gitops.git"), expected);
         assert_eq!(slug("https://github.com/contoso"), None);
         assert_eq!(slug("/tmp/contoso/gitops"), None);
+    }
+
+    #[test]
+    fn takes_network_locations_apart() {
+        let remote = |u: &str| RepoUrl::parse(u).unwrap().remote().unwrap();
+        let r = remote("https://user:tok@GitLab.example.com:8443/group/sub/project.git");
+        assert_eq!(
+            (r.plain_http, r.host.as_str()),
+            (false, "gitlab.example.com:8443")
+        );
+        assert_eq!(r.segments, ["group", "sub", "project"]);
+        assert_eq!(r.origin(), "https://gitlab.example.com:8443");
+        assert_eq!(r.hostname(), "gitlab.example.com");
+        let r = remote("git@ssh.dev.azure.com:v3/contoso/platform/gitops");
+        assert_eq!((r.host.as_str(), r.segments.len()), ("ssh.dev.azure.com", 4));
+        let r = remote("ssh://git@gitea.local:2222/o/r.git");
+        assert_eq!(
+            (r.host.as_str(), r.segments.as_slice()),
+            ("gitea.local", &["o".to_owned(), "r".to_owned()][..])
+        );
+        assert!(remote("http://127.0.0.1:3000/o/r").plain_http);
+        assert!(RepoUrl::parse("/tmp/r").unwrap().remote().is_none());
     }
 
     #[test]

@@ -811,6 +811,298 @@ pub struct Gate {
     /// Cluster types of the commit with no non-stale cluster: nothing checks them.
     #[serde(default)]
     pub cluster_types_without_clusters: Vec<String>,
+    /// Asked with `into`: whether the commit may be promoted into that environment, with
+    /// every requirement and its state. Absent otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promotion: Option<PromotionGate>,
+}
+
+// ---------------------------------------------------------------------------------------
+// Promotion policies, approvals, freezes, audit
+
+/// Whether a commit may be promoted into an environment: the environment's PromotionPolicy
+/// (if it has one) and its freezes, evaluated for the commit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PromotionGate {
+    /// The environment promoted into.
+    pub into: String,
+    /// Its PromotionPolicy's name (`null`: it has none; only compliance and freezes apply).
+    pub policy: Option<String>,
+    /// Whether every requirement is met.
+    pub may_promote: bool,
+    /// Every requirement, met or not, in a fixed order: policy, compliant, soak, approvals,
+    /// windows, freezes, verification checks.
+    pub requirements: Vec<Requirement>,
+}
+
+/// What a requirement is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RequirementKind {
+    /// The PromotionPolicy itself can be used (it is valid and promotes from this environment).
+    Policy,
+    /// Every required cluster of the source environment is compliant.
+    Compliant,
+    /// They have been for the policy's soak time.
+    Soak,
+    /// Enough distinct identities approved the commit.
+    Approvals,
+    /// No deny window is open, and an allow window is (if there are any).
+    Window,
+    /// The environment is not frozen.
+    Freeze,
+    /// A verification check passed.
+    Verification,
+}
+
+impl<'de> Deserialize<'de> for RequirementKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RequirementKind, D::Error> {
+        Ok(match &*std::borrow::Cow::<'de, str>::deserialize(d)? {
+            "compliant" => RequirementKind::Compliant,
+            "soak" => RequirementKind::Soak,
+            "approvals" => RequirementKind::Approvals,
+            "window" => RequirementKind::Window,
+            "freeze" => RequirementKind::Freeze,
+            "verification" => RequirementKind::Verification,
+            _ => RequirementKind::Policy,
+        })
+    }
+}
+
+/// A requirement's state. One this version does not know is read as `not-yet`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RequirementState {
+    /// Met.
+    Met,
+    /// Not met yet, but it may be by waiting: clusters still reconciling, a soak, an
+    /// approval, a window, a freeze.
+    NotYet,
+    /// Failed: waiting does not help (a cluster failed, a check failed, a policy is invalid).
+    Failed,
+}
+
+impl<'de> Deserialize<'de> for RequirementState {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<RequirementState, D::Error> {
+        Ok(match &*std::borrow::Cow::<'de, str>::deserialize(d)? {
+            "met" => RequirementState::Met,
+            "failed" => RequirementState::Failed,
+            _ => RequirementState::NotYet,
+        })
+    }
+}
+
+/// One requirement of a [`PromotionGate`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Requirement {
+    /// What it is about.
+    pub kind: RequirementKind,
+    /// The verification check's name, or the window's schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Its state.
+    pub state: RequirementState,
+    /// What it says, for people: `compliant 38/38`, `soak 42m of 1h`, `approvals 1 of 2
+    /// (ana@contoso.com)`, `window: denied until ...`, `verification smoke: passed`.
+    pub summary: String,
+    /// For approvals: the identities that approved, counted once each.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approved_by: Vec<String>,
+}
+
+/// `POST /api/v1/approvals`: approve the promotion of a control-plane commit into an
+/// environment. The approver is the caller's identity.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApprovalRequest {
+    /// The environment promoted into.
+    pub environment: String,
+    /// The control-plane commit (7 to 40 hex digits; a prefix must name one commit the hub knows).
+    pub commit: String,
+    /// Why, or anything the approver wants recorded.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+/// The answer to an approval.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovalAnswer {
+    /// The environment.
+    pub environment: String,
+    /// The control-plane commit, in full when the hub knows it.
+    pub commit: String,
+    /// Who approved.
+    pub actor: String,
+    /// False when this identity had already approved the commit (it counts once).
+    pub counted: bool,
+    /// Every identity that approved the commit for the environment, by name.
+    pub approved_by: Vec<String>,
+}
+
+/// `POST /api/v1/freezes`: stop promotions into an environment ("stop the line").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FreezeRequest {
+    /// The environment.
+    pub environment: String,
+    /// Why (required).
+    pub reason: String,
+    /// When the freeze ends by itself (RFC 3339); absent: until unfrozen.
+    #[serde(default)]
+    pub until: Option<String>,
+}
+
+/// `POST /api/v1/unfreezes`: lift every freeze of an environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UnfreezeRequest {
+    /// The environment.
+    pub environment: String,
+    /// Why.
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+/// A freeze of an environment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Freeze {
+    /// Its id.
+    pub id: i64,
+    /// The environment.
+    pub environment: String,
+    /// Why.
+    pub reason: String,
+    /// Who froze it.
+    pub actor: String,
+    /// When (RFC 3339).
+    pub frozen_at: String,
+    /// When it ends by itself (RFC 3339; `null`: when unfrozen).
+    pub until: Option<String>,
+}
+
+/// The answer to an unfreeze.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UnfreezeAnswer {
+    /// The environment.
+    pub environment: String,
+    /// The freezes lifted (none: it was not frozen).
+    pub lifted: Vec<Freeze>,
+}
+
+/// `POST /api/v1/promotions`: `kalypso promote` reports a promotion it pushed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PromotionReport {
+    /// The environment promoted into.
+    pub environment: String,
+    /// The environment the commit came from, if any.
+    #[serde(default)]
+    pub from: Option<String>,
+    /// The control-plane commit promoted (7 to 40 hex digits).
+    pub commit: String,
+    /// The commit message or a note.
+    #[serde(default)]
+    pub message: Option<String>,
+    /// Set when the promotion went ahead although the gate refused it: why (recorded as an
+    /// `override` with the requirements that were not met).
+    #[serde(default)]
+    pub override_reason: Option<String>,
+    /// The requirements not met when it was overridden, as the gate summarised them.
+    #[serde(default)]
+    pub unmet: Vec<String>,
+}
+
+/// What an audit entry records.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum AuditKind {
+    /// A commit approved for an environment.
+    Approval,
+    /// An environment frozen.
+    Freeze,
+    /// An environment unfrozen.
+    Unfreeze,
+    /// A commit promoted into an environment (reported by `kalypso promote`, or seen by the hub).
+    Promotion,
+    /// A promotion that went ahead although the gate refused it.
+    Override,
+}
+
+impl AuditKind {
+    /// Every kind.
+    pub const ALL: [AuditKind; 5] = [
+        AuditKind::Approval,
+        AuditKind::Freeze,
+        AuditKind::Unfreeze,
+        AuditKind::Promotion,
+        AuditKind::Override,
+    ];
+
+    /// The kind's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AuditKind::Approval => "approval",
+            AuditKind::Freeze => "freeze",
+            AuditKind::Unfreeze => "unfreeze",
+            AuditKind::Promotion => "promotion",
+            AuditKind::Override => "override",
+        }
+    }
+}
+
+impl FromStr for AuditKind {
+    type Err = ();
+    fn from_str(s: &str) -> Result<AuditKind, ()> {
+        AuditKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or(())
+    }
+}
+
+impl<'de> Deserialize<'de> for AuditKind {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<AuditKind, D::Error> {
+        let text = std::borrow::Cow::<'de, str>::deserialize(d)?;
+        text.parse()
+            .map_err(|()| serde::de::Error::custom(format!("unknown audit kind {text:?}")))
+    }
+}
+
+/// One entry of the audit log: who did what, when, and why.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditEntry {
+    /// Its id (increasing).
+    pub id: i64,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Who: an identity, the API token's name, or `hub` for what the hub saw itself.
+    pub actor: String,
+    /// What.
+    pub kind: AuditKind,
+    /// The environment.
+    pub environment: String,
+    /// The control-plane commit, when it is about one.
+    pub commit: Option<String>,
+    /// Why: the comment, reason or message given.
+    pub reason: String,
+    /// More, for people (`from dev`, `until ...`, the requirements an override passed over).
+    pub detail: String,
+}
+
+/// `GET /api/v1/audit`: a page of the audit log, newest first.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AuditList {
+    /// Entries matching the filters.
+    pub total: u64,
+    /// This page.
+    pub entries: Vec<AuditEntry>,
 }
 
 /// `GET /api/v1/environments/{environment}/waves?commit=SHA&clusterTypes=a,b`: how the
@@ -838,8 +1130,10 @@ pub struct WaveClusterType {
     pub registered: u64,
     /// Those compliant with the commit or a later one (which contains it).
     pub compliant: u64,
-    /// For how long (milliseconds, by the hub's clock) every compliant one has been compliant
-    /// on its current commit: the shortest such time. `null` when none is compliant.
+    /// For how long (milliseconds, by the hub's clock) every registered cluster has been
+    /// compliant with the commit or a later one: since the last one that was not became
+    /// compliant, and never longer than since the commit itself. `null` while one is not (or
+    /// none is registered).
     pub compliant_for_ms: Option<u64>,
     /// The failed ones (on the commit or a later one), by name, at most `limit`, with their
     /// reconciler's message.

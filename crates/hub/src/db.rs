@@ -64,12 +64,15 @@ impl From<sqlx::Error> for DbError {
             }
             E::Database(db) => {
                 let code = db.code().unwrap_or_default();
-                // SQLite: 5 busy, 6 locked (and their extended codes), 10 I/O, 14 cannot
-                // open; PostgreSQL: class 08 (connection), 53 (resources), 57 (operator
-                // intervention: shutdown, cancelled), 40001/40P01 (serialisation, deadlock).
+                // SQLite: 5 busy, 6 locked (and their extended codes), 10 I/O, 13 full
+                // (the disk or `max_page_count`: the transaction was rolled back, nothing was
+                // acknowledged, and it works again once there is room), 14 cannot open;
+                // PostgreSQL: class 08 (connection), 53 (resources, disk full included), 57
+                // (operator intervention: shutdown, cancelled), 40001/40P01 (serialisation,
+                // deadlock).
                 let sqlite_busy = code
                     .parse::<i64>()
-                    .map(|c| matches!(c & 0xff, 5 | 6 | 10 | 14))
+                    .map(|c| matches!(c & 0xff, 5 | 6 | 10 | 13 | 14))
                     .unwrap_or(false);
                 let pg_transient = ["08", "53", "57", "40001", "40P01"]
                     .iter()
@@ -196,6 +199,34 @@ impl Db {
     /// The engine.
     pub fn backend(&self) -> Backend {
         self.backend
+    }
+
+    /// A transaction on `connection` (one of the pool's, taken by the caller so that it can
+    /// drop the connection if the transaction fails) that holds the write lock from its
+    /// start (SQLite: `BEGIN IMMEDIATE`, so that it never has to upgrade a read snapshot
+    /// another writer made stale; PostgreSQL: row locks are taken as rows are written).
+    pub async fn begin_write<'c>(
+        &self,
+        connection: &'c mut sqlx::AnyConnection,
+    ) -> Result<sqlx::Transaction<'c, sqlx::Any>, DbError> {
+        use sqlx::Connection;
+        Ok(match self.backend {
+            Backend::Sqlite => connection.begin_with("BEGIN IMMEDIATE").await?,
+            Backend::Postgres => connection.begin().await?,
+        })
+    }
+
+    /// A read-only transaction whose statements all see one snapshot of the database (an
+    /// answer's counts and lists agree with each other).
+    pub async fn begin_read(&self) -> Result<sqlx::Transaction<'static, sqlx::Any>, DbError> {
+        Ok(match self.backend {
+            Backend::Sqlite => self.pool.begin().await?,
+            Backend::Postgres => {
+                self.pool
+                    .begin_with("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    .await?
+            }
+        })
     }
 
     /// Whether the database answers.

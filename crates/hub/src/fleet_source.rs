@@ -5,13 +5,12 @@
 //! It exists apart from [`query`] because the dashboard asks different, wider
 //! questions (every environment × every cluster type at once, control-plane commits across
 //! environments) and wants typed view models rather than JSON. The rules are shared: a
-//! cluster's state relative to a commit is [`query::classify`] (in Rust, over a histogram
-//! the database aggregates) or [`query`]'s SQL twin of it (to filter and page lists).
+//! cluster's state relative to a commit is [`counts::group_state`], applied to whole groups.
 //!
-//! Scale: the fleet map is one `GROUP BY` over `clusters` (environment, cluster type, platform
-//! commit position, state, stale) — a few hundred groups however many clusters there are —
-//! classified in Rust against each environment's head, plus one `GROUP BY` over the open
-//! placements; lists are paged with `LIMIT`/`OFFSET` in SQL.
+//! Scale: every count is read from the incremental aggregates ([`counts`]: a few hundred groups
+//! however many clusters there are) and classified in Rust against each environment's head;
+//! lists of clusters are merges of name-ordered index ranges stopped after the page
+//! ([`counts::list`]); nothing reads the whole `clusters` table.
 //!
 //! What the hub cannot show: it reads the *rendered* GitOps tree, which carries neither the
 //! cluster types' labels nor the provenance of platform config values (which ConfigMap set a
@@ -19,8 +18,7 @@
 //! time an environment was pinned. Those fields stay empty and the dashboard says so; lead
 //! times are measured from the first GitOps commit that carried a control-plane commit.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use kalypso_dashboard::model::{
@@ -34,6 +32,7 @@ use kalypso_dashboard::{
 use sqlx::Row;
 use sqlx::any::AnyRow;
 
+use crate::counts::{self, Group, Scope, Snapshot, Staleness};
 use crate::db::{Db, DbError, searchable};
 use crate::query::{self, CommitRow};
 
@@ -51,10 +50,6 @@ pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store th
 pub struct HubSource {
     db: Db,
     stale_after: Duration,
-    /// (environment, GitOps position) → when every cluster was first compliant there: costly
-    /// to compute (a join over the reports) and fixed once reached, so each replica computes
-    /// it once.
-    compliant_at: Arc<Mutex<HashMap<(String, i64), i64>>>,
 }
 
 impl From<DbError> for SourceErrorWrap {
@@ -81,18 +76,6 @@ fn unwrap_err<T>(r: Result<T>) -> std::result::Result<T, SourceError> {
     r.map_err(|e| e.0)
 }
 
-/// One group of clusters with the same environment, cluster type, platform commit position,
-/// platform state and staleness.
-#[derive(Clone, Debug)]
-struct Group {
-    environment: String,
-    cluster_type: String,
-    position: Option<i64>,
-    state: Option<String>,
-    stale: bool,
-    count: i64,
-}
-
 /// A cluster's state relative to the commit at `target`, or, when the hub knows no GitOps
 /// history for the environment (no control plane), its own reported state (unknown before
 /// its first platform report).
@@ -102,22 +85,15 @@ fn cluster_state(
     position: Option<i64>,
     target: Option<i64>,
 ) -> ClusterState {
-    match target {
-        Some(target) => query::classify(i64::from(!stale), 1, state, position, target),
-        None if stale => ClusterState::Stale,
-        None => state.map_or(ClusterState::Unknown, |s| {
-            ClusterState::parse_among(s, &ClusterState::REPORTED).unwrap_or(ClusterState::Reconciling)
-        }),
-    }
+    counts::group_state(stale, state.unwrap_or_default(), position.unwrap_or(-1), target)
 }
 
 /// The counts of `groups` relative to the commit at `target`.
 fn counts<'a>(groups: impl Iterator<Item = &'a Group>, target: Option<i64>) -> StateCounts {
     let mut counts = StateCounts::default();
     for g in groups {
-        let state = State::from(cluster_state(g.stale, g.state.as_deref(), g.position, target));
-        let n = u64::try_from(g.count).unwrap_or_default();
-        match state {
+        let n = u64::try_from(g.clusters).unwrap_or_default();
+        match State::from(g.state_at(target)) {
             State::Compliant => counts.compliant += n,
             State::Reconciling => counts.reconciling += n,
             State::Failed => counts.failed += n,
@@ -167,94 +143,53 @@ fn limit_offset(page: Page) -> (i64, i64) {
     )
 }
 
-/// The SQL condition on `clusters` for a dashboard state, with the `$stale` and `$target`
-/// placeholders of [`query::relative_sql`].
-fn state_condition(state: State, stale: &str, target: &str, has_head: bool) -> String {
-    let rel = if has_head {
-        query::relative_sql(stale, target)
-    } else {
-        // No GitOps history: the cluster's own state, as `cluster_state` reads it.
-        format!(
-            "CASE WHEN last_seen < {stale} THEN 'stale' WHEN state = 'compliant' THEN 'compliant' \
-             WHEN state = 'failed' THEN 'failed' ELSE 'reconciling' END"
-        )
-    };
-    match state {
-        State::Compliant => format!("({rel}) = 'compliant'"),
-        State::Failed => format!("({rel}) = 'failed'"),
-        State::Stale => format!("({rel}) = 'stale'"),
-        State::Reconciling => format!("({rel}) IN ('reconciling', 'behind')"),
-        State::NoClusters => "1 = 0".to_owned(),
+/// The order of the cluster-type page: failed, stale, reconciling (and behind), compliant —
+/// only the filtered state's clusters when there is a filter.
+fn severity(filter: Option<State>) -> impl Fn(ClusterState) -> Option<usize> + Sync {
+    move |state| {
+        let state = State::from(state);
+        if filter.is_some_and(|f| f != state) {
+            return None;
+        }
+        Some(match state {
+            State::Failed => 0,
+            State::Stale => 1,
+            State::Compliant => 3,
+            State::Reconciling | State::NoClusters => 2,
+        })
     }
 }
 
-/// The `ORDER BY` that lists the clusters needing attention first.
-fn severity_order(stale: &str, target: &str) -> String {
-    let rel = query::relative_sql(stale, target);
-    format!("CASE ({rel}) WHEN 'failed' THEN 0 WHEN 'stale' THEN 1 WHEN 'compliant' THEN 3 ELSE 2 END, name")
+/// The order of the promotions' blockers: failed first, then the ones still waited for.
+fn blocking_first(state: ClusterState) -> Option<usize> {
+    match state {
+        ClusterState::Failed => Some(0),
+        ClusterState::Reconciling | ClusterState::Behind | ClusterState::Unknown => Some(1),
+        _ => None,
+    }
 }
 
 impl HubSource {
     /// A source over `db`; a cluster silent for longer than `stale_after` is stale.
     pub fn new(db: Db, stale_after: Duration) -> HubSource {
-        HubSource {
-            db,
-            stale_after,
-            compliant_at: Arc::default(),
-        }
+        HubSource { db, stale_after }
     }
 
-    fn stale_before(&self) -> i64 {
-        crate::http::now_ms() - i64::try_from(self.stale_after.as_millis()).unwrap_or(i64::MAX)
-    }
-
-    /// The histogram of clusters, of one environment (and cluster type) or all.
-    async fn groups(&self, environment: Option<&str>, cluster_type: Option<&str>) -> Result<Vec<Group>> {
-        if ![environment, cluster_type].into_iter().flatten().all(searchable) {
-            return Ok(Vec::new());
+    fn staleness(&self) -> Staleness {
+        Staleness {
+            now: crate::http::now_ms(),
+            after: i64::try_from(self.stale_after.as_millis()).unwrap_or(i64::MAX),
         }
-        let mut sql = "SELECT environment, cluster_type, position, state, \
-                       CASE WHEN last_seen < $1 THEN 1 ELSE 0 END AS stale, COUNT(*) FROM clusters"
-            .to_owned();
-        if environment.is_some() {
-            sql.push_str(" WHERE environment = $2");
-            if cluster_type.is_some() {
-                sql.push_str(" AND cluster_type = $3");
-            }
-        }
-        // In the order of the `clusters_status` index (environment, cluster_type, state, position,
-        // last_seen), which holds every column read: the count never reads the table.
-        sql.push_str(" GROUP BY environment, cluster_type, state, position, CASE WHEN last_seen < $1 THEN 1 ELSE 0 END");
-        let mut q = sqlx::query(&sql).bind(self.stale_before());
-        if let Some(env) = environment {
-            q = q.bind(env);
-            if let Some(ct) = cluster_type {
-                q = q.bind(ct);
-            }
-        }
-        let rows = q.fetch_all(self.db.pool()).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(Group {
-                    environment: r.try_get(0)?,
-                    cluster_type: r.try_get(1)?,
-                    position: r.try_get(2)?,
-                    state: r.try_get(3)?,
-                    stale: r.try_get::<i64, _>(4)? != 0,
-                    count: r.try_get(5)?,
-                })
-            })
-            .collect()
     }
 
     /// The newest stored GitOps commit of every environment.
-    async fn heads(&self) -> Result<BTreeMap<String, CommitRow>> {
+    async fn heads(&self, conn: &mut sqlx::AnyConnection) -> Result<BTreeMap<String, CommitRow>> {
         let rows = sqlx::query(
             "SELECT g.environment, g.sha, g.position, g.committed_at, g.promoted_commit FROM gitops_commits g \
              JOIN (SELECT environment, MAX(position) AS top FROM gitops_commits GROUP BY environment) h \
              ON h.environment = g.environment AND h.top = g.position",
         )
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *conn)
         .await?;
         let mut out = BTreeMap::new();
         for r in &rows {
@@ -271,20 +206,23 @@ impl HubSource {
     }
 
     /// The environments of the control plane.
-    async fn known_environments(&self) -> Result<BTreeSet<String>> {
+    async fn known_environments(&self, conn: &mut sqlx::AnyConnection) -> Result<BTreeSet<String>> {
         let rows = sqlx::query("SELECT name FROM environments")
-            .fetch_all(self.db.pool())
+            .fetch_all(&mut *conn)
             .await?;
         rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
     }
 
     /// (environment, cluster type) → deployment targets, for the open placements.
-    async fn open_placements(&self) -> Result<BTreeMap<(String, String), u64>> {
+    async fn open_placements(
+        &self,
+        conn: &mut sqlx::AnyConnection,
+    ) -> Result<BTreeMap<(String, String), u64>> {
         let rows = sqlx::query(
             "SELECT environment, cluster_type, SUM(CASE WHEN deployment_target <> '' THEN 1 ELSE 0 END) \
              FROM placements WHERE to_position IS NULL GROUP BY environment, cluster_type",
         )
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *conn)
         .await?;
         let mut out = BTreeMap::new();
         for r in &rows {
@@ -298,21 +236,19 @@ impl HubSource {
     }
 
     async fn fleet_map(&self, filter: &FleetFilter) -> Result<FleetMap> {
-        // With an environment filter only its clusters are counted (the other columns are not
-        // shown); the environments' names then come from an index-only DISTINCT.
-        let groups = self.groups(filter.environment.as_deref(), None).await?;
-        let heads = self.heads().await?;
-        let placements = self.open_placements().await?;
-        let mut names = self.known_environments().await?;
-        names.extend(groups.iter().map(|g| g.environment.clone()));
-        if filter.environment.is_some() {
-            for r in sqlx::query("SELECT DISTINCT environment FROM clusters")
-                .fetch_all(self.db.pool())
-                .await?
-            {
-                names.insert(r.try_get(0)?);
-            }
+        if !filter.environment.as_deref().is_none_or(searchable) {
+            return Ok(FleetMap::assemble(Vec::new(), Vec::new(), filter));
         }
+        let mut tx = self.db.begin_read().await?;
+        // Every environment's groups (a few hundred rows each): with an environment filter
+        // only its cells are counted, but every environment with clusters is named.
+        let snapshot = Snapshot::read(&mut tx, None, None, self.staleness()).await?;
+        let groups: Vec<Group> = snapshot.groups().into_iter().filter(|g| g.clusters > 0).collect();
+        let heads = self.heads(&mut tx).await?;
+        let placements = self.open_placements(&mut tx).await?;
+        let mut names = self.known_environments(&mut tx).await?;
+        tx.commit().await?;
+        names.extend(groups.iter().map(|g| g.environment.clone()));
         names.extend(placements.keys().map(|(env, _)| env.clone()));
         let all_environments = promotion_order(names);
 
@@ -323,6 +259,9 @@ impl HubSource {
         }
         let mut by_cell: BTreeMap<(&str, &str), Vec<&Group>> = BTreeMap::new();
         for g in &groups {
+            if filter.environment.as_ref().is_some_and(|e| *e != g.environment) {
+                continue;
+            }
             by_cell
                 .entry((&g.environment, &g.cluster_type))
                 .or_default()
@@ -352,85 +291,25 @@ impl HubSource {
         Ok(FleetMap::assemble(all_environments.clone(), columns, filter))
     }
 
-    /// When the last of the required clusters of `environment` first reported compliant at the
-    /// commit at `position` or a later one (the same measure as the API's lead time).
-    async fn last_compliant(&self, environment: &str, position: i64) -> Result<Option<i64>> {
-        let key = (environment.to_owned(), position);
-        if let Some(known) = self
-            .compliant_at
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-        {
-            return Ok(Some(*known));
-        }
-        let row = sqlx::query(
-            "SELECT MAX(t) FROM (SELECT r.cluster_id, MIN(r.event_time) AS t FROM reports r \
-             JOIN clusters c ON c.id = r.cluster_id \
-             JOIN gitops_commits g ON g.environment = c.environment AND g.sha = r.commit_sha \
-             WHERE c.environment = $1 AND r.state = 'compliant' AND r.drives = 1 AND g.position >= $2 \
-             AND c.last_seen >= $3 GROUP BY r.cluster_id) firsts",
-        )
-        .bind(environment)
-        .bind(position)
-        .bind(self.stale_before())
-        .fetch_one(self.db.pool())
-        .await?;
-        let at = row.try_get::<Option<i64>, _>(0)?;
-        if let Some(at) = at {
-            self.compliant_at
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(key, at);
-        }
-        Ok(at)
-    }
-
-    /// The failed clusters first, then the ones still waited for, relative to `position`.
-    async fn blockers(&self, environment: &str, position: i64) -> Result<Vec<Blocker>> {
-        let rel = query::relative_sql("$2", "$3");
-        let sql = format!(
-            "SELECT name, cluster_type, {rel} AS relative, message FROM clusters \
-             WHERE environment = $1 AND ({rel}) IN ('failed', 'reconciling', 'behind') \
-             ORDER BY CASE ({rel}) WHEN 'failed' THEN 0 ELSE 1 END, name LIMIT {BLOCKERS_SHOWN}"
-        );
-        let rows = sqlx::query(&sql)
-            .bind(environment)
-            .bind(self.stale_before())
-            .bind(position)
-            .fetch_all(self.db.pool())
-            .await?;
-        rows.iter()
-            .map(|r| {
-                let relative: String = r.try_get(2)?;
-                Ok(Blocker {
-                    cluster: r.try_get(0)?,
-                    cluster_type: r.try_get(1)?,
-                    state: Some(query::parse_relative(&relative)),
-                    message: r.try_get::<Option<String>, _>(3)?.filter(|m| !m.is_empty()),
-                })
-            })
-            .collect()
-    }
-
     async fn promotion_view(&self, filter: &PromotionFilter) -> Result<PromotionView> {
         let page = filter.page.unwrap_or(Page::new(1, 20));
         let (limit, offset) = limit_offset(page);
+        let mut tx = self.db.begin_read().await?;
         let total: i64 = sqlx::query("SELECT COUNT(DISTINCT promoted_commit) FROM gitops_commits")
-            .fetch_one(self.db.pool())
+            .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
         let commits: Vec<(String, i64)> = sqlx::query(&format!(
             "SELECT promoted_commit, MIN(committed_at) FROM gitops_commits WHERE promoted_commit IS NOT NULL \
              GROUP BY promoted_commit ORDER BY 2 DESC, MAX(position) DESC, 1 LIMIT {limit} OFFSET {offset}"
         ))
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *tx)
         .await?
         .iter()
         .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
         .collect::<Result<_>>()?;
-        let heads = self.heads().await?;
-        let mut names = self.known_environments().await?;
+        let heads = self.heads(&mut tx).await?;
+        let mut names = self.known_environments(&mut tx).await?;
         names.extend(heads.keys().cloned());
         let environments = promotion_order(names);
 
@@ -449,7 +328,7 @@ impl HubSource {
             for (sha, _) in &commits {
                 q = q.bind(sha);
             }
-            for r in q.fetch_all(self.db.pool()).await? {
+            for r in q.fetch_all(&mut *tx).await? {
                 let row = CommitRow {
                     environment: r.try_get(0)?,
                     sha: r.try_get(1)?,
@@ -462,10 +341,13 @@ impl HubSource {
             }
         }
 
-        let mut groups_of: BTreeMap<&str, Vec<Group>> = BTreeMap::new();
+        let staleness = self.staleness();
+        let mut snapshots: BTreeMap<&str, (Snapshot, Vec<Group>)> = BTreeMap::new();
         for env in &environments {
             if first.keys().any(|(_, e)| e == env) {
-                groups_of.insert(env, self.groups(Some(env), None).await?);
+                let snapshot = Snapshot::read(&mut tx, Some(env), None, staleness).await?;
+                let groups = snapshot.groups().into_iter().filter(|g| g.clusters > 0).collect();
+                snapshots.insert(env, (snapshot, groups));
             }
         }
 
@@ -477,22 +359,46 @@ impl HubSource {
                     stages.push(None);
                     continue;
                 };
-                let groups = groups_of.get(env.as_str()).map(Vec::as_slice).unwrap_or_default();
+                let Some((snapshot, groups)) = snapshots.get(env.as_str()) else {
+                    stages.push(None);
+                    continue;
+                };
                 let counts = counts(groups.iter(), Some(gitops.position));
                 let head = heads.get(env);
                 let superseded = head.is_some_and(|h| h.promoted.as_deref() != Some(commit.as_str()));
                 let all_compliant = counts.compliant > 0 && counts.failed == 0 && counts.reconciling == 0;
+                // When the last cluster that kept it from being compliant stopped doing so.
                 let compliant_at = if all_compliant {
-                    self.last_compliant(env, gitops.position).await?.map(seconds)
+                    snapshot
+                        .compliant_since(env, None, gitops.position)
+                        .map(|at| seconds(at.max(gitops.committed_at)))
                 } else {
                     None
                 };
                 let waiting = counts.blocking();
-                // Only the environment's current commit is worth a query for its blockers: an
+                // Only the environment's current commit is worth a list of its blockers: an
                 // older one is compliant or superseded.
                 let blockers = if waiting > 0 && (!superseded || counts.failed > 0) && compliant_at.is_none()
                 {
-                    self.blockers(env, gitops.position).await?
+                    counts::list(
+                        &mut tx,
+                        snapshot,
+                        env,
+                        Scope::Types(None),
+                        Some(gitops.position),
+                        &blocking_first,
+                        0,
+                        BLOCKERS_SHOWN as u64,
+                    )
+                    .await?
+                    .into_iter()
+                    .map(|c| Blocker {
+                        cluster: c.name,
+                        cluster_type: c.cluster_type,
+                        state: Some(c.state),
+                        message: c.message.filter(|m| !m.is_empty()),
+                    })
+                    .collect()
                 } else {
                     Vec::new()
                 };
@@ -516,6 +422,7 @@ impl HubSource {
                 stages,
             });
         }
+        tx.commit().await?;
         Ok(PromotionView {
             environments,
             commits: rows,
@@ -557,19 +464,21 @@ impl HubSource {
         let page = cluster_query
             .page
             .unwrap_or(Page::new(1, kalypso_dashboard::memory::DEFAULT_PAGE_SIZE));
+        let mut tx = self.db.begin_read().await?;
         let targets = sqlx::query(
             "SELECT deployment_target, workload, source FROM placements \
              WHERE environment = $1 AND cluster_type = $2 AND to_position IS NULL ORDER BY deployment_target",
         )
         .bind(environment)
         .bind(name)
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *tx)
         .await?;
-        let groups = self.groups(Some(environment), Some(name)).await?;
+        let snapshot = Snapshot::read(&mut tx, Some(environment), Some(name), self.staleness()).await?;
+        let groups: Vec<Group> = snapshot.groups().into_iter().filter(|g| g.clusters > 0).collect();
         if targets.is_empty() && groups.is_empty() {
             return Ok(None);
         }
-        let head = query::head(&self.db, environment).await?;
+        let head = query::head(&mut tx, environment).await?;
         let target = head.as_ref().map(|h| h.position);
         let counts = counts(groups.iter(), target);
 
@@ -597,35 +506,34 @@ impl HubSource {
             });
         }
 
-        let stale_before = self.stale_before();
-        // Without a GitOps head, the clusters' own states are listed (see `cluster_state`);
-        // the SQL twin then compares against position -1, which every known commit passes.
-        let target_sql = target.unwrap_or(-1);
-        let mut condition = String::new();
-        if let Some(state) = cluster_query.state {
-            condition = format!(" AND {}", state_condition(state, "$3", "$4", target.is_some()));
-        }
         let total_clusters = match cluster_query.state {
             Some(state) => counts.get(state),
             None => counts.total(),
         };
-        let (limit, offset) = limit_offset(page);
-        let sql = format!(
-            "SELECT name, environment, cluster_type, last_seen, state, position, commit_sha, message FROM clusters \
-             WHERE environment = $1 AND cluster_type = $2{condition} ORDER BY {} LIMIT {limit} OFFSET {offset}",
-            severity_order("$3", "$4")
-        );
-        let rows = sqlx::query(&sql)
-            .bind(environment)
-            .bind(name)
-            .bind(stale_before)
-            .bind(target_sql)
-            .fetch_all(self.db.pool())
-            .await?;
-        let clusters = rows
-            .iter()
-            .map(|r| HubSource::summary(r, stale_before, target))
-            .collect::<Result<Vec<_>>>()?;
+        // Without a GitOps head, the clusters' own states are listed (see `cluster_state`).
+        let clusters = counts::list(
+            &mut tx,
+            &snapshot,
+            environment,
+            Scope::Type(name),
+            target,
+            &severity(cluster_query.state),
+            page.offset(),
+            page.size,
+        )
+        .await?
+        .into_iter()
+        .map(|c| ClusterSummary {
+            name: c.name,
+            environment: environment.to_owned(),
+            cluster_type: c.cluster_type,
+            state: Some(c.state),
+            revision: c.commit,
+            message: c.message.filter(|m| !m.is_empty()),
+            last_report_at: Some(seconds(c.last_seen)),
+        })
+        .collect();
+        tx.commit().await?;
         Ok(Some(ClusterTypePage {
             environment: environment.to_owned(),
             name: name.to_owned(),
@@ -648,17 +556,18 @@ impl HubSource {
         if !searchable(name) {
             return Ok(None);
         }
+        let mut tx = self.db.begin_read().await?;
         let total: i64 = sqlx::query(
             "SELECT COUNT(*) FROM placements WHERE workload = $1 AND deployment_target <> '' AND to_position IS NULL",
         )
         .bind(name)
-        .fetch_one(self.db.pool())
+        .fetch_one(&mut *tx)
         .await?
         .try_get(0)?;
         if total == 0 {
             let ever: i64 = sqlx::query("SELECT COUNT(*) FROM placements WHERE workload = $1")
                 .bind(name)
-                .fetch_one(self.db.pool())
+                .fetch_one(&mut *tx)
                 .await?
                 .try_get(0)?;
             if ever == 0 {
@@ -673,9 +582,20 @@ impl HubSource {
              ORDER BY p.environment, p.cluster_type, p.deployment_target LIMIT {limit} OFFSET {offset}"
         ))
         .bind(name)
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *tx)
         .await?;
-        let heads = self.heads().await?;
+        let heads = self.heads(&mut tx).await?;
+        let snapshot = Snapshot::read(&mut tx, None, None, self.staleness()).await?;
+        tx.commit().await?;
+        let mut groups: BTreeMap<(String, String), Vec<Group>> = BTreeMap::new();
+        for g in snapshot.groups() {
+            if g.clusters > 0 {
+                groups
+                    .entry((g.environment.clone(), g.cluster_type.clone()))
+                    .or_default()
+                    .push(g);
+            }
+        }
         let mut placements = Vec::with_capacity(rows.len());
         let mut repo = None;
         for r in &rows {
@@ -685,10 +605,13 @@ impl HubSource {
             if repo.is_none() {
                 repo = source.as_ref().and_then(|s| s.url.clone());
             }
-            let groups = self.groups(Some(&environment), Some(&cluster_type)).await?;
             let target = heads.get(&environment).map(|h| h.position);
+            let cell = groups
+                .get(&(environment.clone(), cluster_type.clone()))
+                .map(Vec::as_slice)
+                .unwrap_or_default();
             placements.push(Placement {
-                counts: counts(groups.iter(), target),
+                counts: counts(cell.iter(), target),
                 environment,
                 cluster_type,
                 deployment_target: r.try_get(2)?,
@@ -710,23 +633,24 @@ impl HubSource {
         if !searchable(environment) || !searchable(name) {
             return Ok(None);
         }
+        let mut tx = self.db.begin_read().await?;
         let Some(row) = sqlx::query(
             "SELECT id, name, environment, cluster_type, last_seen, state, position, commit_sha, message \
              FROM clusters WHERE environment = $1 AND name = $2",
         )
         .bind(environment)
         .bind(name)
-        .fetch_optional(self.db.pool())
+        .fetch_optional(&mut *tx)
         .await?
         else {
             return Ok(None);
         };
         let id: i64 = row.try_get("id")?;
-        let head = query::head(&self.db, environment).await?;
-        let cluster = HubSource::summary(&row, self.stale_before(), head.map(|h| h.position))?;
+        let head = query::head(&mut tx, environment).await?;
+        let cluster = HubSource::summary(&row, self.staleness().before(), head.map(|h| h.position))?;
         let total: i64 = sqlx::query("SELECT COUNT(*) FROM reports WHERE cluster_id = $1")
             .bind(id)
-            .fetch_one(self.db.pool())
+            .fetch_one(&mut *tx)
             .await?
             .try_get(0)?;
         let (limit, offset) = limit_offset(page);
@@ -735,8 +659,9 @@ impl HubSource {
              ORDER BY event_time DESC, id DESC LIMIT {limit} OFFSET {offset}"
         ))
         .bind(id)
-        .fetch_all(self.db.pool())
+        .fetch_all(&mut *tx)
         .await?;
+        tx.commit().await?;
         let reports = rows
             .iter()
             .map(|r| {

@@ -31,8 +31,7 @@ use sqlx::Row;
 use tokio::sync::{Notify, watch};
 
 use crate::db::{Db, DbError};
-use crate::ingest::set_platform_state;
-use crate::model::Report;
+use crate::ingest::{PlatformState, set_platform_states};
 
 /// A deployment target folder.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -333,6 +332,8 @@ struct EnvHistory {
     repo: String,
     branch: String,
     history: Option<History>,
+    /// The PromotionPolicy of the environment's branch ([`crate::policy`]).
+    policy: crate::policy::PolicyRead,
 }
 
 /// What a refresh pass did.
@@ -373,12 +374,18 @@ impl Refresher {
     }
 
     /// Runs a pass every `interval` and whenever asked, until the process ends.
-    pub fn spawn(&self, db: Db, settings: GitSettings, interval: Duration) {
+    pub fn spawn(
+        &self,
+        db: Db,
+        settings: GitSettings,
+        interval: Duration,
+        notifier: crate::notify::Notifier,
+    ) {
         let me = self.clone();
         tokio::spawn(async move {
             loop {
                 me.started.fetch_add(1, Ordering::SeqCst);
-                match refresh(&db, &settings).await {
+                match refresh_and_observe(&db, &settings, &notifier).await {
                     Ok(report) => {
                         if !report.errors.is_empty() || report.commits > 0 {
                             tracing::info!(
@@ -453,6 +460,7 @@ fn read_all(
     let cp = ControlPlane::open(&url, &cache, &transport, &settings.main_branch).map_err(|e| fail(&e))?;
     let mut out = Vec::new();
     for env in cp.environments().map_err(|e| fail(&e))? {
+        let policy = crate::policy::read_policy(&cp, &env);
         let targets = match cp.gitops_targets(&env) {
             Ok(t) => t,
             Err(e) => {
@@ -488,6 +496,7 @@ fn read_all(
                 repo: target.repo.clone(),
                 branch: target.branch.clone(),
                 history,
+                policy,
             }),
             Err(e) => {
                 tracing::warn!(environment = %env.name, error = %kalypso_git::redact(&e), "cannot read the GitOps branch");
@@ -496,6 +505,7 @@ fn read_all(
                     repo: target.repo.clone(),
                     branch: target.branch.clone(),
                     history: None,
+                    policy,
                 });
             }
         }
@@ -595,6 +605,16 @@ fn now_ms() -> i64 {
 
 /// One refresh pass: reads every environment's new GitOps commits and stores them.
 pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, RefreshError> {
+    refresh_and_observe(db, settings, &crate::notify::Notifier::none()).await
+}
+
+/// [`refresh`], which also stores each environment's PromotionPolicy and records (and
+/// notifies) the promotions it sees.
+pub async fn refresh_and_observe(
+    db: &Db,
+    settings: &GitSettings,
+    notifier: &crate::notify::Notifier,
+) -> Result<RefreshReport, RefreshError> {
     let mut known: HashMap<String, HashMap<String, i64>> = HashMap::new();
     for row in sqlx::query("SELECT environment, sha, position FROM gitops_commits")
         .fetch_all(db.pool())
@@ -616,8 +636,38 @@ pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, R
         ..RefreshReport::default()
     };
     for env in envs {
+        let base_promoted = match env.history.as_ref().and_then(|h| h.base.as_ref()) {
+            Some((sha, _)) => Some(
+                sqlx::query("SELECT promoted_commit FROM gitops_commits WHERE environment = $1 AND sha = $2")
+                    .bind(&env.name)
+                    .bind(sha)
+                    .fetch_optional(db.pool())
+                    .await
+                    .map_err(DbError::from)?
+                    .map(|r| r.try_get::<Option<String>, _>(0))
+                    .transpose()
+                    .map_err(DbError::from)?
+                    .flatten(),
+            ),
+            None => None,
+        };
+        if let Err(e) = crate::policy::store_policy(db, &env.name, &env.policy, now_ms()).await {
+            report.errors.push(format!("{}: {e}", env.name));
+        }
         match store_history(db, &env).await {
-            Ok(n) => report.commits += n,
+            Ok(n) => {
+                report.commits += n;
+                let commits: Vec<(String, Option<String>)> = env
+                    .history
+                    .iter()
+                    .flat_map(|h| h.commits.iter().map(|c| (c.sha.clone(), c.promoted.clone())))
+                    .collect();
+                if let Err(e) =
+                    crate::policy::observe_promotions(db, &env.name, base_promoted, &commits, notifier).await
+                {
+                    report.errors.push(format!("{}: {e}", env.name));
+                }
+            }
             Err(e) => report.errors.push(format!("{}: {e}", env.name)),
         }
     }
@@ -806,7 +856,9 @@ async fn store_artifacts(
 
 /// After new indexes of an OCI environment: every cluster reporting an artifact gets the
 /// position that artifact stands at now (an artifact its cluster type still has moves on to
-/// the new head; one the refresh just learnt of counts at last).
+/// the new head; one the refresh just learnt of counts at last), in one update (see
+/// [`set_platform_states`]). This reads the environment's artifact reports, once per refresh
+/// that found new indexes.
 async fn apply_oci_reports(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     environment: &str,
@@ -815,80 +867,122 @@ async fn apply_oci_reports(
         "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, c.cluster_type \
          FROM latest l JOIN clusters c ON c.id = l.cluster_id \
          WHERE c.environment = $1 AND l.drives = 1 AND l.commit_sha LIKE 'sha256:%' \
-         AND (c.reported_at IS NULL OR c.reported_at <= l.event_time) ORDER BY l.event_time",
+         AND (c.reported_at IS NULL OR c.reported_at <= l.event_time)",
     )
     .bind(environment)
     .fetch_all(&mut **tx)
     .await?;
+    let mut artifact_positions: HashMap<(String, String), Option<i64>> = HashMap::new();
+    // Per cluster, the newest report decides (as when they arrived one by one).
+    let mut newest: BTreeMap<i64, PlatformState> = BTreeMap::new();
     for row in rows {
         let digest: String = row.try_get(3)?;
         let cluster_type: String = row.try_get(6)?;
-        let Some(position) =
-            crate::oci::artifact_position(&mut **tx, environment, &cluster_type, &digest).await?
-        else {
+        let key = (cluster_type, digest);
+        let position = match artifact_positions.get(&key) {
+            Some(p) => *p,
+            None => {
+                let p = crate::oci::artifact_position(&mut **tx, environment, &key.0, &key.1).await?;
+                artifact_positions.insert(key.clone(), p);
+                p
+            }
+        };
+        let Some(position) = position else {
             continue;
         };
         let state: String = row.try_get(1)?;
-        let report = Report {
-            environment: environment.to_owned(),
-            cluster: String::new(),
-            cluster_type,
-            object: String::new(),
-            drives: true,
-            state: ClusterState::parse_among(&state, &ClusterState::REPORTED)
-                .unwrap_or(ClusterState::Reconciling),
-            revision: row.try_get(2)?,
-            commit: digest,
-            message: row.try_get(4)?,
-            reason: String::new(),
-            event_time: row.try_get(5)?,
-        };
-        set_platform_state(tx, row.try_get(0)?, &report, position).await?;
+        let candidate: PlatformState = (
+            row.try_get(0)?,
+            ClusterState::parse_among(&state, &ClusterState::REPORTED)
+                .unwrap_or(ClusterState::Reconciling)
+                .as_str()
+                .to_owned(),
+            row.try_get(2)?,
+            key.1,
+            row.try_get(4)?,
+            row.try_get(5)?,
+            position,
+        );
+        match newest.get(&candidate.0) {
+            Some(stored) if stored.5 > candidate.5 => {}
+            _ => {
+                newest.insert(candidate.0, candidate);
+            }
+        }
     }
-    Ok(())
+    let states: Vec<PlatformState> = newest.into_values().collect();
+    set_platform_states(tx, &states, now_ms()).await
 }
 
-/// Makes reports their clusters' platform state where they are not yet: those whose commit
-/// is at position `from` or later of `environment`'s branch (just read), and any driving
-/// report newer than its cluster's state whose commit is known. The second kind is a report
-/// that arrived while a pass was storing its commit: its commit was not known yet when it
-/// was stored, and the pass's own look for such reports ran before it was.
+/// The driving reports of `$1`'s commits at position `$2` or later.
+pub(crate) const PENDING_BY_COMMIT: &str = "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
+     FROM gitops_commits g JOIN latest l ON l.commit_sha = g.sha JOIN clusters c ON c.id = l.cluster_id \
+     WHERE g.environment = $1 AND g.position >= $2 AND c.environment = $1 AND l.drives = 1";
+
+/// The driving reports of `$1`'s clusters without a platform state, for commits it knows.
+/// (`CROSS JOIN`: SQLite reads the clusters first, through `clusters_unapplied`, however many
+/// reports the commits have.)
+pub(crate) const PENDING_UNAPPLIED: &str = "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
+     FROM clusters c CROSS JOIN latest l CROSS JOIN gitops_commits g \
+     WHERE c.environment = $1 AND c.reported_at IS NULL AND l.cluster_id = c.id AND l.drives = 1 \
+     AND g.environment = c.environment AND g.sha = l.commit_sha";
+
+/// Makes reports their clusters' platform state where they are not yet: the driving reports
+/// whose commit is at position `from` or later of `environment`'s branch (just read: found
+/// through the commits and `latest_commit`), and those of clusters that have no platform state
+/// at all (`clusters_unapplied`, which holds only them). Both reads use indexes; the one update
+/// keeps a newer stored state (see [`set_platform_states`]).
+///
+/// A report stored while this pass stores its commits cannot be missed: ingest takes the write
+/// lock (SQLite) or a share lock on `gitops_commits` (PostgreSQL) before it looks a commit up,
+/// so it either finds the commit or is committed before this pass reads the reports.
 async fn apply_pending_reports(
     tx: &mut sqlx::Transaction<'static, sqlx::Any>,
     environment: &str,
     from: Option<i64>,
 ) -> Result<(), DbError> {
-    let rows = sqlx::query(
-        "SELECT l.cluster_id, l.state, l.revision, l.commit_sha, l.message, l.event_time, g.position \
-         FROM latest l JOIN clusters c ON c.id = l.cluster_id \
-         JOIN gitops_commits g ON g.environment = c.environment AND g.sha = l.commit_sha \
-         WHERE c.environment = $1 AND l.drives = 1 \
-         AND (g.position >= $2 OR c.reported_at IS NULL OR c.reported_at < l.event_time) \
-         ORDER BY l.event_time",
-    )
-    .bind(environment)
-    .bind(from.unwrap_or(i64::MAX))
-    .fetch_all(&mut **tx)
-    .await?;
+    let mut rows = Vec::new();
+    if let Some(from) = from {
+        rows.extend(
+            sqlx::query(PENDING_BY_COMMIT)
+                .bind(environment)
+                .bind(from)
+                .fetch_all(&mut **tx)
+                .await?,
+        );
+    }
+    rows.extend(
+        sqlx::query(PENDING_UNAPPLIED)
+            .bind(environment)
+            .fetch_all(&mut **tx)
+            .await?,
+    );
+    // Per cluster, the newest report decides (as when they arrived one by one).
+    let mut newest: BTreeMap<i64, PlatformState> = BTreeMap::new();
     for row in rows {
         let state: String = row.try_get(1)?;
-        let report = Report {
-            environment: environment.to_owned(),
-            cluster: String::new(),
-            cluster_type: String::new(),
-            object: String::new(),
-            drives: true,
-            state: ClusterState::parse_among(&state, &ClusterState::REPORTED)
-                .unwrap_or(ClusterState::Reconciling),
-            revision: row.try_get(2)?,
-            commit: row.try_get(3)?,
-            message: row.try_get(4)?,
-            reason: String::new(),
-            event_time: row.try_get(5)?,
-        };
-        set_platform_state(tx, row.try_get(0)?, &report, row.try_get(6)?).await?;
+        let state = ClusterState::parse_among(&state, &ClusterState::REPORTED)
+            .unwrap_or(ClusterState::Reconciling)
+            .as_str()
+            .to_owned();
+        let candidate: PlatformState = (
+            row.try_get(0)?,
+            state,
+            row.try_get(2)?,
+            row.try_get(3)?,
+            row.try_get(4)?,
+            row.try_get(5)?,
+            row.try_get(6)?,
+        );
+        match newest.get(&candidate.0) {
+            Some(stored) if stored.5 > candidate.5 => {}
+            _ => {
+                newest.insert(candidate.0, candidate);
+            }
+        }
     }
-    Ok(())
+    let states: Vec<PlatformState> = newest.into_values().collect();
+    set_platform_states(tx, &states, now_ms()).await
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@
 //! `{"error": ..., "field": ...}`; a database that is down or locked gives 503 with
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
+pub mod actions;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +31,7 @@ use kalypso_hub_api::{
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
+use crate::counts::Staleness;
 use crate::db::{Db, DbError};
 use crate::gitops::Refresher;
 use crate::ingest::Ingest;
@@ -51,6 +54,11 @@ struct Shared {
     webhook_secret: Option<Secret>,
     api_token: Option<Secret>,
     stale_after: Duration,
+    notifier: crate::notify::Notifier,
+    identify: Option<actions::Identify>,
+    /// The last promotion refusal notified per (into, commit), so that a gate asked every
+    /// few seconds notifies a change, not every answer.
+    notified: std::sync::Mutex<std::collections::HashMap<(String, String), String>>,
 }
 
 /// What the handlers share.
@@ -85,7 +93,57 @@ impl HubState {
             webhook_secret,
             api_token,
             stale_after,
+            notifier: crate::notify::Notifier::none(),
+            identify: None,
+            notified: std::sync::Mutex::default(),
         }))
+    }
+
+    /// The same state, sending notifications through `notifier` and naming callers with
+    /// `identify`. Only before the state is shared (else the state is returned unchanged).
+    pub fn with(
+        mut self,
+        notifier: crate::notify::Notifier,
+        identify: Option<actions::Identify>,
+    ) -> HubState {
+        if let Some(shared) = Arc::get_mut(&mut self.0) {
+            shared.notifier = notifier;
+            shared.identify = identify;
+        }
+        self
+    }
+
+    /// Where notifications go.
+    pub fn notifier(&self) -> &crate::notify::Notifier {
+        &self.0.notifier
+    }
+
+    /// Names callers, when sign-in (or a test) says how.
+    pub(crate) fn identify(&self) -> Option<&actions::Identify> {
+        self.0.identify.as_ref()
+    }
+
+    /// Whether an API token is required.
+    pub(crate) fn has_api_token(&self) -> bool {
+        self.0.api_token.is_some()
+    }
+
+    /// Whether `summary` is news for (into, commit): not the last one notified.
+    pub(crate) fn news(&self, into: &str, commit: &str, summary: &str) -> bool {
+        let mut seen = self
+            .0
+            .notified
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if seen.len() > 10_000 {
+            seen.clear();
+        }
+        let key = (into.to_owned(), commit.to_owned());
+        if seen.get(&key).is_some_and(|s| s == summary) {
+            return false;
+        }
+        seen.insert(key, summary.to_owned());
+        true
     }
 
     /// The database.
@@ -108,18 +166,20 @@ impl HubState {
         check_token(self, headers).is_ok()
     }
 
+    /// When clusters are stale, as of now.
+    pub fn staleness(&self) -> Staleness {
+        Staleness {
+            now: now_ms(),
+            after: i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX),
+        }
+    }
+
     pub(crate) fn stale_before(&self) -> i64 {
-        now_ms() - i64::try_from(self.0.stale_after.as_millis()).unwrap_or(i64::MAX)
+        self.staleness().before()
     }
 }
 
-/// Unix milliseconds now.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
+pub use crate::model::now_ms;
 
 /// The router.
 pub fn app(state: HubState) -> Router {
@@ -139,6 +199,11 @@ pub fn app(state: HubState) -> Router {
         )
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
+        .route("/api/v1/approvals", post(actions::approve))
+        .route("/api/v1/freezes", post(actions::freeze))
+        .route("/api/v1/unfreezes", post(actions::unfreeze))
+        .route("/api/v1/promotions", post(actions::report_promotion))
+        .route("/api/v1/audit", get(actions::audit))
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .with_state(state)
 }
@@ -298,13 +363,13 @@ pub(crate) fn check_token(state: &HubState, headers: &HeaderMap) -> Result<(), A
     Ok(())
 }
 
-async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> ApiResult {
+async fn ingest(state: &HubState, report: model::Report, received_at: i64) -> Result<IngestAnswer, ApiError> {
     let result = state.0.ingest.submit(report, received_at).await?;
-    ok(IngestAnswer { result })
+    Ok(IngestAnswer { result })
 }
 
 /// A body over [`MAX_BODY`] (or one that could not be read): 413 (or 400), as JSON.
-fn body_error(rejection: &BytesRejection) -> ApiError {
+pub(crate) fn body_error(rejection: &BytesRejection) -> ApiError {
     if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -332,7 +397,10 @@ pub(crate) async fn flux_event(
     let body = body.map_err(|e| body_error(&e))?;
     check_signature(&state, &headers, &body)?;
     let report = model::parse_flux(&body)?;
-    ingest(&state, report, now_ms()).await
+    let failure = actions::failure_event(&report);
+    let answer = ingest(&state, report, now_ms()).await?;
+    actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
 /// `POST /api/v1/compliance`.
@@ -351,7 +419,10 @@ pub(crate) async fn compliance(
     check_signature(&state, &headers, &body)?;
     let now = now_ms();
     let report = model::parse_generic(&body, now)?;
-    ingest(&state, report, now).await
+    let failure = actions::failure_event(&report);
+    let answer = ingest(&state, report, now).await?;
+    actions::notify_failure(&state, failure, &answer);
+    ok(answer)
 }
 
 pub(crate) type Params = Query<BTreeMap<String, String>>;
@@ -378,7 +449,7 @@ pub(crate) fn int_param(
     }
 }
 
-fn not_found(what: String) -> ApiError {
+pub(crate) fn not_found(what: String) -> ApiError {
     ApiError::new(StatusCode::NOT_FOUND, None, what)
 }
 
@@ -426,7 +497,7 @@ pub(crate) async fn list_clusters(
         limit: int_param(&params, "limit", DEFAULT_LIMIT, MAX_LIMIT)?,
         offset: int_param(&params, "offset", 0, i64::MAX / 2)?,
     };
-    ok(query::clusters(state.db(), &filter, state.stale_before()).await?)
+    ok(query::clusters(state.db(), &filter, state.staleness()).await?)
 }
 
 /// `GET /api/v1/clusters/{environment}/{name}`.
@@ -475,7 +546,7 @@ pub(crate) async fn get_cluster(
     responses((status = 200, description = "The control plane's environments, by name.", body = EnvironmentList)))]
 pub(crate) async fn list_environments(State(state): State<HubState>, headers: HeaderMap) -> ApiResult {
     check_token(&state, &headers)?;
-    ok(query::environments(state.db(), state.stale_before()).await?)
+    ok(query::environments(state.db(), state.staleness()).await?)
 }
 
 /// `GET /api/v1/environments/{environment}`.
@@ -492,7 +563,7 @@ pub(crate) async fn get_environment(
     Path(environment): Path<String>,
 ) -> ApiResult {
     check_token(&state, &headers)?;
-    match query::environment(state.db(), &environment, state.stale_before()).await? {
+    match query::environment(state.db(), &environment, state.staleness()).await? {
         Some(v) => ok(v),
         None => Err(not_found(format!("no environment {environment:?}"))),
     }
@@ -511,9 +582,11 @@ pub(crate) const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
         ("commit" = String, Query, example = "6f1e9c2a", pattern = "^\\s*[0-9a-fA-F]{4,40}\\s*$",
             description = "A GitOps commit of the environment's branch, or a control-plane commit carried in Promoted_Commit_Id (4 to 40 hex digits)."),
         ("limit" = Option<i64>, Query, minimum = 0, maximum = 1000000, description = "Clusters listed at most (default 1000)."),
+        ("into" = Option<String>, Query, example = "stage",
+            description = "The environment the commit would be promoted into: the answer's `promotion` then lists every requirement of that environment's PromotionPolicy and freezes, and whether the promotion may go."),
     ),
     responses(
-        (status = 200, description = "The verdict and the clusters.", body = Gate),
+        (status = 200, description = "The verdict and the clusters (and, with `into`, the promotion's requirements).", body = Gate),
         (status = 400, description = "The commit is missing or not a commit id, or a bad limit (`field` names it).", body = ErrorBody),
     ))]
 pub(crate) async fn get_gate(
@@ -546,7 +619,14 @@ pub(crate) async fn get_gate(
     if query::resolve_commit(db, &environment, &commit).await?.is_none() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
-    ok(query::gate(db, &environment, &commit, state.stale_before(), limit).await?)
+    let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
+    if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
+        actions::check_environment_name("into", into)?;
+        let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;
+        actions::notify_gate(&state, &gate, &promotion);
+        gate.promotion = Some(promotion);
+    }
+    ok(gate)
 }
 
 /// `GET /api/v1/commits/{sha}`.
@@ -576,10 +656,10 @@ pub(crate) async fn get_commit(
         ));
     }
     let limit = int_param(&params, "limit", DEFAULT_GATE_LIMIT, MAX_LIMIT * 100)?;
-    let mut answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+    let mut answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     if answer.environments.is_empty() && state.refresher().enabled() {
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
-        answer = query::commit(state.db(), &sha, state.stale_before(), limit).await?;
+        answer = query::commit(state.db(), &sha, state.staleness(), limit).await?;
     }
     ok(answer)
 }

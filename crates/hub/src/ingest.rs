@@ -19,7 +19,7 @@ use sqlx::{Any, Row, Transaction};
 
 use tokio::sync::{mpsc, oneshot};
 
-use crate::db::{Db, DbError};
+use crate::db::{Backend, Db, DbError};
 use crate::model::Report;
 
 /// Reports taken into one transaction at most.
@@ -108,8 +108,9 @@ fn shard(environment: &str, cluster: &str, n: usize) -> usize {
     (h % n.max(1) as u64) as usize
 }
 
-/// Commit positions already looked up: a commit's position never changes.
-type Positions = HashMap<(String, String), i64>;
+/// Commit positions already looked up, by environment and commit: a commit's position never
+/// changes.
+type Positions = HashMap<String, HashMap<String, i64>>;
 
 async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     let mut positions = Positions::new();
@@ -121,7 +122,7 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
                 Err(_) => break,
             }
         }
-        if positions.len() > 100_000 {
+        if positions.values().map(HashMap::len).sum::<usize>() > 100_000 {
             positions.clear();
         }
         match store(&db, &batch, &mut positions).await {
@@ -147,14 +148,24 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     }
 }
 
-fn values(rows: usize, columns: usize) -> String {
-    (0..rows)
-        .map(|r| {
-            let cells: Vec<String> = (1..=columns).map(|c| format!("${}", r * columns + c)).collect();
-            format!("({})", cells.join(", "))
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
+/// `($1, $2, …), (…)`: `rows` rows of `columns` placeholders, numbered from `$1`.
+pub(crate) fn values(rows: usize, columns: usize) -> String {
+    let mut out = String::with_capacity(rows * columns * 6);
+    for r in 0..rows {
+        if r > 0 {
+            out.push_str(", ");
+        }
+        out.push('(');
+        for c in 1..=columns {
+            if c > 1 {
+                out.push_str(", ");
+            }
+            out.push('$');
+            out.push_str(&(r * columns + c).to_string());
+        }
+        out.push(')');
+    }
+    out
 }
 
 /// The latest state of an object, as far as this batch knows.
@@ -166,92 +177,153 @@ struct Latest {
     time: i64,
 }
 
-/// Stores a batch in one transaction with a handful of multi-row statements: register the
-/// clusters, read the latest states, decide each report in order (so that several reports
-/// of one object in a batch behave as if sent one by one), write the latest states, the
-/// history rows and the platform states.
-async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<IngestResult>, DbError> {
-    // Bound parameters stay under SQLite's 32,766 (10 a row at most).
-    const _: () = assert!(MAX_BATCH * 10 < 32_766);
-    let mut tx = db.pool().begin().await?;
+/// A cluster of the batch.
+#[derive(Debug)]
+struct Entry<'a> {
+    environment: &'a str,
+    name: &'a str,
+    /// The last report's cluster type.
+    cluster_type: &'a str,
+    /// The latest receipt.
+    seen: i64,
+    /// The report that becomes its platform state (subject to the stored one being older),
+    /// and its commit's position.
+    platform: Option<(usize, i64)>,
+}
 
-    // 1. Clusters, once each (the last report's cluster type wins).
-    let mut order: Vec<(&str, &str)> = Vec::new();
-    let mut latest_of: HashMap<(&str, &str), (&str, i64)> = HashMap::new();
-    for job in batch {
-        let key = (job.report.environment.as_str(), job.report.cluster.as_str());
-        if !latest_of.contains_key(&key) {
-            order.push(key);
-        }
-        let seen = latest_of
-            .get(&key)
-            .map_or(job.received_at, |(_, t)| (*t).max(job.received_at));
-        latest_of.insert(key, (job.report.cluster_type.as_str(), seen));
-    }
-    let sql = format!(
-        "INSERT INTO clusters (environment, name, cluster_type, first_seen, last_seen) VALUES {} \
-         ON CONFLICT (environment, name) DO UPDATE SET cluster_type = excluded.cluster_type, \
-         last_seen = CASE WHEN excluded.last_seen > clusters.last_seen THEN excluded.last_seen ELSE clusters.last_seen END \
-         RETURNING id, environment, name",
-        values(order.len(), 5)
-    );
-    let mut q = sqlx::query(&sql);
-    for key in &order {
-        let (cluster_type, seen) = latest_of[key];
-        q = q.bind(key.0).bind(key.1).bind(cluster_type).bind(seen).bind(seen);
-    }
-    let mut ids: HashMap<(String, String), i64> = HashMap::new();
-    for row in q.fetch_all(&mut *tx).await? {
-        ids.insert((row.try_get(1)?, row.try_get(2)?), row.try_get(0)?);
-    }
-    let id_of = |r: &Report| -> Result<i64, DbError> {
-        ids.get(&(r.environment.clone(), r.cluster.clone()))
-            .copied()
-            .ok_or_else(|| {
-                DbError::Other(format!(
-                    "cluster {} of {} was not registered",
-                    r.cluster, r.environment
-                ))
-            })
+/// The columns of the clusters upsert, in order.
+const CLUSTER_COLUMNS: usize = 13;
+
+/// A platform state replaces the stored one unless that one is of a later event.
+const APPLY: &str = "excluded.reported_at IS NOT NULL AND (clusters.reported_at IS NULL OR clusters.reported_at <= excluded.reported_at)";
+
+/// Registers the batch's clusters or updates them (last seen, cluster type, fresh again,
+/// platform state) in one statement: a new cluster costs one insert, as an update costs one
+/// update; the triggers move them between their groups.
+fn clusters_upsert(rows: usize) -> String {
+    let platform = |column: &str| {
+        format!("{column} = CASE WHEN {APPLY} THEN excluded.{column} ELSE clusters.{column} END")
     };
+    format!(
+        "INSERT INTO clusters (environment, name, cluster_type, first_seen, last_seen, changed_at, \
+         state, revision, commit_sha, position, message, reported_at, since) VALUES {} \
+         ON CONFLICT (environment, name) DO UPDATE SET cluster_type = excluded.cluster_type, \
+         last_seen = CASE WHEN excluded.last_seen > clusters.last_seen THEN excluded.last_seen ELSE clusters.last_seen END, \
+         changed_at = excluded.changed_at, stale = 0, {}, {}, {}, {}, {}, \
+         since = CASE WHEN {APPLY} THEN CASE WHEN clusters.state = excluded.state AND clusters.commit_sha = excluded.commit_sha \
+         THEN clusters.since ELSE excluded.reported_at END ELSE clusters.since END, \
+         reported_at = CASE WHEN {APPLY} THEN excluded.reported_at ELSE clusters.reported_at END \
+         RETURNING id, environment, name",
+        values(rows, CLUSTER_COLUMNS),
+        platform("state"),
+        platform("revision"),
+        platform("commit_sha"),
+        platform("position"),
+        platform("message"),
+    )
+}
 
-    // 2. The stored latest states of these clusters' objects.
-    let mut distinct: Vec<i64> = ids.values().copied().collect();
-    distinct.sort_unstable();
-    let sql = format!(
-        "SELECT cluster_id, object, state, commit_sha, message, event_time FROM latest WHERE cluster_id IN ({})",
-        (1..=distinct.len())
-            .map(|i| format!("${i}"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    );
-    let mut q = sqlx::query(&sql);
-    for id in &distinct {
-        q = q.bind(*id);
+/// Reads the latest states of the objects of `clusters` clusters, given as (environment,
+/// name) pairs, through the clusters' unique index and the latest states' key.
+pub(crate) fn stored_latest(clusters: usize) -> String {
+    format!(
+        "WITH batch (environment, name) AS (VALUES {}) \
+         SELECT c.environment, c.name, l.object, l.state, l.commit_sha, l.message, l.event_time \
+         FROM batch JOIN clusters c ON c.environment = batch.environment AND c.name = batch.name \
+         JOIN latest l ON l.cluster_id = c.id",
+        values(clusters, 2)
+    )
+}
+
+/// Stores a batch in one transaction with four multi-row statements: read the batch's stored
+/// clusters with their objects' latest states; decide each report in order (so that several
+/// reports of one object in a batch behave as if sent one by one); upsert the clusters (with
+/// their platform states); write the latest states and the history rows.
+///
+/// The transaction holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
+/// a share lock on `gitops_commits` before a commit's position is looked up), so that a GitOps
+/// refresh storing a commit either comes first (and the position is found) or sees this
+/// batch's reports (and applies them).
+async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<IngestResult>, DbError> {
+    let mut connection = db.pool().acquire().await?;
+    let stored = store_on(db, &mut connection, batch, positions).await;
+    if stored.is_err() {
+        // A failed batch can leave its connection in a state the driver no longer tracks
+        // (SQLite rolls a transaction back by itself on a full disk, and the driver's later
+        // transactions on it would be savepoints that never commit): it is never used again,
+        // so that nothing is acknowledged that a later batch did not really store.
+        connection.close_on_drop();
     }
-    let mut current: HashMap<(i64, String), Latest> = HashMap::new();
+    stored
+}
+
+/// [`store`] on `connection`.
+async fn store_on(
+    db: &Db,
+    connection: &mut sqlx::AnyConnection,
+    batch: &[Job],
+    positions: &mut Positions,
+) -> Result<Vec<IngestResult>, DbError> {
+    // Bound parameters stay under SQLite's 32,766 (13 a row at most).
+    const _: () = assert!(MAX_BATCH * CLUSTER_COLUMNS < 32_766);
+    let mut tx = db.begin_write(connection).await?;
+
+    // 1. The batch's clusters, once each.
+    let mut entries: Vec<Entry<'_>> = Vec::new();
+    let mut entry_of: HashMap<(&str, &str), usize> = HashMap::new();
+    let mut cluster_of: Vec<usize> = Vec::with_capacity(batch.len());
+    for job in batch {
+        let r = &job.report;
+        let key = (r.environment.as_str(), r.cluster.as_str());
+        let index = *entry_of.entry(key).or_insert_with(|| {
+            entries.push(Entry {
+                environment: key.0,
+                name: key.1,
+                cluster_type: &r.cluster_type,
+                seen: job.received_at,
+                platform: None,
+            });
+            entries.len() - 1
+        });
+        let entry = &mut entries[index];
+        entry.cluster_type = &r.cluster_type;
+        entry.seen = entry.seen.max(job.received_at);
+        cluster_of.push(index);
+    }
+
+    // 2. The stored latest states of their objects.
+    let sql = stored_latest(entries.len());
+    let mut q = sqlx::query(&sql);
+    for e in &entries {
+        q = q.bind(e.environment).bind(e.name);
+    }
+    let mut current: HashMap<(usize, String), Latest> = HashMap::new();
     for row in q.fetch_all(&mut *tx).await? {
+        let environment: String = row.try_get(0)?;
+        let name: String = row.try_get(1)?;
+        let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) else {
+            continue;
+        };
         current.insert(
-            (row.try_get(0)?, row.try_get(1)?),
+            (index, row.try_get(2)?),
             Latest {
-                state: row.try_get(2)?,
-                commit: row.try_get(3)?,
-                message: row.try_get(4)?,
-                time: row.try_get(5)?,
+                state: row.try_get(3)?,
+                commit: row.try_get(4)?,
+                message: row.try_get(5)?,
+                time: row.try_get(6)?,
             },
         );
     }
 
     // 3. Decide, report by report.
     let mut outcomes = Vec::with_capacity(batch.len());
-    let mut dirty: Vec<(i64, String)> = Vec::new();
-    let mut newest: HashMap<(i64, String), usize> = HashMap::new();
-    let mut history: Vec<(i64, usize)> = Vec::new();
-    let mut platform: HashMap<i64, usize> = HashMap::new();
+    let mut dirty: Vec<(usize, String)> = Vec::new();
+    let mut newest: HashMap<(usize, String), usize> = HashMap::new();
+    let mut history: Vec<usize> = Vec::new();
+    let mut platform: HashMap<usize, usize> = HashMap::new();
     for (index, job) in batch.iter().enumerate() {
         let r = &job.report;
-        let id = id_of(r)?;
-        let key = (id, r.object.clone());
+        let key = (cluster_of[index], r.object.clone());
         let (outcome, changed) = match current.get(&key) {
             None => (IngestResult::Stored, true),
             Some(l) => {
@@ -283,20 +355,144 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
             }
         }
         if changed || outcome == IngestResult::Older {
-            history.push((id, index));
+            history.push(index);
         }
         if changed && r.drives && !r.commit.is_empty() {
             let newer = platform
-                .get(&id)
+                .get(&cluster_of[index])
                 .is_none_or(|&other| batch[other].report.event_time <= r.event_time);
             if newer {
-                platform.insert(id, index);
+                platform.insert(cluster_of[index], index);
             }
         }
         outcomes.push(outcome);
     }
 
-    // 4. Latest states.
+    // 4. The positions of the platform states' commits on their environment's branch.
+    let known = |positions: &Positions, r: &Report| {
+        positions
+            .get(&r.environment)
+            .and_then(|p| p.get(&r.commit))
+            .copied()
+    };
+    // An OCI environment's clusters report artifacts of their cluster type: their position
+    // moves on with every index that keeps them, so it is looked up each time and never
+    // remembered (see `crate::oci`).
+    let mut artifact_positions: HashMap<(&str, &str, &str), i64> = HashMap::new();
+    for &i in platform.values() {
+        let r = &batch[i].report;
+        if !is_artifact(r) {
+            continue;
+        }
+        let key = (r.environment.as_str(), r.cluster_type.as_str(), r.commit.as_str());
+        if artifact_positions.contains_key(&key) {
+            continue;
+        }
+        if let Some(position) =
+            crate::oci::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
+        {
+            artifact_positions.insert(key, position);
+        }
+    }
+    let mut wanted: Vec<(&str, &str)> = platform
+        .values()
+        .map(|&i| &batch[i].report)
+        .filter(|r| !is_artifact(r) && known(positions, r).is_none())
+        .map(|r| (r.environment.as_str(), r.commit.as_str()))
+        .collect();
+    wanted.sort_unstable();
+    wanted.dedup();
+    if !wanted.is_empty() {
+        if db.backend() == Backend::Postgres {
+            // A refresh storing these commits waits for this batch (and then applies its
+            // reports), or this batch waits for it (and finds them).
+            sqlx::query("LOCK TABLE gitops_commits IN SHARE MODE")
+                .execute(&mut *tx)
+                .await?;
+        }
+        let sql = format!(
+            "WITH wanted (environment, sha) AS (VALUES {}) SELECT g.environment, g.sha, g.position FROM wanted \
+             JOIN gitops_commits g ON g.environment = wanted.environment AND g.sha = wanted.sha",
+            values(wanted.len(), 2)
+        );
+        let mut q = sqlx::query(&sql);
+        for (environment, sha) in &wanted {
+            q = q.bind(*environment).bind(*sha);
+        }
+        for row in q.fetch_all(&mut *tx).await? {
+            positions
+                .entry(row.try_get(0)?)
+                .or_default()
+                .insert(row.try_get(1)?, row.try_get(2)?);
+        }
+    }
+    for (&entry, &index) in &platform {
+        let r = &batch[index].report;
+        let position = if is_artifact(r) {
+            artifact_positions
+                .get(&(r.environment.as_str(), r.cluster_type.as_str(), r.commit.as_str()))
+                .copied()
+        } else {
+            known(positions, r)
+        };
+        if let Some(position) = position {
+            entries[entry].platform = Some((index, position));
+        }
+    }
+
+    // 5. The clusters, in a stable order (concurrent writers lock them in the same order).
+    let mut order: Vec<usize> = (0..entries.len()).collect();
+    order.sort_unstable_by_key(|&i| (entries[i].environment, entries[i].name));
+    let sql = clusters_upsert(entries.len());
+    let mut q = sqlx::query(&sql);
+    for &i in &order {
+        let e = &entries[i];
+        q = q
+            .bind(e.environment)
+            .bind(e.name)
+            .bind(e.cluster_type)
+            .bind(e.seen)
+            .bind(e.seen)
+            .bind(e.seen);
+        q = match e.platform {
+            Some((index, position)) => {
+                let r = &batch[index].report;
+                q.bind(Some(r.state.as_str()))
+                    .bind(Some(r.revision.as_str()))
+                    .bind(Some(r.commit.as_str()))
+                    .bind(Some(position))
+                    .bind(Some(r.message.as_str()))
+                    .bind(Some(r.event_time))
+                    .bind(Some(r.event_time))
+            }
+            None => q
+                .bind(None::<&str>)
+                .bind(None::<&str>)
+                .bind(None::<&str>)
+                .bind(None::<i64>)
+                .bind(None::<&str>)
+                .bind(None::<i64>)
+                .bind(None::<i64>),
+        };
+    }
+    let mut ids: Vec<Option<i64>> = vec![None; entries.len()];
+    for row in q.fetch_all(&mut *tx).await? {
+        let environment: String = row.try_get(1)?;
+        let name: String = row.try_get(2)?;
+        if let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) {
+            ids[index] = Some(row.try_get(0)?);
+        }
+    }
+    let id_of = |entry: usize| -> Result<i64, DbError> {
+        ids[entry].ok_or_else(|| {
+            DbError::Other(format!(
+                "cluster {} of {} was not registered",
+                entries[entry].name, entries[entry].environment
+            ))
+        })
+    };
+
+    // 6. Latest states.
     if !dirty.is_empty() {
         let sql = format!(
             "INSERT INTO latest (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
@@ -308,12 +504,12 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
         );
         let mut q = sqlx::query(&sql);
         for key in &dirty {
-            q = bind_report(q, key.0, &batch[newest[key]]);
+            q = bind_report(q, id_of(key.0)?, &batch[newest[key]]);
         }
         q.execute(&mut *tx).await?;
     }
 
-    // 5. History.
+    // 7. History.
     if !history.is_empty() {
         let sql = format!(
             "INSERT INTO reports (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
@@ -321,94 +517,8 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
             values(history.len(), 10)
         );
         let mut q = sqlx::query(&sql);
-        for (id, index) in &history {
-            q = bind_report(q, *id, &batch[*index]);
-        }
-        q.execute(&mut *tx).await?;
-    }
-
-    // 6. Platform states, for commits of the environment's GitOps branch (and, for an OCI
-    // environment, for artifacts of its indexes: their position moves on with every index
-    // that keeps them, so it is looked up each time and never remembered).
-    let mut artifact_positions: HashMap<(String, String, String), i64> = HashMap::new();
-    for &i in platform.values() {
-        let r = &batch[i].report;
-        if !r.commit.starts_with("sha256:") {
-            continue;
-        }
-        let key = (r.environment.clone(), r.cluster_type.clone(), r.commit.clone());
-        if artifact_positions.contains_key(&key) {
-            continue;
-        }
-        if let Some(position) =
-            crate::oci::artifact_position(&mut *tx, &r.environment, &r.cluster_type, &r.commit).await?
-        {
-            artifact_positions.insert(key, position);
-        }
-    }
-    let mut wanted: Vec<(String, String)> = platform
-        .values()
-        .filter(|&&i| !batch[i].report.commit.starts_with("sha256:"))
-        .map(|&i| {
-            (
-                batch[i].report.environment.clone(),
-                batch[i].report.commit.clone(),
-            )
-        })
-        .filter(|k| !positions.contains_key(k))
-        .collect();
-    wanted.sort();
-    wanted.dedup();
-    if !wanted.is_empty() {
-        let sql = format!(
-            "SELECT environment, sha, position FROM gitops_commits WHERE sha IN ({})",
-            (1..=wanted.len())
-                .map(|i| format!("${i}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let mut q = sqlx::query(&sql);
-        for (_, sha) in &wanted {
-            q = q.bind(sha.as_str());
-        }
-        for row in q.fetch_all(&mut *tx).await? {
-            positions.insert((row.try_get(0)?, row.try_get(1)?), row.try_get(2)?);
-        }
-    }
-    let mut updates: Vec<(i64, usize, i64)> = platform
-        .iter()
-        .filter_map(|(&id, &i)| {
-            let r = &batch[i].report;
-            let position = if r.commit.starts_with("sha256:") {
-                artifact_positions.get(&(r.environment.clone(), r.cluster_type.clone(), r.commit.clone()))
-            } else {
-                positions.get(&(r.environment.clone(), r.commit.clone()))
-            };
-            position.map(|&p| (id, i, p))
-        })
-        .collect();
-    updates.sort_unstable();
-    if !updates.is_empty() {
-        // One UPDATE … FROM (VALUES …) for the lot; the same rule as `set_platform_state`.
-        let sql = format!(
-            "UPDATE clusters SET state = v.column2, revision = v.column3, commit_sha = v.column4, \
-             position = v.column5, message = v.column6, \
-             since = CASE WHEN clusters.state = v.column2 AND clusters.commit_sha = v.column4 THEN clusters.since ELSE v.column7 END, \
-             reported_at = v.column7 FROM (VALUES {}) AS v \
-             WHERE clusters.id = v.column1 AND (clusters.reported_at IS NULL OR clusters.reported_at <= v.column7)",
-            values(updates.len(), 7)
-        );
-        let mut q = sqlx::query(&sql);
-        for (id, index, position) in &updates {
-            let r = &batch[*index].report;
-            q = q
-                .bind(*id)
-                .bind(r.state.as_str())
-                .bind(&r.revision)
-                .bind(&r.commit)
-                .bind(*position)
-                .bind(&r.message)
-                .bind(r.event_time);
+        for &index in &history {
+            q = bind_report(q, id_of(cluster_of[index])?, &batch[index]);
         }
         q.execute(&mut *tx).await?;
     }
@@ -416,28 +526,45 @@ async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<
     Ok(outcomes)
 }
 
-/// Makes `r` (whose commit is at `position` of the environment's branch) the cluster's
-/// platform state, unless a newer one is stored.
-pub(crate) async fn set_platform_state(
-    tx: &mut Transaction<'static, Any>,
-    cluster_id: i64,
-    r: &Report,
-    position: i64,
+/// Whether a report names an OCI artifact (`sha256:<hex>`) rather than a git commit.
+fn is_artifact(report: &Report) -> bool {
+    report.commit.starts_with("sha256:")
+}
+
+/// A report that becomes its cluster's platform state: (cluster id, state, revision, commit,
+/// message, event time, the commit's position).
+pub(crate) type PlatformState = (i64, String, String, String, String, i64, i64);
+
+/// Makes each report its cluster's platform state, unless a newer one is stored, in one
+/// statement (at `now`, the moment the triggers record for the clusters that move).
+pub(crate) async fn set_platform_states(
+    tx: &mut Transaction<'_, Any>,
+    states: &[PlatformState],
+    now: i64,
 ) -> Result<(), DbError> {
-    sqlx::query(
-        "UPDATE clusters SET state = $1, revision = $2, commit_sha = $3, position = $4, message = $5, \
-         since = CASE WHEN state = $1 AND commit_sha = $3 THEN since ELSE $6 END, reported_at = $6 \
-         WHERE id = $7 AND (reported_at IS NULL OR reported_at <= $6)",
-    )
-    .bind(r.state.as_str())
-    .bind(&r.revision)
-    .bind(&r.commit)
-    .bind(position)
-    .bind(&r.message)
-    .bind(r.event_time)
-    .bind(cluster_id)
-    .execute(&mut **tx)
-    .await?;
+    for chunk in states.chunks(MAX_BATCH) {
+        let sql = format!(
+            "UPDATE clusters SET state = v.column2, revision = v.column3, commit_sha = v.column4, \
+             position = v.column5, message = v.column6, \
+             since = CASE WHEN clusters.state = v.column2 AND clusters.commit_sha = v.column4 THEN clusters.since ELSE v.column7 END, \
+             reported_at = v.column7, changed_at = v.column8 FROM (VALUES {}) AS v \
+             WHERE clusters.id = v.column1 AND (clusters.reported_at IS NULL OR clusters.reported_at <= v.column7)",
+            values(chunk.len(), 8)
+        );
+        let mut q = sqlx::query(&sql);
+        for (id, state, revision, commit, message, time, position) in chunk {
+            q = q
+                .bind(*id)
+                .bind(state.as_str())
+                .bind(revision.as_str())
+                .bind(commit.as_str())
+                .bind(*position)
+                .bind(message.as_str())
+                .bind(*time)
+                .bind(now);
+        }
+        q.execute(&mut **tx).await?;
+    }
     Ok(())
 }
 

@@ -12,23 +12,35 @@
 //!
 //! - [`model`]: the report payloads, parsed and validated;
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
+//! - [`counts`]: the incremental aggregates every count is read from, their staleness sweep
+//!   and their check on start;
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
 //!   [`query`]: the correlation queries; [`rollout`]: the gate of a progressive rollout's waves;
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
 //!   types of `kalypso-hub-api`; [`client`]: a minimal HTTP client for tests and the bench;
-//! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database.
+//! - [`fleet_source`], [`dashboard`]: the fleet dashboard at `/`, over the same database;
+//! - [`policy`]: the promotion gate with reasons (PromotionPolicy, freezes, verification);
+//!   [`actions`]: approvals, freezes, promotion reports and the audit log's API; [`audit`]: the
+//!   append-only log; [`notify`]: Slack, Teams and signed webhook notifications.
 
+pub mod audit;
 pub mod client;
+pub mod counts;
 pub mod dashboard;
 pub mod db;
 pub mod fleet_source;
 pub mod gitops;
 pub mod http;
+pub use http::actions;
 pub mod ingest;
 pub mod model;
+pub mod notify;
 pub mod oci;
 pub mod openapi;
+#[cfg(test)]
+mod plans;
+pub mod policy;
 pub mod query;
 pub mod rollout;
 
@@ -71,6 +83,10 @@ pub struct HubConfig {
     pub writers: usize,
     /// Whether and how the fleet dashboard is served at `/`.
     pub dashboard: DashboardMode,
+    /// Where notifications go (`--notifications FILE`).
+    pub notifications: notify::NotificationsConfig,
+    /// Names callers (sign-in; tests): see [`actions::actor`].
+    pub identify: Option<actions::Identify>,
 }
 
 impl HubConfig {
@@ -86,6 +102,8 @@ impl HubConfig {
             refresh: Duration::from_secs(30),
             writers: 0,
             dashboard: DashboardMode::Protected,
+            notifications: notify::NotificationsConfig::default(),
+            identify: None,
         }
     }
 }
@@ -104,6 +122,9 @@ pub enum Error {
         /// Why.
         error: std::io::Error,
     },
+    /// The notifications configuration.
+    #[error("notifications: {0}")]
+    Notifications(String),
     /// Serving failed.
     #[error("server error: {0}")]
     Serve(std::io::Error),
@@ -113,15 +134,35 @@ pub enum Error {
 /// plane, the GitOps refresher. Must run inside a tokio runtime.
 pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
     let db = Db::connect(&config.database, &config.db_options).await?;
+    let stale_after = i64::try_from(config.stale_after.as_millis()).unwrap_or(i64::MAX);
+    let now = http::now_ms();
+    let check = counts::check(&db, now).await?;
+    if check.repaired > 0 {
+        tracing::warn!(
+            groups = check.groups,
+            repaired = check.repaired,
+            "cluster counts differed from the clusters table and were repaired"
+        );
+    }
+    counts::sweep_all(
+        &db,
+        counts::Staleness {
+            now,
+            after: stale_after,
+        },
+    )
+    .await?;
+    spawn_sweeper(db.clone(), stale_after);
     let writers = match (config.writers, db.backend()) {
         (0, Backend::Sqlite) => 1,
         (0, Backend::Postgres) => 4,
         (n, _) => n,
     };
+    let notifier = notify::Notifier::start(&config.notifications).map_err(Error::Notifications)?;
     let ingest = ingest::Ingest::start(&db, writers);
     let refresher = Refresher::new(config.git.is_some());
     if let Some(git) = &config.git {
-        refresher.spawn(db.clone(), git.clone(), config.refresh);
+        refresher.spawn(db.clone(), git.clone(), config.refresh, notifier.clone());
     }
     Ok(HubState::new(
         db,
@@ -130,7 +171,46 @@ pub async fn start(config: &HubConfig) -> Result<HubState, Error> {
         config.webhook_secret.clone(),
         config.api_token.clone(),
         config.stale_after,
-    ))
+    )
+    .with(notifier, config.identify.clone()))
+}
+
+/// How often clusters whose silence crossed `--stale-after` are moved to the stale counts.
+const SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+/// How often (in sweeps) the empty groups no answer needs are dropped.
+const PRUNE_EVERY: u32 = 60;
+
+/// Sweeps stale clusters every [`SWEEP_INTERVAL`] until the database is closed.
+fn spawn_sweeper(db: Db, stale_after: i64) {
+    tokio::spawn(async move {
+        let mut ticks = 0u32;
+        while !db.pool().is_closed() {
+            tokio::time::sleep(SWEEP_INTERVAL).await;
+            let staleness = counts::Staleness {
+                now: http::now_ms(),
+                after: stale_after,
+            };
+            loop {
+                match counts::sweep(&db, staleness, counts::SWEEP_BATCH).await {
+                    Ok(n) if n > 0 => tokio::task::yield_now().await,
+                    Ok(_) => break,
+                    Err(e) => {
+                        if !db.pool().is_closed() {
+                            tracing::warn!(error = %e, "staleness sweep failed");
+                        }
+                        break;
+                    }
+                }
+            }
+            ticks += 1;
+            if ticks.is_multiple_of(PRUNE_EVERY)
+                && let Err(e) = counts::prune(&db).await
+                && !db.pool().is_closed()
+            {
+                tracing::warn!(error = %e, "pruning the cluster counts failed");
+            }
+        }
+    });
 }
 
 /// Runs the hub on `listen` until `shutdown` completes, then finishes the requests in

@@ -7,8 +7,11 @@
 //! (Argo CD notifications, scripts). Both become one [`Report`]; every rejection names the
 //! field at fault, so that a misconfigured Alert is easy to fix.
 
+use std::borrow::Cow;
+
 use kalypso_hub_api::{ClusterState, ComplianceReport, FluxEvent, MAX_NAME, Severity};
 use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
 /// The most of a report's message that is stored (Flux allows 39,000 characters).
 pub const MAX_MESSAGE: usize = 8 * 1024;
@@ -149,33 +152,143 @@ fn truncate(mut text: String) -> String {
     text
 }
 
-/// Deserializes `body`, naming the field at fault on failure (found by a second, slower
-/// pass that tracks the path, so that good payloads pay nothing for it).
-fn from_json<'a, T: Deserialize<'a>>(body: &'a [u8]) -> Result<T, BadInput> {
+/// Deserializes `body` into `B`, a twin of the API type `T` that borrows its strings from the
+/// body: a good payload is parsed once, without copies. On failure the body is parsed again
+/// into `T` through a slower path that tracks where it failed, to name the field at fault. (The
+/// twins accept exactly what their API types accept.)
+fn from_json<'a, B: Deserialize<'a>, T: DeserializeOwned>(body: &'a [u8]) -> Result<B, BadInput> {
     if let Ok(value) = serde_json::from_slice(body) {
         return Ok(value);
     }
     let mut de = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        // A missing field is reported at its parent; name the field itself.
-        let message = inner.to_string();
-        let at_root = path == "." || path == "?";
-        let field = match message.strip_prefix("missing field `") {
-            Some(rest) => {
-                let name = rest.split('`').next().unwrap_or_default();
-                if at_root {
-                    name.to_owned()
-                } else {
-                    format!("{path}.{name}")
-                }
+    let error = match serde_path_to_error::deserialize::<_, T>(&mut de) {
+        Ok(_) => return Err(BadInput::new("body", "invalid JSON")),
+        Err(e) => e,
+    };
+    let path = error.path().to_string();
+    let inner = error.into_inner();
+    // A missing field is reported at its parent; name the field itself.
+    let message = inner.to_string();
+    let at_root = path == "." || path == "?";
+    let field = match message.strip_prefix("missing field `") {
+        Some(rest) => {
+            let name = rest.split('`').next().unwrap_or_default();
+            if at_root {
+                name.to_owned()
+            } else {
+                format!("{path}.{name}")
             }
-            None if at_root || inner.is_syntax() || inner.is_eof() => "body".to_owned(),
-            None => path,
-        };
-        BadInput::new(field, format!("invalid JSON: {message}"))
-    })
+        }
+        None if at_root || inner.is_syntax() || inner.is_eof() => "body".to_owned(),
+        None => path,
+    };
+    Err(BadInput::new(field, format!("invalid JSON: {message}")))
+}
+
+/// [`FluxEvent`], borrowing its strings from the body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FluxEventRef<'a> {
+    #[serde(borrow)]
+    involved_object: InvolvedObjectRef<'a>,
+    severity: Severity,
+    #[serde(default, borrow)]
+    timestamp: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    message: Cow<'a, str>,
+    #[serde(default, borrow)]
+    reason: Cow<'a, str>,
+    #[serde(default, borrow)]
+    metadata: Metadata<'a>,
+}
+
+/// [`kalypso_hub_api::InvolvedObject`], borrowing its strings from the body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InvolvedObjectRef<'a> {
+    #[serde(default, borrow)]
+    kind: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    namespace: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    name: Option<Cow<'a, str>>,
+    // Not used, but checked as the API type checks them.
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    api_version: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    #[allow(dead_code)]
+    uid: Option<Cow<'a, str>>,
+}
+
+/// A Flux event's `metadata`: string keys and values, in the body's order (a repeated key's
+/// last value counts, as in a map).
+#[derive(Default)]
+struct Metadata<'a>(Vec<(Cow<'a, str>, Cow<'a, str>)>);
+
+impl Metadata<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0
+            .iter()
+            .rev()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_ref())
+    }
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Metadata<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Entries<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for Entries<'a> {
+            type Value = Metadata<'a>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of strings")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(self, mut map: M) -> Result<Metadata<'a>, M::Error> {
+                let mut entries = Vec::with_capacity(map.size_hint().unwrap_or(8));
+                while let Some((k, v)) = map.next_entry::<Borrowed<'a>, Borrowed<'a>>()? {
+                    entries.push((k.0, v.0));
+                }
+                Ok(Metadata(entries))
+            }
+        }
+        d.deserialize_map(Entries(std::marker::PhantomData))
+    }
+}
+
+/// A string borrowed from the body when it has no escapes.
+struct Borrowed<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Borrowed<'a> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap<'a>(#[serde(borrow)] Cow<'a, str>);
+        Wrap::deserialize(d).map(|w| Borrowed(w.0))
+    }
+}
+
+/// [`ComplianceReport`], borrowing its strings from the body.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct ComplianceReportRef<'a> {
+    #[serde(default, borrow)]
+    cluster: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    cluster_type: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    environment: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    gitops_repo: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    branch: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    commit: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    state: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    message: Option<Cow<'a, str>>,
+    #[serde(default, borrow)]
+    time: Option<Cow<'a, str>>,
 }
 
 /// Kinds that only fetch an artifact: their events never decide a cluster's state.
@@ -196,14 +309,14 @@ const SOURCE_KINDS: [&str; 6] = [
 /// applied yet); reason `Progressing*` → reconciling; reason `ReconciliationSucceeded`, or
 /// any other `info` event with a revision → compliant; anything else → reconciling.
 pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
-    let event: FluxEvent = from_json(body)?;
-    let meta = |key: &str| event.metadata.get(key).map(String::as_str);
+    let event: FluxEventRef<'_> = from_json::<_, FluxEvent>(body)?;
+    let meta = |key: &str| event.metadata.get(key);
     let cluster = check_name("metadata.cluster", meta("cluster"))?;
     let cluster_type = check_name("metadata.clusterType", meta("clusterType"))?;
     let environment = check_name("metadata.environment", meta("environment"))?;
     let kind = check_name("involvedObject.kind", event.involved_object.kind.as_deref())?;
     let name = check_name("involvedObject.name", event.involved_object.name.as_deref())?;
-    let namespace = event.involved_object.namespace.clone().unwrap_or_default();
+    let namespace = event.involved_object.namespace.as_deref().unwrap_or_default();
     let timestamp = event
         .timestamp
         .as_deref()
@@ -215,9 +328,10 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
         .or_else(|| {
             event
                 .metadata
+                .0
                 .iter()
                 .find(|(k, _)| k.ends_with("/revision"))
-                .map(|(k, v)| (format!("metadata.{k}"), v.as_str()))
+                .map(|(k, v)| (format!("metadata.{k}"), v.as_ref()))
         });
     let (revision, commit) = match revision {
         Some((field, text)) => {
@@ -256,8 +370,8 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
         state,
         revision: storable(revision),
         commit,
-        message: storable(truncate(event.message)),
-        reason: storable(truncate(event.reason)),
+        message: storable(truncate(event.message.into_owned())),
+        reason: storable(truncate(event.reason.into_owned())),
         event_time,
     })
 }
@@ -266,7 +380,7 @@ pub fn parse_flux(body: &[u8]) -> Result<Report, BadInput> {
 /// state, message, time}`. `time` defaults to `now` (Unix milliseconds); `commit` takes the
 /// same forms as a Flux revision.
 pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
-    let g: ComplianceReport = from_json(body)?;
+    let g: ComplianceReportRef<'_> = from_json::<_, ComplianceReport>(body)?;
     let cluster = check_name("cluster", g.cluster.as_deref())?;
     let cluster_type = check_name("clusterType", g.cluster_type.as_deref())?;
     let environment = check_name("environment", g.environment.as_deref())?;
@@ -314,10 +428,18 @@ pub fn parse_generic(body: &[u8], now: i64) -> Result<Report, BadInput> {
         state,
         revision: storable(text.to_owned()),
         commit,
-        message: storable(truncate(g.message.unwrap_or_default())),
+        message: storable(truncate(g.message.map(Cow::into_owned).unwrap_or_default())),
         reason: String::new(),
         event_time,
     })
+}
+
+/// Unix milliseconds now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -26,6 +26,8 @@ use crate::http;
 pub const REPORTS: &str = "reports";
 /// Queries and the gate.
 pub const QUERIES: &str = "queries";
+/// What people and `kalypso promote` do: approvals, freezes, promotion reports.
+pub const ACTIONS: &str = "actions";
 /// Health and the document itself.
 pub const SERVICE: &str = "service";
 /// The dashboard's machine-readable endpoint.
@@ -56,6 +58,11 @@ const BEARER: &str = "bearerToken";
         crate::rollout::get_waves,
         http::get_commit,
         http::get_workload,
+        crate::http::actions::approve,
+        crate::http::actions::freeze,
+        crate::http::actions::unfreeze,
+        crate::http::actions::report_promotion,
+        crate::http::actions::audit,
         http::healthz,
         http::readyz,
         openapi_json,
@@ -63,6 +70,7 @@ const BEARER: &str = "bearerToken";
     tags(
         (name = "reports", description = "What clusters post: Flux events and generic compliance reports."),
         (name = "queries", description = "Clusters, environments, commits, workloads and the promotion gate."),
+        (name = "actions", description = "Approvals, freezes and promotion reports: each validated, then recorded in the audit log."),
         (name = "service", description = "Health, readiness and this document."),
         (name = "dashboard", description = "The fleet dashboard's live-update stream (its pages are HTML, at `/`)."),
     ),
@@ -211,7 +219,19 @@ impl Modify for Shared {
                         error_response("The body is over 1 MiB. Nothing is stored."),
                     );
                 }
-                if tags.iter().any(|t| t == QUERIES) {
+                if tags.iter().any(|t| t == ACTIONS) {
+                    add(
+                        "400",
+                        error_response(
+                            "Malformed JSON, a missing or bad field (`field` names it). Nothing is stored.",
+                        ),
+                    );
+                    add(
+                        "413",
+                        error_response("The body is over 1 MiB. Nothing is stored."),
+                    );
+                }
+                if tags.iter().any(|t| t == QUERIES || t == ACTIONS) {
                     operation.security = Some(vec![SecurityRequirement::new(BEARER, Vec::<String>::new())]);
                     add(
                         "401",
@@ -219,7 +239,7 @@ impl Modify for Shared {
                             .header("WWW-Authenticate", www_authenticate.clone()),
                     );
                 }
-                if tags.iter().any(|t| t == REPORTS || t == QUERIES) {
+                if tags.iter().any(|t| t == REPORTS || t == QUERIES || t == ACTIONS) {
                     add(
                         "503",
                         error_response("The database is down, locked or shutting down: retry later.")
@@ -244,6 +264,8 @@ mod tests {
         assert_eq!(
             paths,
             [
+                "/api/v1/approvals",
+                "/api/v1/audit",
                 "/api/v1/clusters",
                 "/api/v1/clusters/{environment}/{name}",
                 "/api/v1/commits/{sha}",
@@ -252,7 +274,10 @@ mod tests {
                 "/api/v1/environments/{environment}",
                 "/api/v1/environments/{environment}/gate",
                 "/api/v1/events/flux",
+                "/api/v1/freezes",
                 "/api/v1/openapi.json",
+                "/api/v1/promotions",
+                "/api/v1/unfreezes",
                 "/api/v1/workloads/{name}",
                 "/events",
                 "/healthz",

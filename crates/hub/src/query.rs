@@ -1,7 +1,8 @@
 //! The correlation queries: clusters, environments, commits, workloads and the promotion
-//! gate. Counting is done by the database (`GROUP BY` over indexed columns), so that an
-//! environment of 100,000 clusters answers in milliseconds; the rules (what a cluster's
-//! state is relative to a commit, what the verdict is) are pure functions, unit-tested.
+//! gate. Counts come from the incremental aggregates ([`crate::counts`]): an environment of a
+//! million clusters answers from a few hundred rows of `cluster_counts`, and lists of clusters
+//! are merges of index ranges stopped after the page. The rules (what a cluster's state is
+//! relative to a commit, what the verdict is) are pure functions, unit-tested.
 //!
 //! A cluster's *platform state* is the latest report of an applying object whose commit is on
 //! its environment's GitOps branch, with that commit's first-parent position. Relative to a
@@ -17,15 +18,16 @@ use kalypso_hub_api::{
     GitopsCommit, History, LatestCommit, ObjectReport, PlacementSince, PlacementUntil, ReconcilerSource,
     Verdict, WorkloadAnswer, WorkloadPlacement,
 };
-use sqlx::Row;
 use sqlx::any::AnyRow;
+use sqlx::{AnyConnection, Row};
 
+use crate::counts::{self, Scope, Snapshot, Staleness};
 use crate::db::{Db, DbError, searchable};
 use crate::model::format_time;
 
 /// A cluster's state relative to the commit at `target`: `last_seen` against `stale_before`,
-/// its platform `state` at `position` against the commit's position. (The same rule as the
-/// SQL the counting queries use.)
+/// its platform `state` at `position` against the commit's position. (The rule of
+/// [`counts::group_state`], which the counts apply to whole groups.)
 pub fn classify(
     last_seen: i64,
     stale_before: i64,
@@ -33,33 +35,12 @@ pub fn classify(
     position: Option<i64>,
     target: i64,
 ) -> ClusterState {
-    if last_seen < stale_before {
-        return ClusterState::Stale;
-    }
-    match position {
-        Some(p) if p >= target => match state {
-            Some("compliant") => ClusterState::Compliant,
-            Some("failed") => ClusterState::Failed,
-            _ => ClusterState::Reconciling,
-        },
-        _ => ClusterState::Behind,
-    }
-}
-
-/// [`classify`] as SQL over the `clusters` table, with `$stale` and `$target` placeholders:
-/// the name of a [`ClusterState`].
-pub(crate) fn relative_sql(stale: &str, target: &str) -> String {
-    format!(
-        "CASE WHEN last_seen < {stale} THEN 'stale' \
-         WHEN position IS NULL OR position < {target} THEN 'behind' \
-         WHEN state = 'compliant' THEN 'compliant' WHEN state = 'failed' THEN 'failed' \
-         ELSE 'reconciling' END"
+    counts::group_state(
+        last_seen < stale_before,
+        state.unwrap_or_default(),
+        position.unwrap_or(-1),
+        Some(target),
     )
-}
-
-/// A state [`relative_sql`] gave.
-pub(crate) fn parse_relative(text: &str) -> ClusterState {
-    text.parse().unwrap_or(ClusterState::Reconciling)
 }
 
 fn count(n: i64) -> u64 {
@@ -77,46 +58,14 @@ pub fn verdict(counts: &Counts) -> Verdict {
     }
 }
 
-/// Per cluster type counts relative to the commit at `target`, for `environment`: one pass
-/// over the `clusters_status` index, grouped by cluster type (in index order, so no sort).
-async fn counts_by_type(
-    db: &Db,
-    environment: &str,
-    stale_before: i64,
-    target: i64,
-) -> Result<BTreeMap<String, Counts>, DbError> {
-    let rel = relative_sql("$2", "$3");
-    let sum = |s: ClusterState| format!("SUM(CASE WHEN {rel} = '{}' THEN 1 ELSE 0 END)", s.as_str());
-    let sql = format!(
-        "SELECT cluster_type, COUNT(*), {}, {}, {}, {}, {} FROM clusters WHERE environment = $1 GROUP BY cluster_type",
-        sum(ClusterState::Compliant),
-        sum(ClusterState::Reconciling),
-        sum(ClusterState::Failed),
-        sum(ClusterState::Behind),
-        sum(ClusterState::Stale),
-    );
-    let mut out: BTreeMap<String, Counts> = BTreeMap::new();
-    for row in sqlx::query(&sql)
-        .bind(environment)
-        .bind(stale_before)
-        .bind(target)
-        .fetch_all(db.pool())
-        .await?
-    {
-        let ct: String = row.try_get(0)?;
-        out.insert(
-            ct,
-            Counts {
-                total: count(row.try_get(1)?),
-                compliant: count(row.try_get(2)?),
-                reconciling: count(row.try_get(3)?),
-                failed: count(row.try_get(4)?),
-                behind: count(row.try_get(5)?),
-                stale: count(row.try_get(6)?),
-            },
-        );
-    }
-    Ok(out)
+/// Per cluster type of `environment`, the counts relative to the commit at `target`.
+fn counts_by_type(snapshot: &Snapshot, environment: &str, target: i64) -> BTreeMap<String, Counts> {
+    snapshot
+        .counts_by_type(Some(target))
+        .into_iter()
+        .filter(|((env, _), _)| env == environment)
+        .map(|((_, ct), counts)| (ct, counts))
+        .collect()
 }
 
 /// A stored GitOps commit.
@@ -167,6 +116,16 @@ pub fn commit_pattern(text: &str) -> Option<String> {
 /// The GitOps commit of `environment` that `sha` names: a GitOps commit (full or prefix), or
 /// a control-plane commit carried in Promoted_Commit_Id (→ its first GitOps commit).
 pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Option<CommitRow>, DbError> {
+    let mut conn = db.pool().acquire().await?;
+    resolve_commit_in(&mut conn, environment, sha).await
+}
+
+/// [`resolve_commit`] on a connection the caller holds (a read transaction's).
+pub(crate) async fn resolve_commit_in(
+    conn: &mut AnyConnection,
+    environment: &str,
+    sha: &str,
+) -> Result<Option<CommitRow>, DbError> {
     let Some(pattern) = commit_pattern(sha) else {
         return Ok(None);
     };
@@ -179,7 +138,7 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
     ))
     .bind(environment)
     .bind(&like)
-    .fetch_all(db.pool())
+    .fetch_all(&mut *conn)
     .await?;
     if row.len() == 1 {
         return Ok(Some(CommitRow::from_row(&row[0])?));
@@ -192,18 +151,18 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
     ))
     .bind(environment)
     .bind(&like)
-    .fetch_optional(db.pool())
+    .fetch_optional(&mut *conn)
     .await?;
     row.as_ref().map(CommitRow::from_row).transpose()
 }
 
 /// The newest stored commit of `environment`.
-pub(crate) async fn head(db: &Db, environment: &str) -> Result<Option<CommitRow>, DbError> {
+pub(crate) async fn head(conn: &mut AnyConnection, environment: &str) -> Result<Option<CommitRow>, DbError> {
     sqlx::query(&format!(
         "SELECT {COMMIT_COLUMNS} FROM gitops_commits WHERE environment = $1 ORDER BY position DESC LIMIT 1"
     ))
     .bind(environment)
-    .fetch_optional(db.pool())
+    .fetch_optional(&mut *conn)
     .await?
     .as_ref()
     .map(CommitRow::from_row)
@@ -211,14 +170,18 @@ pub(crate) async fn head(db: &Db, environment: &str) -> Result<Option<CommitRow>
 }
 
 /// The cluster types folders of the commit at `position`.
-async fn cluster_types_at(db: &Db, environment: &str, position: i64) -> Result<BTreeSet<String>, DbError> {
+pub(crate) async fn cluster_types_at(
+    conn: &mut AnyConnection,
+    environment: &str,
+    position: i64,
+) -> Result<BTreeSet<String>, DbError> {
     let rows = sqlx::query(
         "SELECT cluster_type FROM placements WHERE environment = $1 AND deployment_target = '' \
          AND from_position <= $2 AND (to_position IS NULL OR to_position > $2)",
     )
     .bind(environment)
     .bind(position)
-    .fetch_all(db.pool())
+    .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
@@ -230,77 +193,23 @@ fn placeholders(from: usize, n: usize) -> String {
         .join(", ")
 }
 
-/// Clusters of `environment` of the given `types` relative to `target`: the ones that are
-/// not compliant first (by name, unless `only_compliant`), then compliant ones, `limit` at
-/// most.
-#[allow(clippy::too_many_arguments)] // a private helper of two queries
-async fn list_relative(
-    db: &Db,
-    environment: &str,
-    types: &BTreeSet<String>,
-    stale_before: i64,
-    target: i64,
-    limit: i64,
-    only_compliant: bool,
-    all_types: bool,
-) -> Result<Vec<GateCluster>, DbError> {
-    if types.is_empty() || limit <= 0 {
-        return Ok(Vec::new());
-    }
-    let rel = relative_sql("$2", "$3");
-    let mut out = Vec::new();
-    let groups: &[bool] = if only_compliant { &[true] } else { &[false, true] };
-    for &compliant in groups {
-        let remaining = limit - out.len() as i64;
-        if remaining <= 0 {
-            break;
-        }
-        // When the commit has every cluster type the environment's clusters have, the type
-        // filter is left out, so that the (environment, name) index gives the order and the
-        // scan stops after `limit` rows.
-        let type_filter = if all_types {
-            String::new()
-        } else {
-            format!("AND cluster_type IN ({}) ", placeholders(4, types.len()))
-        };
-        let sql = format!(
-            "SELECT name, cluster_type, {rel} AS relative, commit_sha, message FROM clusters \
-             WHERE environment = $1 {type_filter}AND ({rel}) {} 'compliant' ORDER BY name LIMIT {remaining}",
-            if compliant { "=" } else { "<>" },
-        );
-        let mut q = sqlx::query(&sql)
-            .bind(environment)
-            .bind(stale_before)
-            .bind(target);
-        if !all_types {
-            for t in types {
-                q = q.bind(t);
-            }
-        }
-        for row in q.fetch_all(db.pool()).await? {
-            let rel: String = row.try_get(2)?;
-            out.push(GateCluster {
-                name: row.try_get(0)?,
-                cluster_type: row.try_get(1)?,
-                state: parse_relative(&rel),
-                revision: row.try_get(3)?,
-                message: row.try_get::<Option<String>, _>(4)?.unwrap_or_default(),
-            });
-        }
-    }
-    Ok(out)
+/// The gate's order: the clusters that are not compliant first, then the compliant ones.
+fn not_compliant_first(state: ClusterState) -> Option<usize> {
+    Some(usize::from(state == ClusterState::Compliant))
 }
 
 /// The promotion gate of `environment` for `sha` (see the crate docs and `docs/hub.md`).
-/// `None` for the commit means it is unknown.
+/// `None` for the commit means it is unknown. Counts, verdict and list come from one snapshot
+/// of the database.
 pub async fn gate(
     db: &Db,
     environment: &str,
     sha: &str,
-    stale_before: i64,
+    staleness: Staleness,
     limit: i64,
 ) -> Result<Gate, DbError> {
-    let Some(commit) = resolve_commit(db, environment, sha).await? else {
+    let mut tx = db.begin_read().await?;
+    let Some(commit) = resolve_commit_in(&mut tx, environment, sha).await? else {
         return Ok(Gate {
             environment: environment.to_owned(),
             gitops_commit: None,
@@ -310,10 +219,12 @@ pub async fn gate(
             total: 0,
             clusters: Vec::new(),
             cluster_types_without_clusters: Vec::new(),
+            promotion: None,
         });
     };
-    let types = cluster_types_at(db, environment, commit.position).await?;
-    let by_type = counts_by_type(db, environment, stale_before, commit.position).await?;
+    let types = cluster_types_at(&mut tx, environment, commit.position).await?;
+    let snapshot = Snapshot::read(&mut tx, Some(environment), None, staleness).await?;
+    let by_type = counts_by_type(&snapshot, environment, commit.position);
     let mut counts = Counts::default();
     let mut without = Vec::new();
     for t in &types {
@@ -327,18 +238,26 @@ pub async fn gate(
             None => without.push(t.clone()),
         }
     }
+    // When the commit has every cluster type the environment's clusters have, the list needs
+    // no filter on cluster types.
     let all_types = by_type.keys().all(|t| types.contains(t));
-    let clusters = list_relative(
-        db,
-        environment,
-        &types,
-        stale_before,
-        commit.position,
-        limit,
-        false,
-        all_types,
-    )
-    .await?;
+    let scope = Scope::Types((!all_types).then_some(&types));
+    let listed = if types.is_empty() {
+        Vec::new()
+    } else {
+        counts::list(
+            &mut tx,
+            &snapshot,
+            environment,
+            scope,
+            Some(commit.position),
+            &not_compliant_first,
+            0,
+            u64::try_from(limit).unwrap_or_default(),
+        )
+        .await?
+    };
+    tx.commit().await?;
     Ok(Gate {
         environment: environment.to_owned(),
         verdict: verdict(&counts),
@@ -346,8 +265,18 @@ pub async fn gate(
         control_plane_commit: commit.promoted,
         compliant: counts.compliant,
         total: counts.required(),
-        clusters,
+        clusters: listed
+            .into_iter()
+            .map(|c| GateCluster {
+                name: c.name,
+                cluster_type: c.cluster_type,
+                state: c.state,
+                revision: c.commit,
+                message: c.message.unwrap_or_default(),
+            })
+            .collect(),
         cluster_types_without_clusters: without,
+        promotion: None,
     })
 }
 
@@ -391,7 +320,8 @@ const CLUSTER_COLUMNS: &str =
     "id, environment, name, cluster_type, first_seen, last_seen, state, revision, commit_sha, message";
 
 /// `GET /api/v1/clusters`.
-pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Result<ClusterList, DbError> {
+pub async fn clusters(db: &Db, filter: &ClusterFilter, staleness: Staleness) -> Result<ClusterList, DbError> {
+    let stale_before = staleness.before();
     let names = [&filter.environment, &filter.cluster_type];
     if !names.into_iter().flatten().all(|n| searchable(n)) {
         return Ok(ClusterList {
@@ -426,18 +356,35 @@ pub async fn clusters(db: &Db, filter: &ClusterFilter, stale_before: i64) -> Res
     } else {
         format!(" WHERE {}", conditions.join(" AND "))
     };
-    let count_sql = format!("SELECT COUNT(*) FROM clusters{filter_sql}");
-    let total: i64 = bind_all(sqlx::query(&count_sql), &binds)
-        .fetch_one(db.pool())
-        .await?
-        .try_get(0)?;
+    // The total is a sum over the groups; the page is read by (environment, name).
+    let mut tx = db.begin_read().await?;
+    let snapshot = Snapshot::read(
+        &mut tx,
+        filter.environment.as_deref(),
+        filter.environment.as_ref().and(filter.cluster_type.as_deref()),
+        staleness,
+    )
+    .await?;
+    let total: i64 = snapshot
+        .groups()
+        .iter()
+        .filter(|g| filter.cluster_type.as_ref().is_none_or(|t| *t == g.cluster_type))
+        .filter(|g| match filter.state {
+            None => true,
+            Some(ClusterState::Stale) => g.stale,
+            Some(ClusterState::Unknown) => g.state.is_empty(),
+            Some(s) => g.state == s.as_str(),
+        })
+        .map(|g| g.clusters)
+        .sum();
     let list_sql = format!(
         "SELECT {CLUSTER_COLUMNS} FROM clusters{filter_sql} ORDER BY environment, name LIMIT {} OFFSET {}",
         filter.limit, filter.offset
     );
     let rows = bind_all(sqlx::query(&list_sql), &binds)
-        .fetch_all(db.pool())
+        .fetch_all(&mut *tx)
         .await?;
+    tx.commit().await?;
     let clusters = rows
         .iter()
         .map(|r| cluster_answer(r, stale_before))
@@ -563,7 +510,7 @@ pub(crate) fn reconciler_source(text: Option<&str>) -> Option<ReconcilerSource> 
 pub async fn environment(
     db: &Db,
     name: &str,
-    stale_before: i64,
+    staleness: Staleness,
 ) -> Result<Option<EnvironmentStatus>, DbError> {
     if !searchable(name) {
         return Ok(None);
@@ -571,28 +518,31 @@ pub async fn environment(
     let Some((name, repo, branch)) = environment_rows(db, Some(name)).await?.into_iter().next() else {
         return Ok(None);
     };
-    Ok(Some(
-        environment_status(db, &name, &repo, &branch, stale_before).await?,
-    ))
+    let mut tx = db.begin_read().await?;
+    let status = environment_status(&mut tx, &name, &repo, &branch, staleness).await?;
+    tx.commit().await?;
+    Ok(Some(status))
 }
 
 /// Every environment's status.
-pub async fn environments(db: &Db, stale_before: i64) -> Result<EnvironmentList, DbError> {
+pub async fn environments(db: &Db, staleness: Staleness) -> Result<EnvironmentList, DbError> {
     let mut out = Vec::new();
+    let mut tx = db.begin_read().await?;
     for (name, repo, branch) in environment_rows(db, None).await? {
-        out.push(environment_status(db, &name, &repo, &branch, stale_before).await?);
+        out.push(environment_status(&mut tx, &name, &repo, &branch, staleness).await?);
     }
+    tx.commit().await?;
     Ok(EnvironmentList { environments: out })
 }
 
 async fn environment_status(
-    db: &Db,
+    conn: &mut AnyConnection,
     name: &str,
     repo: &str,
     branch: &str,
-    stale_before: i64,
+    staleness: Staleness,
 ) -> Result<EnvironmentStatus, DbError> {
-    let head = head(db, name).await?;
+    let head = head(conn, name).await?;
     let target = head.as_ref().map_or(i64::MAX, |h| h.position);
     let mut types: BTreeMap<String, (Vec<DeploymentTarget>, Counts)> = BTreeMap::new();
     for row in sqlx::query(
@@ -600,7 +550,7 @@ async fn environment_status(
          WHERE environment = $1 AND to_position IS NULL ORDER BY cluster_type, deployment_target",
     )
     .bind(name)
-    .fetch_all(db.pool())
+    .fetch_all(&mut *conn)
     .await?
     {
         let ct: String = row.try_get(0)?;
@@ -614,8 +564,9 @@ async fn environment_status(
             });
         }
     }
+    let snapshot = Snapshot::read(conn, Some(name), None, staleness).await?;
     let mut summary = Counts::default();
-    for (ct, counts) in counts_by_type(db, name, stale_before, target).await? {
+    for (ct, counts) in counts_by_type(&snapshot, name, target) {
         types.entry(ct).or_default().1 = counts;
         summary.merge(&counts);
     }
@@ -657,7 +608,8 @@ fn lead_time(committed_at: i64, last_compliant: Option<i64>, counts: &Counts) ->
 
 /// `GET /api/v1/commits/{sha}`: per environment, what `sha` (a GitOps or control-plane
 /// commit) is there and who runs it.
-pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result<CommitAnswer, DbError> {
+pub async fn commit(db: &Db, sha: &str, staleness: Staleness, limit: i64) -> Result<CommitAnswer, DbError> {
+    let stale_before = staleness.before();
     let Some(pattern) = commit_pattern(sha) else {
         return Ok(CommitAnswer {
             commit: sha.to_owned(),
@@ -679,11 +631,13 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
         by_env.entry(c.environment.clone()).or_default().push(c);
     }
     let mut out = Vec::new();
+    let mut tx = db.begin_read().await?;
     for (env, commits) in by_env {
         // The first GitOps commit carrying it decides (later ones contain it).
         let Some(first) = commits.first() else { continue };
-        let types = cluster_types_at(db, &env, first.position).await?;
-        let by_type = counts_by_type(db, &env, stale_before, first.position).await?;
+        let types = cluster_types_at(&mut tx, &env, first.position).await?;
+        let snapshot = Snapshot::read(&mut tx, Some(&env), None, staleness).await?;
+        let by_type = counts_by_type(&snapshot, &env, first.position);
         let mut counts = Counts::default();
         for t in &types {
             if let Some(c) = by_type.get(t) {
@@ -691,20 +645,24 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
             }
         }
         let all_types = by_type.keys().all(|t| types.contains(t));
-        let compliant_clusters: Vec<String> = list_relative(
-            db,
-            &env,
-            &types,
-            stale_before,
-            first.position,
-            limit,
-            true,
-            all_types,
-        )
-        .await?
-        .into_iter()
-        .map(|c| c.name)
-        .collect();
+        let compliant_clusters: Vec<String> = if types.is_empty() {
+            Vec::new()
+        } else {
+            counts::list(
+                &mut tx,
+                &snapshot,
+                &env,
+                Scope::Types((!all_types).then_some(&types)),
+                Some(first.position),
+                &|s| (s == ClusterState::Compliant).then_some(0),
+                0,
+                u64::try_from(limit).unwrap_or_default(),
+            )
+            .await?
+            .into_iter()
+            .map(|c| c.name)
+            .collect()
+        };
         let last_compliant =
             if counts.required() > 0 && counts.compliant == counts.required() && !types.is_empty() {
                 let sql = format!(
@@ -726,7 +684,7 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
                 for t in &types {
                     q = q.bind(t);
                 }
-                q.fetch_one(db.pool()).await?.try_get::<Option<i64>, _>(0)?
+                q.fetch_one(&mut *tx).await?.try_get::<Option<i64>, _>(0)?
             } else {
                 None
             };
@@ -741,6 +699,7 @@ pub async fn commit(db: &Db, sha: &str, stale_before: i64, limit: i64) -> Result
             environment: env,
         });
     }
+    tx.commit().await?;
     Ok(CommitAnswer {
         commit: pattern,
         environments: out,

@@ -1,137 +1,115 @@
 //! The gate of a progressive rollout's waves (`GET /api/v1/environments/{env}/waves`): per
 //! cluster type asked about, the registered clusters, those compliant with a GitOps commit or
 //! a later one (which contains it, on the environment's first-parent history), the failed ones
-//! with their reconciler's message, and for how long the compliant ones have been compliant
-//! (the wave's soak).
+//! with their reconciler's message, and for how long all of them have been compliant (the
+//! wave's soak).
 //!
 //! Only reports of the commit or a later one count: a cluster still healthy on the commit
 //! before the wave is *behind*, never compliant, so a wave is never advanced by reports of the
-//! old content. The counts are one `GROUP BY` over the clusters of the environment's cluster
-//! types asked about, as the promotion gate's ([`crate::query`]).
+//! old content. The answer comes from the incremental counts ([`crate::counts`]), as the
+//! promotion gate's: a sum over the groups of the cluster types asked about and, for the soak,
+//! when the last cluster that kept one of them from being compliant stopped doing so
+//! ([`Snapshot::compliant_since`]); only the failed clusters listed are read from `clusters`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use kalypso_hub_api::{ClusterState, GateCluster, WaveClusterType, WaveGate};
-use sqlx::Row;
 
+use crate::counts::{self, Scope, Snapshot, Staleness};
 use crate::db::{Db, DbError};
-use crate::http::{ApiError, ApiResult, HubState, ON_DEMAND_REFRESH, check_token, int_param, now_ms, ok};
-use crate::query::{relative_sql, resolve_commit};
+use crate::http::{ApiError, ApiResult, HubState, ON_DEMAND_REFRESH, check_token, int_param, ok};
+use crate::query::{resolve_commit, resolve_commit_in};
 
 /// The most cluster types one question may name.
 pub const MAX_CLUSTER_TYPES: usize = 1000;
 /// The default number of failed clusters listed per cluster type.
 pub const DEFAULT_FAILED_LIMIT: i64 = 20;
 
-fn count(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or_default()
-}
-
-fn placeholders(from: usize, n: usize) -> String {
-    (from..from + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+/// Lists only the failed clusters.
+fn failed_only(state: ClusterState) -> Option<usize> {
+    (state == ClusterState::Failed).then_some(0)
 }
 
 /// The wave gate of `environment` for GitOps commit `sha` and `cluster_types` (see the module
-/// docs); `now` and `stale_before` are Unix ms.
+/// docs), all read from one snapshot of the database.
 pub async fn waves(
     db: &Db,
     environment: &str,
     sha: &str,
     cluster_types: &[String],
-    stale_before: i64,
-    now: i64,
+    staleness: Staleness,
     failed_limit: i64,
 ) -> Result<WaveGate, DbError> {
-    let Some(commit) = resolve_commit(db, environment, sha).await? else {
+    let mut tx = db.begin_read().await?;
+    let Some(commit) = resolve_commit_in(&mut tx, environment, sha).await? else {
         return Ok(WaveGate {
             environment: environment.to_owned(),
             gitops_commit: None,
             cluster_types: Vec::new(),
         });
     };
-    let mut by_type: BTreeMap<String, WaveClusterType> = cluster_types
-        .iter()
-        .map(|ct| {
-            (
-                ct.clone(),
-                WaveClusterType {
-                    cluster_type: ct.clone(),
-                    registered: 0,
-                    compliant: 0,
-                    compliant_for_ms: None,
-                    failed: Vec::new(),
-                    failed_count: 0,
-                },
+    let snapshot = Snapshot::read(&mut tx, Some(environment), None, staleness).await?;
+    let by_type = snapshot.counts_by_type(Some(commit.position));
+    let mut answer = Vec::with_capacity(cluster_types.len());
+    for ct in cluster_types {
+        let counts = by_type
+            .get(&(environment.to_owned(), ct.clone()))
+            .copied()
+            .unwrap_or_default();
+        let registered = counts.required();
+        // The soak runs from when the last cluster that kept the cluster type from being
+        // compliant stopped doing so, and never from before the commit itself.
+        let compliant_for_ms = if registered > 0 && counts.compliant == registered {
+            let only = BTreeSet::from([ct.clone()]);
+            snapshot
+                .compliant_since(environment, Some(&only), commit.position)
+                .map(|since| {
+                    u64::try_from(staleness.now.saturating_sub(since.max(commit.committed_at)))
+                        .unwrap_or_default()
+                })
+        } else {
+            None
+        };
+        let failed = if counts.failed > 0 && failed_limit > 0 {
+            counts::list(
+                &mut tx,
+                &snapshot,
+                environment,
+                Scope::Type(ct),
+                Some(commit.position),
+                &failed_only,
+                0,
+                u64::try_from(failed_limit).unwrap_or_default(),
             )
-        })
-        .collect();
-    if !cluster_types.is_empty() {
-        let rel = relative_sql("$2", "$3");
-        let sql = format!(
-            "SELECT cluster_type, \
-             SUM(CASE WHEN last_seen < $2 THEN 0 ELSE 1 END), \
-             SUM(CASE WHEN {rel} = 'compliant' THEN 1 ELSE 0 END), \
-             SUM(CASE WHEN {rel} = 'failed' THEN 1 ELSE 0 END), \
-             MAX(CASE WHEN {rel} = 'compliant' THEN since ELSE NULL END) \
-             FROM clusters WHERE environment = $1 AND cluster_type IN ({}) GROUP BY cluster_type",
-            placeholders(4, cluster_types.len())
-        );
-        let mut q = sqlx::query(&sql)
-            .bind(environment)
-            .bind(stale_before)
-            .bind(commit.position);
-        for ct in cluster_types {
-            q = q.bind(ct);
-        }
-        for row in q.fetch_all(db.pool()).await? {
-            let ct: String = row.try_get(0)?;
-            let Some(entry) = by_type.get_mut(&ct) else {
-                continue;
-            };
-            entry.registered = count(row.try_get::<Option<i64>, _>(1)?.unwrap_or_default());
-            entry.compliant = count(row.try_get::<Option<i64>, _>(2)?.unwrap_or_default());
-            entry.failed_count = count(row.try_get::<Option<i64>, _>(3)?.unwrap_or_default());
-            let since: Option<i64> = row.try_get(4)?;
-            entry.compliant_for_ms = since.map(|s| count(now.saturating_sub(s)));
-        }
-        let failing: Vec<String> = by_type
-            .values()
-            .filter(|t| t.failed_count > 0)
-            .map(|t| t.cluster_type.clone())
-            .collect();
-        for ct in failing {
-            let sql = format!(
-                "SELECT name, commit_sha, message FROM clusters WHERE environment = $1 AND cluster_type = $4 \
-                 AND ({rel}) = 'failed' ORDER BY name LIMIT {failed_limit}"
-            );
-            let rows = sqlx::query(&sql)
-                .bind(environment)
-                .bind(stale_before)
-                .bind(commit.position)
-                .bind(&ct)
-                .fetch_all(db.pool())
-                .await?;
-            let entry = by_type.get_mut(&ct).expect("asked about");
-            for row in rows {
-                entry.failed.push(GateCluster {
-                    name: row.try_get(0)?,
-                    cluster_type: ct.clone(),
-                    state: ClusterState::Failed,
-                    revision: row.try_get(1)?,
-                    message: row.try_get::<Option<String>, _>(2)?.unwrap_or_default(),
-                });
-            }
-        }
+            .await?
+            .into_iter()
+            .map(|c| GateCluster {
+                name: c.name,
+                cluster_type: c.cluster_type,
+                state: c.state,
+                revision: c.commit,
+                message: c.message.unwrap_or_default(),
+            })
+            .collect()
+        } else {
+            Vec::new()
+        };
+        answer.push(WaveClusterType {
+            cluster_type: ct.clone(),
+            registered,
+            compliant: counts.compliant,
+            compliant_for_ms,
+            failed,
+            failed_count: counts.failed,
+        });
     }
+    tx.commit().await?;
     Ok(WaveGate {
         environment: environment.to_owned(),
         gitops_commit: Some(commit.sha),
-        cluster_types: cluster_types.iter().filter_map(|ct| by_type.remove(ct)).collect(),
+        cluster_types: answer,
     })
 }
 
@@ -213,8 +191,7 @@ pub(crate) async fn get_waves(
         &environment,
         &commit,
         &cluster_types,
-        state.stale_before(),
-        now_ms(),
+        state.staleness(),
         limit,
     )
     .await?)

@@ -20,7 +20,7 @@ use kalypso_api::{
     Assignment, AssignmentPackage, AssignmentPackageSpec, AssignmentSpec, DeploymentTarget, Kind, Labels,
     labels,
 };
-use kalypso_core::run::{Failure, InMemory, Isolation, Request, RunContext};
+use kalypso_core::run::{DeletionGuard, DeletionLimit, Failure, InMemory, Isolation, Request, RunContext};
 use kalypso_core::tree::RepoContent;
 use kalypso_core::{Diagnostic, Diagnostics, ScheduledEnvironment};
 use kalypso_template::Engine;
@@ -40,6 +40,32 @@ const LISTED_PROBLEMS: usize = 10;
 pub struct Options {
     /// Also produce Assignment and AssignmentPackage objects (the original's internal kinds).
     pub assignments: bool,
+    /// The operator keeps no Flux objects (`--source external`): the scheduler gives the
+    /// Environment, its WorkloadRegistrations and BaseRepos their `Ready` condition (with
+    /// Flux, the sources controller does).
+    pub external: bool,
+    /// When a delivery that removes deployment targets is held (see
+    /// [`kalypso_core::run::guard`]).
+    pub mass_deletion: DeletionLimit,
+}
+
+/// The annotation on an Environment that allows its next deliveries to remove more
+/// deployment targets than the mass-deletion limit (`"true"`; a person removes it again
+/// once the removal is delivered).
+pub const ALLOW_MASS_DELETION: &str = "scheduler.kalypso.io/allow-mass-deletion";
+
+/// The sentence that ends a held delivery's message in the operator.
+pub const HOW_TO_ALLOW_MASS_DELETION: &str = "annotate the Environment with \
+     scheduler.kalypso.io/allow-mass-deletion=true (and remove the annotation once delivered).";
+
+/// Whether `environment` carries [`ALLOW_MASS_DELETION`] set to `true`.
+pub fn allows_mass_deletion(environment: &kalypso_api::Environment) -> bool {
+    environment
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ALLOW_MASS_DELETION))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 /// The `Ready` condition one object should have.
@@ -98,6 +124,8 @@ pub struct DesiredState {
     /// The errors grouped as the original reports them in GitHub issues (one per failing
     /// assignment, one for the rest); empty when nothing fails.
     pub failures: Vec<Failure>,
+    /// Whether the mass-deletion guard held the delivery (see [`ALLOW_MASS_DELETION`]).
+    pub held: bool,
 }
 
 /// Diagnostics grouped by the object they are about.
@@ -175,6 +203,11 @@ pub fn desired_state(
         extenders: &extenders,
         decisions: &snapshot.placement_decisions,
         isolation: Isolation::Registration,
+        mass_deletion: Some(DeletionGuard {
+            limit: options.mass_deletion,
+            allowed: snapshot.environment.as_deref().is_some_and(allows_mass_deletion),
+            how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+        }),
         ..RunContext::new(engine)
     };
     // The memo fills in the packages it held: the content is complete.
@@ -224,7 +257,16 @@ pub fn desired_state(
         .collect();
     stale_targets.sort();
 
-    let statuses = statuses(snapshot, env, &by, &missing);
+    let mut warnings: Vec<String> = diagnostics.warnings().map(ToString::to_string).collect();
+    let unplaced: Vec<&str> = snapshot
+        .workloads
+        .iter()
+        .filter(|w| w.metadata.deletion_timestamp.is_none() && !w.labels().contains_key(labels::FLUX_NAME))
+        .map(|w| w.metadata.name.as_deref().unwrap_or_default())
+        .collect();
+    for workload in &unplaced {
+        warnings.push(format!("Workload {workload:?}: {}", no_workspace(&namespace)));
+    }
 
     // Problems: every error blocks delivery, as one failing assignment blocks the
     // original's environment.
@@ -240,7 +282,6 @@ pub fn desired_state(
     if run.is_blocked() {
         problems.extend(diagnostics.errors().map(ToString::to_string));
     }
-    let warnings = diagnostics.warnings().map(ToString::to_string).collect();
     let delivery = if problems.is_empty() {
         Deliverable::Ready(Content {
             hash: format!("{:032x}", rendered.content.fingerprint()),
@@ -270,6 +311,9 @@ pub fn desired_state(
         });
     }
 
+    let held = run.is_held();
+    let statuses = statuses(snapshot, env, &by, &missing, options, &delivery, held);
+
     let assignments = if options.assignments {
         assignment_objects(&namespace, env, &rendered.content, &by)
     } else {
@@ -285,7 +329,20 @@ pub fn desired_state(
         warnings,
         assignments,
         failures,
+        held,
     }
+}
+
+/// Why a Workload without the Flux label is not Ready: nothing says which
+/// WorkloadRegistration delivered it, so its deployment targets have no workspace.
+fn no_workspace(namespace: &str) -> String {
+    format!(
+        "the Workload has no label {} naming the WorkloadRegistration that delivers it \
+         (\"{namespace}-<registration>\"), so its deployment targets have an empty workspace and \
+         no SchedulingPolicy that selects a workspace schedules them. Apply it with that label \
+         (Flux sets it), or declare its deployment targets directly.",
+        labels::FLUX_NAME
+    )
 }
 
 fn statuses(
@@ -293,6 +350,9 @@ fn statuses(
     env: &ScheduledEnvironment,
     by: &ByObject,
     missing: &[MissingRegistration],
+    options: Options,
+    delivery: &Deliverable,
+    held: bool,
 ) -> Vec<ObjectStatus> {
     let mut out = Vec::new();
     let mut push = |kind: Kind, target: StatusTarget, current: Option<&Vec<Condition>>, desired: Desired| {
@@ -370,6 +430,11 @@ fn statuses(
                 m.registration,
                 labels::FLUX_NAME
             )),
+            None if !o.labels().contains_key(labels::FLUX_NAME)
+                && !by.errors.contains_key(&(Kind::Workload, name.clone())) =>
+            {
+                Desired::not_ready("NoWorkspace", no_workspace(&snapshot.namespace))
+            }
             None => {
                 let count = env.targets.values().filter(|t| t.workload == name).count();
                 by.condition(
@@ -387,6 +452,75 @@ fn statuses(
                 conditions(&o.status),
                 d,
             );
+        }
+    }
+    if options.external {
+        for o in &snapshot.registrations {
+            let name = o.name_any();
+            let count = env
+                .namespace
+                .workloads
+                .values()
+                .filter(|w| w.registration.as_deref() == Some(name.as_str()))
+                .count();
+            let d = by.condition(
+                Kind::WorkloadRegistration,
+                &name,
+                "Accepted",
+                format!(
+                    "{} in workspace {:?}",
+                    plural(count, "workload"),
+                    o.spec.workspace
+                ),
+            );
+            if o.metadata.deletion_timestamp.is_none() {
+                push(
+                    Kind::WorkloadRegistration,
+                    StatusTarget::of(o.as_ref()),
+                    conditions(&o.status),
+                    d,
+                );
+            }
+        }
+        for o in &snapshot.base_repos {
+            let name = o.name_any();
+            let pinned = if o.spec.commit.is_empty() {
+                format!("{} of {} is followed", o.spec.branch, o.spec.repo)
+            } else {
+                format!(
+                    "{} of {} is pinned at {}",
+                    o.spec.branch, o.spec.repo, o.spec.commit
+                )
+            };
+            let d = by.condition(Kind::BaseRepo, &name, "Accepted", pinned);
+            if o.metadata.deletion_timestamp.is_none() {
+                push(
+                    Kind::BaseRepo,
+                    StatusTarget::of(o.as_ref()),
+                    conditions(&o.status),
+                    d,
+                );
+            }
+        }
+        if let Some(o) = snapshot
+            .environment
+            .as_deref()
+            .filter(|o| o.metadata.deletion_timestamp.is_none())
+        {
+            let d = match delivery {
+                Deliverable::Ready(content) => Desired::ready(
+                    "Scheduled",
+                    format!(
+                        "{} rendered for delivery to the GitOps repositories.",
+                        plural(content.assignments, "assignment")
+                    ),
+                ),
+                Deliverable::Blocked(problems) if held => {
+                    Desired::not_ready(MASS_DELETION_HELD, summarize(problems))
+                }
+                Deliverable::Blocked(problems) => Desired::not_ready("Blocked", summarize(problems)),
+            };
+            push(Kind::Environment, StatusTarget::of(o), conditions(&o.status), d);
         }
     }
     for o in &snapshot.deployment_targets {
@@ -491,6 +625,10 @@ pub fn package_owner(assignment: &Assignment) -> Option<OwnerReference> {
     assignment.controller_owner_ref(&())
 }
 
+/// The `Ready=False` reason of a GitOpsRepo (and, with `--source external`, of the
+/// Environment) whose delivery the mass-deletion guard holds.
+pub const MASS_DELETION_HELD: &str = "MassDeletionHeld";
+
 /// A short text for a GitOpsRepo's `Ready=False` message.
 pub fn summarize(problems: &[String]) -> String {
     let mut out = format!("{} block delivery:", plural(problems.len(), "problem"));
@@ -513,6 +651,112 @@ mod tests {
 
     fn engine() -> Engine {
         Engine::new()
+    }
+
+    #[test]
+    fn a_run_that_would_remove_every_target_is_held_until_the_environment_allows_it() {
+        let mut s = hello_world_snapshot();
+        // The Workload is gone (Flux not synchronised yet, or deleted by mistake) while the
+        // GitOps branch has its target.
+        s.workloads.clear();
+        let on_branch = || {
+            InMemory::placed(kalypso_core::placement::current_from_folders([(
+                "large", "hw-dev",
+            )]))
+        };
+        let mut memo = on_branch();
+        let p = desired_state(&s, &engine(), Options::default(), &mut memo);
+        assert!(p.held);
+        let Deliverable::Blocked(problems) = &p.delivery else {
+            panic!("delivered: {:?}", p.delivery);
+        };
+        assert!(problems[0].contains("error[mass-deletion]"), "{problems:?}");
+        assert!(problems[0].contains("large/hw-dev"), "{problems:?}");
+        assert!(problems[0].contains(ALLOW_MASS_DELETION), "{problems:?}");
+        assert_eq!(p.failures.len(), 1, "reported as an issue: {:?}", p.failures);
+        // The memo still knows the branch: the next run is held too.
+        let again = desired_state(&s, &engine(), Options::default(), &mut memo);
+        assert!(again.held);
+
+        // The annotation allows it.
+        let mut env = kalypso_api::Environment::new("dev", Default::default());
+        env.metadata.annotations = Some([(ALLOW_MASS_DELETION.to_owned(), "true".to_owned())].into());
+        s.environment = Some(Arc::new(env));
+        let allowed = desired_state(&s, &engine(), Options::default(), &mut on_branch());
+        assert!(!allowed.held);
+        assert!(
+            matches!(allowed.delivery, Deliverable::Ready(_)),
+            "{:?}",
+            allowed.delivery
+        );
+        assert!(allowed.warnings.iter().any(|w| w.contains("mass-deletion")));
+    }
+
+    #[test]
+    fn a_workload_without_the_flux_label_is_not_ready_and_says_why() {
+        let mut s = hello_world_snapshot();
+        let mut w = (*s.workloads[0]).clone();
+        w.metadata.labels = None;
+        s.workloads = vec![Arc::new(w)];
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let status = p.statuses.iter().find(|s| s.kind == Kind::Workload).unwrap();
+        assert!(!status.desired.status);
+        assert_eq!(status.desired.reason, "NoWorkspace");
+        assert!(
+            status.desired.message.contains(labels::FLUX_NAME),
+            "{}",
+            status.desired.message
+        );
+        assert!(
+            p.warnings.iter().any(|w| w.contains("no label")),
+            "{:?}",
+            p.warnings
+        );
+    }
+
+    #[test]
+    fn with_an_external_source_registrations_base_repos_and_the_environment_get_ready() {
+        let mut s = hello_world_snapshot();
+        let mut base = kalypso_api::BaseRepo::new(
+            "main",
+            kalypso_api::BaseRepoSpec {
+                repo: "https://github.com/org/cp".into(),
+                branch: "main".into(),
+                path: ".".into(),
+                commit: "abc123".into(),
+            },
+        );
+        base.metadata.namespace = Some(s.namespace.clone());
+        s.base_repos.push(Arc::new(base));
+        s.environment = Some(Arc::new(kalypso_api::Environment::new("dev", Default::default())));
+        let kinds = |options: Options| -> Vec<(Kind, bool, String)> {
+            desired_state(&s, &engine(), options, &mut InMemory::default())
+                .statuses
+                .into_iter()
+                .map(|s| (s.kind, s.desired.status, s.desired.message))
+                .collect()
+        };
+        // With Flux, the sources controller writes them.
+        let flux = kinds(Options::default());
+        assert!(
+            !flux
+                .iter()
+                .any(|(k, ..)| matches!(k, Kind::WorkloadRegistration | Kind::BaseRepo | Kind::Environment))
+        );
+        let external = kinds(Options {
+            external: true,
+            ..Options::default()
+        });
+        for kind in [Kind::WorkloadRegistration, Kind::BaseRepo, Kind::Environment] {
+            let (_, ready, message) = external
+                .iter()
+                .find(|(k, ..)| *k == kind)
+                .unwrap_or_else(|| panic!("{kind:?}"));
+            assert!(ready, "{kind:?}: {message}");
+            assert!(!message.contains('{'), "{kind:?}: {message}");
+        }
+        let (_, _, base) = external.iter().find(|(k, ..)| *k == Kind::BaseRepo).unwrap();
+        assert_eq!(base, "main of https://github.com/org/cp is pinned at abc123");
     }
 
     #[test]
@@ -748,7 +992,10 @@ mod tests {
         let p = desired_state(
             &s,
             &engine(),
-            Options { assignments: true },
+            Options {
+                assignments: true,
+                ..Options::default()
+            },
             &mut InMemory::default(),
         );
         assert_eq!(p.assignments.len(), 1);

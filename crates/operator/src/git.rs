@@ -147,13 +147,14 @@ impl Publisher for GitPublisher {
                 .ok()?;
             result
                 .map_err(|error| {
-                    tracing::warn!(error = %kalypso_git::redact(&error.to_string()), "cannot read the GitOps branch for Steady placement; placing afresh");
+                    tracing::warn!(error = %kalypso_git::redact(&error.to_string()), "cannot read the GitOps branch (for Steady placement and the mass-deletion guard); placing afresh");
                 })
                 .ok()
         })
     }
 
-    /// Issues exist only in pull-request mode, on GitHub, as in `kalypso serve`.
+    /// Issues exist only in pull-request mode, on the GitOps repository's forge, as in
+    /// `kalypso serve`.
     fn report(&self, request: ReportRequest) -> BoxFuture<'static, Result<(), PublishError>> {
         let publisher = self.clone();
         Box::pin(async move {
@@ -172,8 +173,8 @@ impl Publisher for GitPublisher {
             let (environment, failures) = (request.environment.clone(), request.failures.clone());
             let result = publisher
                 .blocking(move |ctx| -> Result<(), String> {
-                    let github = ctx.github(&url).map_err(|e| e.to_string())?;
-                    issues::apply(&github, &environment, &failures)
+                    let forge = ctx.forge(&url).map_err(|e| e.to_string())?;
+                    issues::apply(forge.as_ref(), &environment, &failures)
                         .map(|_| ())
                         .map_err(|e| e.to_string())
                 })

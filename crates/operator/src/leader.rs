@@ -7,6 +7,15 @@
 //! candidates racing for it cannot both win (the loser gets a conflict). On shutdown the
 //! leader releases the Lease so that a successor takes over at once. [`decide`] is the pure
 //! part; [`Elector`] does the API calls.
+//!
+//! The timings ([`LeaseSettings::DEFAULT_LEASE_DURATION`] and the others) are chosen so that
+//! a short API-server outage (a restart, an upgrade of a control-plane node: tens of
+//! seconds) does not cost the leadership: the leader keeps leading while it has renewed
+//! within the renew deadline (20 s), retrying every 2 s with each attempt bounded, and a
+//! candidate takes over only after the lease duration (30 s) without a renewal, so the old
+//! leader has stopped writing 10 s before anyone else may start. A leader that cannot renew
+//! within the deadline stops its controllers and the process exits with an error
+//! ([`crate::Error::LostLeadership`]), so that its Deployment restarts it as a candidate.
 
 use std::time::Duration;
 
@@ -26,10 +35,63 @@ pub struct LeaseSettings {
     pub namespace: String,
     /// This instance (the pod name).
     pub identity: String,
-    /// How long a Lease stays held without renewal.
+    /// How long a Lease stays held without renewal (what candidates wait before taking it
+    /// over).
     pub lease_duration: Duration,
-    /// How often the leader renews (and candidates retry).
+    /// How long the leader keeps leading without a successful renewal; shorter than
+    /// `lease_duration`, so that it stops before a candidate may take over.
+    pub renew_deadline: Duration,
+    /// How often the leader renews (and candidates retry); each attempt is also bounded by
+    /// it (at least a second), so that a hung request does not stall the loop.
     pub retry_period: Duration,
+}
+
+impl LeaseSettings {
+    /// The default lease duration (the flag `--leader-elect-lease-duration`).
+    pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(30);
+    /// The default renew deadline (`--leader-elect-renew-deadline`).
+    pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(20);
+    /// The default retry period (`--leader-elect-retry-period`).
+    pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+    /// The Lease `namespace/name` for `identity`, with the default timings.
+    pub fn new(
+        name: impl Into<String>,
+        namespace: impl Into<String>,
+        identity: impl Into<String>,
+    ) -> LeaseSettings {
+        LeaseSettings {
+            name: name.into(),
+            namespace: namespace.into(),
+            identity: identity.into(),
+            lease_duration: Self::DEFAULT_LEASE_DURATION,
+            renew_deadline: Self::DEFAULT_RENEW_DEADLINE,
+            retry_period: Self::DEFAULT_RETRY_PERIOD,
+        }
+    }
+
+    /// Why the timings cannot work, if they cannot: the deadline must be shorter than the
+    /// lease, and the retry period shorter than the deadline.
+    pub fn check(&self) -> Result<(), String> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(format!(
+                "the leader-election renew deadline ({:?}) must be shorter than the lease duration ({:?})",
+                self.renew_deadline, self.lease_duration
+            ));
+        }
+        if self.retry_period.is_zero() || self.retry_period >= self.renew_deadline {
+            return Err(format!(
+                "the leader-election retry period ({:?}) must be positive and shorter than the renew deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+
+    /// How long one attempt to renew may take.
+    fn attempt_timeout(&self) -> Duration {
+        self.retry_period.max(Duration::from_secs(1))
+    }
 }
 
 /// What to do with the Lease.
@@ -186,12 +248,19 @@ impl Elector {
     }
 
     /// Campaigns until `stop` fires: `leading` becomes true when the Lease is acquired and
-    /// false when it could not be renewed for a whole lease duration (the caller must then
+    /// false when it could not be renewed within the renew deadline (the caller must then
     /// stop writing). Releases the Lease when stopped.
     pub async fn run(self, leading: watch::Sender<bool>, mut stop: watch::Receiver<bool>) {
         let mut last_renewal = tokio::time::Instant::now();
         loop {
-            match self.try_acquire_or_renew().await {
+            let attempt = tokio::time::timeout(self.settings.attempt_timeout(), self.try_acquire_or_renew())
+                .await
+                .unwrap_or_else(|_| {
+                    Err(kube::Error::Service(
+                        format!("no answer within {:?}", self.settings.attempt_timeout()).into(),
+                    ))
+                });
+            match attempt {
                 Ok(true) => {
                     last_renewal = tokio::time::Instant::now();
                     if !*leading.borrow() {
@@ -207,8 +276,11 @@ impl Elector {
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot reach the lease");
-                    if *leading.borrow() && last_renewal.elapsed() > self.settings.lease_duration {
-                        tracing::warn!("could not renew the lease in time");
+                    if *leading.borrow() && last_renewal.elapsed() > self.settings.renew_deadline {
+                        tracing::warn!(
+                            deadline = ?self.settings.renew_deadline,
+                            "could not renew the lease within the renew deadline"
+                        );
                         leading.send_replace(false);
                     }
                 }
@@ -229,6 +301,9 @@ impl Elector {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
     use super::*;
     use crate::fixtures::mock_client;
 
@@ -277,13 +352,7 @@ mod tests {
     }
 
     fn settings() -> LeaseSettings {
-        LeaseSettings {
-            name: "kalypso-scheduler".into(),
-            namespace: "kalypso".into(),
-            identity: "pod-a".into(),
-            lease_duration: Duration::from_secs(15),
-            retry_period: Duration::from_secs(5),
-        }
+        LeaseSettings::new("kalypso-scheduler", "kalypso", "pod-a")
     }
 
     const PATH: &str = "/apis/coordination.k8s.io/v1/namespaces/kalypso/leases";
@@ -327,5 +396,81 @@ mod tests {
             .await;
         assert!(!task.await.expect("join").expect("ok"));
         server.expect_nothing_more().await;
+    }
+
+    /// Runs the elector against the mocked API server: acquires the Lease, then answers
+    /// every request with 503 for `outage`, then serves again; returns whether it stayed
+    /// the leader throughout.
+    async fn leads_through(outage: Duration) -> bool {
+        let (client, mut server) = mock_client();
+        let (leading_tx, mut leading) = watch::channel(false);
+        let (stop_tx, stop) = watch::channel(false);
+        let elector = tokio::spawn(Elector::new(client, settings()).run(leading_tx, stop));
+        server
+            .expect_error("GET", format!("{PATH}/kalypso-scheduler"), 404, "NotFound")
+            .await;
+        let created = server.expect_ok("POST", PATH).await;
+        leading.wait_for(|l| *l).await.expect("leading");
+        let lost = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (mut leading, lost) = (leading.clone(), lost.clone());
+            tokio::spawn(async move {
+                while leading.changed().await.is_ok() {
+                    if !*leading.borrow() {
+                        lost.store(true, Ordering::SeqCst);
+                    }
+                }
+            })
+        };
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < outage {
+            server
+                .expect_error(
+                    "GET",
+                    format!("{PATH}/kalypso-scheduler"),
+                    503,
+                    "ServiceUnavailable",
+                )
+                .await;
+        }
+        // Back: the Lease is still ours (no one could take it over within its duration).
+        let mut held = created.clone();
+        held["metadata"]["resourceVersion"] = "8".into();
+        for _ in 0..2 {
+            if lost.load(Ordering::SeqCst) {
+                break;
+            }
+            server
+                .expect_ok_with("GET", format!("{PATH}/kalypso-scheduler"), &held)
+                .await;
+            server.expect_ok("PUT", format!("{PATH}/kalypso-scheduler")).await;
+        }
+        let stayed = !lost.load(Ordering::SeqCst) && *leading.borrow();
+        stop_tx.send_replace(true);
+        elector.abort();
+        watcher.abort();
+        stayed
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_ten_second_api_outage_does_not_cost_the_leadership_with_the_default_timings() {
+        assert!(leads_through(Duration::from_secs(10)).await);
+        assert!(leads_through(Duration::from_secs(18)).await);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_outage_longer_than_the_renew_deadline_does() {
+        assert!(!leads_through(Duration::from_secs(24)).await);
+    }
+
+    #[test]
+    fn the_default_timings_are_consistent_and_bad_ones_are_refused() {
+        assert_eq!(settings().check(), Ok(()));
+        let mut bad = settings();
+        bad.renew_deadline = bad.lease_duration;
+        assert!(bad.check().unwrap_err().contains("renew deadline"));
+        let mut bad = settings();
+        bad.retry_period = bad.renew_deadline;
+        assert!(bad.check().unwrap_err().contains("retry period"));
     }
 }

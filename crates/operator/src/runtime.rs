@@ -25,6 +25,10 @@ pub struct PublisherSettings {
     pub token_file: Option<PathBuf>,
     /// The GitHub API URL.
     pub github_api_url: Option<String>,
+    /// The forge of the GitOps repositories (default: inferred from each one's URL).
+    pub provider: Option<kalypso_git::forge::Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from the URL).
+    pub provider_api_url: Option<String>,
 }
 
 /// Why the operator could not start or stopped with an error.
@@ -48,6 +52,8 @@ pub enum Error {
 pub fn delivery_settings(publisher: &PublisherSettings) -> (DeliverySettings, AuthSettings, PathBuf) {
     let mut settings = DeliverySettings {
         mode: publisher.mode,
+        provider: publisher.provider,
+        provider_api_url: publisher.provider_api_url.clone(),
         ..DeliverySettings::default()
     };
     if let Some(url) = &publisher.github_api_url {
@@ -86,6 +92,11 @@ pub fn block_on(
                 auth,
                 delivery: settings,
                 sprig: config.sprig,
+                mass_deletion: kalypso_git::MassDeletionSettings {
+                    limit: config.options.mass_deletion,
+                    allowed: kalypso_git::AllowedDeletions::None,
+                    how_to_allow: crate::desired::HOW_TO_ALLOW_MASS_DELETION,
+                },
                 ..kalypso_git::Settings::default()
             };
             Some(Arc::new(
@@ -114,6 +125,8 @@ mod tests {
             token_env: "TOKEN".into(),
             token_file: None,
             github_api_url: Some("https://ghe.example/api/v3".into()),
+            provider: None,
+            provider_api_url: None,
         };
         let (settings, auth, cache) = delivery_settings(&publisher);
         assert_eq!(settings.mode, Mode::Push);

@@ -53,6 +53,9 @@ pub struct Snapshot {
     /// (policy name → cluster types; see [`crate::ocm`]). Policies whose decisions could not
     /// be read have no entry.
     pub placement_decisions: std::collections::BTreeMap<String, std::collections::BTreeSet<String>>,
+    /// The Environment named after the namespace, if there is one (its annotations allow a
+    /// mass deletion; with `--source external` the scheduler writes its `Ready`).
+    pub environment: Option<Arc<kalypso_api::Environment>>,
 }
 
 /// A Workload whose Flux label names a WorkloadRegistration that does not exist: the

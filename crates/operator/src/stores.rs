@@ -14,8 +14,8 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kalypso_api::{
-    BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, GitOpsRepo, SchedulingPolicy, Template, Workload,
-    WorkloadRegistration, labels,
+    BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment, GitOpsRepo, SchedulingPolicy,
+    Template, Workload, WorkloadRegistration, labels,
 };
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -47,6 +47,9 @@ pub struct Stores {
     pub config_schemas: Store<ConfigSchema>,
     /// ConfigMaps (platform ones with data).
     pub config_maps: Store<ConfigMap>,
+    /// Environments (cluster-wide: Environment `<env>` is about namespace `<env>`; the
+    /// scheduler reads its annotations and, with `--source external`, writes its `Ready`).
+    pub environments: Store<Environment>,
 }
 
 impl Debug for Stores {
@@ -65,7 +68,17 @@ pub fn is_platform_config(cm: &ConfigMap) -> bool {
         || cm.name_any().starts_with("azure-app-config")
 }
 
-fn reflect<K>(client: &Client, strip: fn(&mut K)) -> (Store<K>, Trigger)
+/// The namespace an object's change is about: its own (namespaced kinds).
+fn own_namespace<K: Resource>(o: &K) -> Option<String> {
+    o.meta().namespace.clone()
+}
+
+/// The namespace an Environment's change is about: the one named after it.
+fn named_namespace<K: Resource>(o: &K) -> Option<String> {
+    o.meta().name.clone()
+}
+
+fn reflect<K>(client: &Client, strip: fn(&mut K), about: fn(&K) -> Option<String>) -> (Store<K>, Trigger)
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Eq + Hash + Clone,
@@ -80,9 +93,9 @@ where
         })
         .reflect(writer)
         .touched_objects()
-        .filter_map(|r| {
+        .filter_map(move |r| {
             futures::future::ready(match r {
-                Ok(o) => o.namespace().map(|ns| ObjectRef::new(&ns)),
+                Ok(o) => about(&o).map(|ns| ObjectRef::new(&ns)),
                 Err(e) => {
                     tracing::warn!(error = %e, kind = %K::kind(&()), "watch failed; retrying");
                     None
@@ -121,7 +134,7 @@ impl Stores {
         let mut triggers = Vec::new();
         macro_rules! store {
             ($k:ty, $strip:expr) => {{
-                let (store, trigger) = reflect::<$k>(client, $strip);
+                let (store, trigger) = reflect::<$k>(client, $strip, own_namespace);
                 triggers.push(trigger);
                 store
             }};
@@ -137,6 +150,11 @@ impl Stores {
             base_repos: store!(BaseRepo, keep),
             config_schemas: store!(ConfigSchema, keep),
             config_maps: store!(ConfigMap, strip_config_map),
+            environments: {
+                let (store, trigger) = reflect::<Environment>(client, keep, named_namespace);
+                triggers.push(trigger);
+                store
+            },
         };
         (stores, triggers)
     }
@@ -154,6 +172,7 @@ impl Stores {
         self.base_repos.wait_until_ready().await?;
         self.config_schemas.wait_until_ready().await?;
         self.config_maps.wait_until_ready().await?;
+        self.environments.wait_until_ready().await?;
         Ok(())
     }
 
@@ -175,6 +194,11 @@ impl Stores {
                 .filter(|c| is_platform_config(c))
                 .collect(),
             placement_decisions: Default::default(),
+            environment: self
+                .environments
+                .state()
+                .into_iter()
+                .find(|e| e.meta().name.as_deref() == Some(namespace)),
         }
     }
 }

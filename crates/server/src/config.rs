@@ -7,8 +7,12 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use kalypso_core::run::DeletionLimit;
 use kalypso_git::redact::Secret;
-use kalypso_git::{AuthSettings, Author, DeliverySettings, Mode, RetryPolicy, Settings};
+use kalypso_git::{
+    AllowedDeletions, AuthSettings, Author, DeliverySettings, MassDeletionSettings, Mode, RetryPolicy,
+    Settings,
+};
 use serde::Deserialize;
 
 /// The environment variable holding the webhook secret when none is configured.
@@ -97,6 +101,14 @@ pub struct DeliveryConfig {
     /// GitHub API URL (default `https://api.github.com`).
     #[serde(default)]
     pub github_api_url: Option<String>,
+    /// The forge of the GitOps repositories: `github`, `gitlab`, `azure-devops`, `gitea` or
+    /// `forgejo` (default: inferred from each repository's URL).
+    #[serde(default)]
+    pub provider: Option<kalypso_git::forge::Provider>,
+    /// The API of a GitLab, Azure DevOps or Gitea forge (default: derived from the
+    /// repository URL).
+    #[serde(default)]
+    pub provider_api_url: Option<String>,
     /// Commit author name.
     #[serde(default)]
     pub author_name: Option<String>,
@@ -106,6 +118,34 @@ pub struct DeliveryConfig {
     /// Commit message.
     #[serde(default)]
     pub message: Option<String>,
+    /// When a delivery that removes deployment targets is held: a percentage of the
+    /// folders a GitOps branch has (`50%`), or `default` (all of them, or more than half
+    /// when there are more than ten).
+    #[serde(default, deserialize_with = "deletion_limit")]
+    pub mass_deletion_limit: DeletionLimit,
+    /// Environments allowed to remove more deployment targets than the limit (a person
+    /// adds one, restarts, and takes it out again once delivered).
+    #[serde(default)]
+    pub allow_mass_deletion: Vec<String>,
+}
+
+/// The sentence that ends a held delivery's error under `serve`.
+pub const HOW_TO_ALLOW_MASS_DELETION: &str = "add the environment to `delivery.allowMassDeletion` in the serve \
+     configuration and restart serve (and take it out again once delivered).";
+
+/// `massDeletionLimit`: `50%`, `50` or `default`.
+fn deletion_limit<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<DeletionLimit, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Number(u64),
+        Text(String),
+    }
+    let text = match Text::deserialize(deserializer)? {
+        Text::Number(n) => n.to_string(),
+        Text::Text(t) => t,
+    };
+    text.parse().map_err(serde::de::Error::custom)
 }
 
 /// The `registry` section: credentials and plain-HTTP registries for `oci://` GitOpsRepos.
@@ -324,12 +364,23 @@ impl Config {
                     .github_api_url
                     .clone()
                     .unwrap_or(delivery_defaults.github_api_url),
+                provider: d.provider,
+                provider_api_url: d.provider_api_url.clone(),
                 dry_run: false,
             },
             gitops_repo: d.gitops_repo.clone(),
             extenders: defaults.extenders,
             registry: self.registry.auth(),
             sprig: self.sprig,
+            mass_deletion: MassDeletionSettings {
+                limit: d.mass_deletion_limit,
+                allowed: if d.allow_mass_deletion.is_empty() {
+                    AllowedDeletions::None
+                } else {
+                    AllowedDeletions::Environments(d.allow_mass_deletion.iter().cloned().collect())
+                },
+                how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+            },
         }
     }
 
@@ -396,6 +447,30 @@ log:
     }
 
     #[test]
+    fn names_the_provider_of_self_hosted_forges() {
+        let config = Config::parse(
+            "controlPlane: https://git.contoso.com/platform/control-plane\ndelivery:\n  provider: forgejo\n  providerApiUrl: https://git.contoso.com/api/v1\n",
+        )
+        .unwrap();
+        let s = config.settings();
+        assert_eq!(s.delivery.provider, Some(kalypso_git::forge::Provider::Gitea));
+        assert_eq!(
+            s.delivery.provider_api_url.as_deref(),
+            Some("https://git.contoso.com/api/v1")
+        );
+        assert_eq!(
+            Config::parse("controlPlane: x\n")
+                .unwrap()
+                .settings()
+                .delivery
+                .provider,
+            None
+        );
+        let err = Config::parse("controlPlane: x\ndelivery:\n  provider: bitbucket\n").unwrap_err();
+        assert!(err.contains("bitbucket") && err.contains("azure-devops"), "{err}");
+    }
+
+    #[test]
     fn defaults_and_errors() {
         let config = Config::parse("controlPlane: /srv/control-plane\n").unwrap();
         assert_eq!(config.interval, Duration::from_secs(60));
@@ -425,5 +500,26 @@ log:
                 .unwrap_err()
                 .contains("initalBackoff")
         );
+    }
+
+    #[test]
+    fn the_mass_deletion_guard_is_configured_in_delivery() {
+        let guard = Config::parse("controlPlane: x\n")
+            .unwrap()
+            .settings()
+            .mass_deletion;
+        assert_eq!(guard.limit, DeletionLimit::Default);
+        assert_eq!(guard.allowed, AllowedDeletions::None);
+        assert!(guard.how_to_allow.contains("allowMassDeletion"));
+        for (limit, expected) in [("30%", 30), ("30", 30), ("'30'", 30)] {
+            let text = format!(
+                "controlPlane: x\ndelivery:\n  massDeletionLimit: {limit}\n  allowMassDeletion: [dev]\n"
+            );
+            let guard = Config::parse(&text).unwrap().settings().mass_deletion;
+            assert_eq!(guard.limit, DeletionLimit::Percent(expected), "{limit}");
+            assert!(guard.allowed.allows("dev") && !guard.allowed.allows("prod"));
+        }
+        let error = Config::parse("controlPlane: x\ndelivery:\n  massDeletionLimit: half\n").unwrap_err();
+        assert!(error.contains("not a mass-deletion limit"), "{error}");
     }
 }

@@ -1,9 +1,10 @@
 //! The daemon's HTTP surface, as an axum [`Router`] built by [`app`] so that tests can call
 //! it without a socket: `/healthz` (the process runs), `/readyz` (the control plane has
 //! been read), `/metrics` (Prometheus), `/status` (JSON: each environment's last result, its
-//! last failure and when it is polled next), and `POST /webhook` (a GitHub or GitLab push
-//! event makes every environment poll at once; when a secret is configured, GitHub's HMAC
-//! signature or GitLab's token is checked first).
+//! last failure and when it is polled next), and `POST /webhook` (a push event of GitHub,
+//! GitLab, Gitea/Forgejo or an Azure DevOps service hook makes every environment poll at
+//! once; when a secret is configured, GitHub's or Gitea's HMAC signature, GitLab's token or
+//! Azure DevOps' Basic credentials are checked first).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -239,6 +240,43 @@ async fn status(State(state): State<AppState>) -> Response {
     .into_response()
 }
 
+/// Who sent a webhook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sender {
+    GitHub,
+    GitLab,
+    Gitea,
+    AzureDevOps,
+}
+
+impl Sender {
+    fn name(self) -> &'static str {
+        match self {
+            Sender::GitHub => "github",
+            Sender::GitLab => "gitlab",
+            Sender::Gitea => "gitea",
+            Sender::AzureDevOps => "azure-devops",
+        }
+    }
+}
+
+/// Whether `body` is an Azure DevOps service hook notification (`"publisherId": "tfs"`).
+fn is_service_hook(body: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("publisherId").and_then(|p| p.as_str()).map(|p| p == "tfs"))
+        .unwrap_or(false)
+}
+
+/// The password of an HTTP Basic `Authorization` header.
+fn basic_password(authorization: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    let encoded = authorization.strip_prefix("Basic ")?.trim();
+    let decoded = base64::engine::general_purpose::STANDARD.decode(encoded).ok()?;
+    let colon = decoded.iter().position(|b| *b == b':')?;
+    Some(decoded[colon + 1..].to_vec())
+}
+
 async fn webhook(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -259,81 +297,118 @@ async fn webhook(
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
     };
-    // GitLab says who it is with X-Gitlab-Event and authenticates with the secret itself
-    // (X-Gitlab-Token); GitHub signs the body (X-Hub-Signature-256). Nothing is read from
-    // the body before the request is authenticated.
-    let gitlab = headers.contains_key("x-gitlab-event");
+    // Who sent it, from headers only: nothing is read from the body before the request is
+    // authenticated. Gitea and Forgejo name themselves (and send GitHub's headers too, so
+    // they are asked first); GitLab names itself; Azure DevOps service hooks name nobody and
+    // authenticate with HTTP Basic; anything else is GitHub.
+    let sender = if headers.contains_key("x-gitea-event") || headers.contains_key("x-forgejo-event") {
+        Sender::Gitea
+    } else if headers.contains_key("x-gitlab-event") {
+        Sender::GitLab
+    } else if !headers.contains_key("x-github-event")
+        && (header("authorization").starts_with("Basic ")
+            // With no secret to check, nothing is authenticated: the body may say who it is.
+            || (state.0.webhook_secret.is_none() && is_service_hook(&body)))
+    {
+        Sender::AzureDevOps
+    } else {
+        Sender::GitHub
+    };
     if let Some(secret) = &state.0.webhook_secret {
-        let (authentic, what) = if gitlab {
-            let token = header("x-gitlab-token");
-            (
-                kalypso_git::signature::token_matches(secret.expose().as_bytes(), token.as_bytes()),
+        let secret = secret.expose().as_bytes();
+        let (authentic, what) = match sender {
+            // GitLab sends the secret itself (X-Gitlab-Token).
+            Sender::GitLab => (
+                kalypso_git::signature::token_matches(secret, header("x-gitlab-token").as_bytes()),
                 "token",
-            )
-        } else {
-            let signature = header("x-hub-signature-256");
-            (
-                kalypso_git::signature::verify(secret.expose().as_bytes(), &body, signature),
+            ),
+            // GitHub signs the body (X-Hub-Signature-256: sha256=HEX).
+            Sender::GitHub => (
+                kalypso_git::signature::verify(secret, &body, header("x-hub-signature-256")),
                 "signature",
-            )
+            ),
+            // Gitea signs the body too, as bare hex (X-Gitea-Signature; Forgejo also sends
+            // X-Forgejo-Signature).
+            Sender::Gitea => {
+                let signature = match header("x-gitea-signature") {
+                    "" => header("x-forgejo-signature"),
+                    signature => signature,
+                };
+                (
+                    kalypso_git::signature::verify_hex(secret, &body, signature),
+                    "signature",
+                )
+            }
+            // An Azure DevOps service hook sends the secret as the Basic password (any user).
+            Sender::AzureDevOps => (
+                basic_password(header("authorization"))
+                    .is_some_and(|password| kalypso_git::signature::token_matches(secret, &password)),
+                "credentials",
+            ),
         };
         if !authentic {
             count("rejected");
             tracing::warn!(
-                forge = if gitlab { "gitlab" } else { "github" },
+                forge = sender.name(),
                 "webhook rejected: missing or invalid {what}"
             );
             return (
                 StatusCode::UNAUTHORIZED,
-                if gitlab {
-                    "invalid token\n"
-                } else {
-                    "invalid signature\n"
+                match what {
+                    "token" => "invalid token\n",
+                    "credentials" => "invalid credentials\n",
+                    _ => "invalid signature\n",
                 },
             );
         }
     }
-    let push = if gitlab {
-        match header("x-gitlab-event") {
-            "Push Hook" => true,
-            _ => {
-                count("ignored");
-                return (StatusCode::OK, "event ignored\n");
-            }
-        }
-    } else {
-        match header("x-github-event") {
+    let payload = || serde_json::from_slice::<serde_json::Value>(&body).ok();
+    let field = |payload: &Option<serde_json::Value>, name: &str| {
+        payload
+            .as_ref()
+            .and_then(|v| v.get(name))
+            .and_then(|k| k.as_str())
+            .map(str::to_owned)
+    };
+    let push = match sender {
+        Sender::GitLab => header("x-gitlab-event") == "Push Hook",
+        Sender::GitHub => match header("x-github-event") {
             "ping" => {
                 count("ignored");
                 return (StatusCode::OK, "pong\n");
             }
-            "push" => true,
-            _ => false,
-        }
+            event => event == "push",
+        },
+        Sender::Gitea => match header("x-gitea-event") {
+            "" => header("x-forgejo-event") == "push",
+            event => event == "push",
+        },
+        // Service hooks say what happened in the body.
+        Sender::AzureDevOps => field(&payload(), "eventType").as_deref() == Some("git.push"),
     };
     if !push {
         count("ignored");
         return (StatusCode::OK, "event ignored\n");
     }
-    let payload = serde_json::from_slice::<serde_json::Value>(&body).ok();
-    if gitlab
-        && payload
-            .as_ref()
-            .and_then(|v| v.get("object_kind"))
-            .and_then(|k| k.as_str())
-            != Some("push")
-    {
+    let payload = payload();
+    if sender == Sender::GitLab && field(&payload, "object_kind").as_deref() != Some("push") {
         count("invalid");
         tracing::warn!("GitLab push webhook without a push event payload: ignored");
         return (StatusCode::BAD_REQUEST, "not a push event payload\n");
     }
     count("accepted");
-    let reference = payload
-        .as_ref()
-        .and_then(|v| v.get("ref").and_then(|r| r.as_str()).map(str::to_owned))
-        .unwrap_or_default();
+    // Azure DevOps puts the pushed branches under resource.refUpdates.
+    let reference = match sender {
+        Sender::AzureDevOps => payload
+            .as_ref()
+            .and_then(|v| v.pointer("/resource/refUpdates/0/name"))
+            .and_then(|r| r.as_str())
+            .map(str::to_owned),
+        _ => field(&payload, "ref"),
+    }
+    .unwrap_or_default();
     tracing::info!(
-        forge = if gitlab { "gitlab" } else { "github" },
+        forge = sender.name(),
         reference = %kalypso_git::redact(&reference),
         "push webhook: polling now"
     );

@@ -5,8 +5,8 @@
 //! - repositories built with the real `git` command ([`git`], [`write_files`],
 //!   [`branch_files`]...);
 //! - a smart-HTTP git server over `git http-backend` with token checks and fault injection
-//!   ([`GitHttpServer`]), and a GitHub REST stand-in that records every request
-//!   ([`FakeGitHub`]);
+//!   ([`GitHttpServer`]), and REST stand-ins that record every request: GitHub
+//!   ([`FakeGitHub`]), GitLab, Azure DevOps and Gitea ([`FakeForge`]);
 //! - a real OCI registry (Debian's `docker-registry`) behind a recording, fault-injecting
 //!   proxy that can also act as its token service ([`TestRegistry`]);
 //! - folders read and written as maps of files ([`files_under`], [`write_files_under`]), and
@@ -28,6 +28,7 @@ pub mod browser;
 pub mod cases;
 mod doc_script;
 mod example;
+mod fake_forge;
 mod fake_github;
 pub mod fleet;
 mod folders;
@@ -41,6 +42,7 @@ pub use doc_script::{run_doc_script, sh_blocks};
 pub use example::{
     ExampleRepos, commit_files, data_dir, example_control_plane, pin, replace_in, workspace_root,
 };
+pub use fake_forge::{FakeForge, Flavor, ForgeRequest, WorkItemFields};
 pub use fake_github::{FakeGitHub, FakeIssue, FakePull, Recorded};
 pub use folders::{Entry, copy_files, files_under, snapshot, text_files_under, write_files_under};
 pub use git_cli::{branch_files, commit_count, git, init_bare, rev_parse, write_files};

@@ -5,17 +5,25 @@
 //! The clusters report to the Deployment Observability Hub (`kalypso hub`); this command asks
 //! the hub's gate until it says compliant (exit 0), a cluster failed (exit 1, naming the
 //! cluster and its reconciler's message, without waiting for the others) or the timeout
-//! passes (exit 3). With `--commit-status` the control-plane commit gets a GitHub commit
-//! status that follows the check: pending, then success, failure or error.
+//! passes (exit 3). With `--commit-status` the control-plane commit gets a commit status
+//! on its forge (GitHub, GitLab, Azure DevOps or Gitea) that follows the check: pending,
+//! then success, failure or error.
+//!
+//! With `--into ENV` the hub also evaluates the promotion into ENV (its PromotionPolicy and
+//! freezes) and the check passes only when every requirement is met: a requirement that
+//! failed (a cluster, a verification check, an invalid policy) fails it at once (exit 1, listing
+//! every requirement not met), and one that is not met yet (soak, approvals, a window, a
+//! freeze) is waited for like the clusters.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use kalypso_git::control_plane::short;
+use kalypso_git::forge::{self, Forge, Provider};
 use kalypso_git::github::{CommitStatus, GitHub, StatusState};
 use kalypso_git::redact;
-use kalypso_hub_api::ClusterState;
+use kalypso_hub_api::{ClusterState, PromotionGate, RequirementState};
 
 use super::sync::runtime;
 use crate::hub_client::{Gate, HubClient, HubError, Verdict};
@@ -26,7 +34,7 @@ pub(crate) const EXIT_TIMEOUT: u8 = 3;
 
 /// Where commit statuses go, once the control-plane commit is known.
 struct StatusReporter {
-    github: GitHub,
+    forge: Box<dyn Forge>,
     context: String,
     commit: Option<String>,
     last: Option<StatusState>,
@@ -40,25 +48,41 @@ impl StatusReporter {
             return Ok(None);
         };
         let settings::CommitStatus {
+            url,
             owner,
             repo,
             context,
             github_api_url,
+            providers,
         } = target;
         let credentials =
             kalypso_git::auth::Credentials::load(&settings.git.auth).map_err(|e| anyhow!("{e}"))?;
         let runtime = runtime()?;
-        let github = GitHub::new(
-            runtime.handle().clone(),
-            github_api_url,
-            credentials.token(),
-            owner,
-            repo,
-            settings.git.retry,
-        )
-        .map_err(|e| anyhow!("{e}"))?;
+        let forge: Box<dyn Forge> = if providers.provider_of(url) == Provider::GitHub {
+            Box::new(
+                GitHub::new(
+                    runtime.handle().clone(),
+                    github_api_url,
+                    credentials.token(),
+                    owner,
+                    repo,
+                    settings.git.retry,
+                )
+                .map_err(|e| anyhow!("{e}"))?,
+            )
+        } else {
+            forge::connect(
+                url,
+                providers,
+                credentials.token(),
+                settings.git.retry,
+                runtime.handle(),
+            )
+            .map_err(|e| anyhow!("--control-plane: {e}"))?
+            .ok_or_else(|| anyhow!("--control-plane: {}: not a repository on a forge", url.redacted()))?
+        };
         Ok(Some(StatusReporter {
-            github,
+            forge,
             context: context.clone(),
             commit: None,
             last: None,
@@ -84,7 +108,7 @@ impl StatusReporter {
             description: description.to_owned(),
             target_url: None,
         };
-        match self.github.set_commit_status(commit, &status) {
+        match self.forge.set_commit_status(commit, &status) {
             Ok(()) => self.last = Some(state),
             Err(e) => eprintln!(
                 "warning: cannot set the commit status of {}: {}",
@@ -104,7 +128,79 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
     let mut warned_types = false;
     let mut last: Option<Gate> = None;
     loop {
-        match client.gate(&settings.env, &settings.commit) {
+        match client.gate(&settings.env, &settings.commit, settings.into.as_deref()) {
+            Ok(gate) if gate.promotion.is_some() && gate.verdict != Verdict::UnknownCommit => {
+                let promotion = gate
+                    .promotion
+                    .as_ref()
+                    .map_or_else(|| unreachable!(), Clone::clone);
+                if promotion.may_promote {
+                    if let Some(s) = &mut status {
+                        s.set(
+                            Some(&gate),
+                            StatusState::Success,
+                            &format!("May be promoted into {}", promotion.into),
+                        );
+                    }
+                    if !global.quiet {
+                        println!(
+                            "{}: may be promoted into {} ({}) after {}",
+                            settings.env,
+                            promotion.into,
+                            summaries(&promotion, false).join(", "),
+                            kalypso_core::duration::format(round_seconds(started.elapsed())),
+                        );
+                    }
+                    return Ok(ExitCode::SUCCESS);
+                }
+                if promotion
+                    .requirements
+                    .iter()
+                    .any(|r| r.state == RequirementState::Failed)
+                {
+                    eprintln!(
+                        "error: {} may not be promoted into {}: {}",
+                        settings.env,
+                        promotion.into,
+                        summaries(&promotion, true).join("; ")
+                    );
+                    for c in gate.clusters.iter().filter(|c| c.state == ClusterState::Failed) {
+                        eprintln!(
+                            "error: cluster {} ({}) in {} failed: {}",
+                            c.name,
+                            c.cluster_type,
+                            settings.env,
+                            c.message().unwrap_or("(no message)")
+                        );
+                    }
+                    if let Some(s) = &mut status {
+                        s.set(
+                            Some(&gate),
+                            StatusState::Failure,
+                            &format!("May not be promoted into {}", promotion.into),
+                        );
+                    }
+                    return Ok(ExitCode::FAILURE);
+                }
+                let line = format!(
+                    "{}: not yet promotable into {}: {}",
+                    settings.env,
+                    promotion.into,
+                    summaries(&promotion, true).join("; ")
+                );
+                if line != last_line && !global.quiet {
+                    eprintln!("{line}");
+                }
+                last_line = line;
+                if let Some(s) = &mut status {
+                    s.set(
+                        Some(&gate),
+                        StatusState::Pending,
+                        &format!("Waiting to promote into {}", promotion.into),
+                    );
+                }
+                last = Some(gate);
+            }
             Ok(gate) => {
                 if !warned_types
                     && !gate.cluster_types_without_clusters.is_empty()
@@ -216,7 +312,15 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
         if now >= deadline {
             let waiting = last
                 .as_ref()
-                .map(|g| progress_line(&settings.env, &settings.commit, g))
+                .map(|g| match &g.promotion {
+                    Some(p) if g.verdict != Verdict::UnknownCommit => format!(
+                        "{}: not yet promotable into {}: {}",
+                        settings.env,
+                        p.into,
+                        summaries(p, true).join("; ")
+                    ),
+                    _ => progress_line(&settings.env, &settings.commit, g),
+                })
                 .unwrap_or_else(|| format!("{}: the hub at {} never answered", settings.env, client.base()));
             eprintln!(
                 "error: timed out after {}: {waiting}",
@@ -265,6 +369,16 @@ fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
     )
 }
 
+/// The requirements' summaries: only those not met (`unmet`), or all.
+pub(crate) fn summaries(promotion: &PromotionGate, unmet: bool) -> Vec<String> {
+    promotion
+        .requirements
+        .iter()
+        .filter(|r| !unmet || r.state != RequirementState::Met)
+        .map(|r| r.summary.clone())
+        .collect()
+}
+
 fn control_plane_note(gate: &Gate) -> String {
     gate.control_plane_commit
         .as_deref()
@@ -306,6 +420,7 @@ mod tests {
                 cluster("large-1", ClusterState::Behind),
             ],
             cluster_types_without_clusters: vec![],
+            promotion: None,
         };
         assert_eq!(
             progress_line("dev", "x", &gate),

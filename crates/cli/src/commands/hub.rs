@@ -37,6 +37,9 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         .as_deref()
         .map(|p| read_secret(p, "API token"))
         .transpose()?;
+    if let Some(file) = &settings.notifications {
+        config.notifications = kalypso_hub::notify::NotificationsConfig::load(file)?;
+    }
     config.dashboard = settings.dashboard;
     config.stale_after = settings.stale_after;
     config.refresh = settings.refresh;

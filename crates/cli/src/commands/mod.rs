@@ -7,6 +7,7 @@ mod completions;
 pub(crate) mod crds;
 mod explain;
 mod hub;
+mod hub_action;
 #[cfg(feature = "operator")]
 pub(crate) mod operator;
 pub(crate) mod plan;
@@ -20,6 +21,7 @@ pub(crate) use check_promote::check_promote;
 pub(crate) use completions::{completions, man};
 pub(crate) use explain::explain;
 pub(crate) use hub::hub;
+pub(crate) use hub_action::hub_action;
 pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::promote;
 pub(crate) use render::render;

@@ -26,16 +26,20 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         source: settings.source,
         health_addr: settings.health_addr,
         metrics_addr: settings.metrics_addr,
-        leader_elect: settings.lease.as_ref().map(|(name, namespace)| LeaseSettings {
-            name: name.clone(),
-            namespace: namespace.clone(),
-            identity: identity.clone(),
-            lease_duration: Duration::from_secs(15),
-            retry_period: Duration::from_secs(5),
+        leader_elect: settings.lease.as_ref().map(|(name, namespace)| {
+            let (lease_duration, renew_deadline, retry_period) = settings.lease_timings;
+            LeaseSettings {
+                lease_duration,
+                renew_deadline,
+                retry_period,
+                ..LeaseSettings::new(name.clone(), namespace.clone(), identity.clone())
+            }
         }),
         flux: settings.flux.clone(),
         options: Options {
             assignments: settings.assignments,
+            external: settings.source == kalypso_operator::ControlPlaneFeed::External,
+            mass_deletion: settings.mass_deletion_limit,
         },
         debounce: settings.debounce,
         resync: settings.resync,

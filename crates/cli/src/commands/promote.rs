@@ -4,7 +4,10 @@
 //!
 //! `--from ENV` promotes what ENV runs: the control-plane commit its GitOps branch was
 //! rendered from. With `--hub`, the hub's gate must say that every cluster of ENV runs that
-//! GitOps commit, or nothing is promoted.
+//! GitOps commit and that every requirement of the target environment (its PromotionPolicy's
+//! soak, approvals, windows and verification, and its freezes) is met, or nothing is promoted
+//! (`--override-gate REASON` goes ahead anyway and is recorded as an override). The hub is
+//! told of the promotion, for its audit log.
 
 use std::process::ExitCode;
 
@@ -15,16 +18,23 @@ use kalypso_git::repo::Transport;
 use kalypso_git::{Cache, RepoUrl, redact};
 use kalypso_hub_api::ClusterState;
 
+use kalypso_hub_api::PromotionReport;
+
 use crate::hub_client::{HubClient, Verdict};
-use crate::settings::{Global, Promote, PromoteFrom, PromotedCommit};
+use crate::settings::{Global, HubAccess, Promote, PromoteFrom, PromotedCommit};
 
 pub(crate) fn promote(settings: &Promote, global: &Global) -> Result<ExitCode> {
     let url = &settings.control_plane.url;
     let credentials = kalypso_git::auth::Credentials::load(&settings.git.auth).map_err(|e| anyhow!("{e}"))?;
     let transport = Transport::new(&credentials, settings.git.retry);
     let cache = Cache::new(settings.git.cache_dir());
+    let mut checked = None;
     let commit = match &settings.commit {
-        PromotedCommit::From(from) => Some(promoted_by(settings, from, url, &cache, &transport, global)?),
+        PromotedCommit::From(from) => {
+            let (commit, unmet) = promoted_by(settings, from, url, &cache, &transport, global)?;
+            checked = Some((from, commit.clone(), unmet));
+            Some(commit)
+        }
         PromotedCommit::Given(commit) => commit.clone(),
     };
     let request = Request {
@@ -35,6 +45,11 @@ pub(crate) fn promote(settings: &Promote, global: &Global) -> Result<ExitCode> {
     };
     let result = promote::promote(url, &settings.git.main_branch, &cache, &transport, &request)
         .map_err(|e| anyhow!("{}", redact(&e.to_string())))?;
+    if let (Some((from, commit, unmet)), Promotion::Promoted { .. }) = (&checked, &result)
+        && let Some(hub) = &from.hub
+    {
+        report(settings, hub, &from.env, commit, unmet);
+    }
     if !global.quiet {
         match result {
             Promotion::AlreadyPromoted { commit, file } => println!(
@@ -61,8 +76,31 @@ pub(crate) fn promote(settings: &Promote, global: &Global) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Tells the hub of the promotion (a warning when it cannot be told: the promotion is done).
+fn report(settings: &Promote, hub: &HubAccess, from: &str, commit: &str, unmet: &[String]) {
+    let body = PromotionReport {
+        environment: settings.env.clone(),
+        from: Some(from.to_owned()),
+        commit: commit.to_owned(),
+        message: None,
+        override_reason: settings.override_gate.clone(),
+        unmet: if settings.override_gate.is_some() {
+            unmet.to_vec()
+        } else {
+            Vec::new()
+        },
+    };
+    let told = HubClient::new(&hub.url, hub.token_file.as_deref()).and_then(|c| {
+        c.post::<_, serde_json::Value>("/api/v1/promotions", &body)
+            .map_err(|e| anyhow!("{e}"))
+    });
+    if let Err(e) = told {
+        eprintln!("warning: the hub was not told of the promotion (its audit log misses it): {e}");
+    }
+}
+
 /// The control-plane commit environment `from` delivered, checked against the hub when one
-/// is given.
+/// is given, and the requirements not met that `--override-gate` passed over.
 fn promoted_by(
     settings: &Promote,
     source: &PromoteFrom,
@@ -70,7 +108,7 @@ fn promoted_by(
     cache: &Cache,
     transport: &Transport<'_>,
     global: &Global,
-) -> Result<String> {
+) -> Result<(String, Vec<String>)> {
     let from = source.env.as_str();
     let delivered = promote::delivered(
         url,
@@ -121,8 +159,52 @@ fn promoted_by(
             )
         };
         let gate = client
-            .gate(from, &gitops_commit)
+            .gate(from, &gitops_commit, Some(&settings.env))
             .map_err(|e| refuse(e.to_string()))?;
+        if let Some(promotion) = gate
+            .promotion
+            .as_ref()
+            .filter(|_| gate.verdict != Verdict::UnknownCommit)
+        {
+            if promotion.may_promote {
+                compliance = format!(
+                    "; may be promoted into {}: {}",
+                    settings.env,
+                    super::check_promote::summaries(promotion, false).join(", ")
+                );
+            } else {
+                let unmet = super::check_promote::summaries(promotion, true);
+                match &settings.override_gate {
+                    None => {
+                        return Err(refuse(format!(
+                            "{} may not be promoted into {}: {}",
+                            from,
+                            settings.env,
+                            unmet.join("; ")
+                        )));
+                    }
+                    Some(reason) => {
+                        eprintln!(
+                            "warning: overriding the gate ({reason}): {} may not be promoted into {}: {}",
+                            from,
+                            settings.env,
+                            unmet.join("; ")
+                        );
+                        print_source(global, from, &gitops_commit, &delivered.branch, &promoted, "");
+                        return Ok((promoted, unmet));
+                    }
+                }
+            }
+            print_source(
+                global,
+                from,
+                &gitops_commit,
+                &delivered.branch,
+                &promoted,
+                &compliance,
+            );
+            return Ok((promoted, Vec::new()));
+        }
         match gate.verdict {
             Verdict::Compliant => {
                 compliance = format!(", compliant on {}/{} clusters", gate.compliant, gate.total);
@@ -164,13 +246,30 @@ fn promoted_by(
             }
         }
     }
+    print_source(
+        global,
+        from,
+        &gitops_commit,
+        &delivered.branch,
+        &promoted,
+        &compliance,
+    );
+    Ok((promoted, Vec::new()))
+}
+
+fn print_source(
+    global: &Global,
+    from: &str,
+    gitops_commit: &str,
+    branch: &str,
+    promoted: &str,
+    compliance: &str,
+) {
     if !global.quiet {
         println!(
-            "{from}: GitOps commit {} of {} carries control-plane commit {}{compliance}",
-            short(&gitops_commit),
-            delivered.branch,
-            short(&promoted)
+            "{from}: GitOps commit {} of {branch} carries control-plane commit {}{compliance}",
+            short(gitops_commit),
+            short(promoted)
         );
     }
-    Ok(promoted)
 }

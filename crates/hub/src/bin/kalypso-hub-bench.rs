@@ -1,20 +1,34 @@
-//! The hub's benchmark (not a test): registers `--clusters` clusters in each of three
-//! environments through the Flux endpoint, then measures sustained ingest, the gate's and the
-//! environment status's latency, the fleet dashboard's pages (served by the hub from its
-//! database), and the hub's memory. The hub runs in a child process (this
-//! binary with `serve`), so that its RSS is its own.
+//! The hub's benchmark (not a test): a hub in a child process (this binary with `serve`, so
+//! that its RSS and CPU are its own) is driven over HTTP on loopback from this process, as a
+//! fleet drives it, and the answers a promotion waits on are timed as a user meets them.
 //!
 //! ```text
-//! cargo run --release -p kalypso-hub --bin kalypso-hub-bench -- [--clusters 100000] [--events 100000]
-//!     [--connections 64] [--database sqlite://PATH | postgres://...]
+//! cargo run --release -p kalypso-hub --bin kalypso-hub-bench -- [--clusters 100000]
+//!     [--updates N] [--connections 32] [--dir DIR] [--postgres | --database URL] [--keep]
 //! ```
 //!
-//! Without `--database`, a SQLite file in a temporary folder; with `KALYPSO_TEST_POSTGRES_URL`
-//! set and `--postgres`, a fresh PostgreSQL database on that server.
+//! 1. Seeds three environments (`dev`, `stage`, `prod`) with a GitOps history (dev: c0..c2
+//!    promoting P0..P2, stage: c0, c1, prod: c0) and 100 cluster types of 5 deployment targets
+//!    each, straight into the database.
+//! 2. **Registration**: `--clusters` distinct clusters of `dev` post their first Flux event
+//!    (compliant at c1) from `--connections` keep-alive connections; 1% as many register in
+//!    `stage` and `prod` each. Every cluster must be listed afterwards.
+//! 3. **Updates**: `--updates` state changes (default: half the clusters) — a cluster goes
+//!    progressing, then compliant (or, one in fifty, failed) at c2.
+//! 4. The gate of `dev` by GitOps commit (c2) and by control-plane commit (P2), the environment
+//!    status, the dashboard's fleet map, promotions page, environment and cluster-type pages:
+//!    each timed on its first load, then the median of five more.
+//! 5. The hub's peak RSS, and the load average of the machine during each phase.
+//!
+//! Without `--database`, a SQLite file in `--dir` (default: a fresh folder in the temporary
+//! folder; use `/dev/shm` for a million clusters), deleted at the end unless `--keep`; with
+//! `--postgres`, a fresh database on the server `KALYPSO_TEST_POSTGRES_URL` names, dropped at
+//! the end unless `--keep`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::io::BufRead;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,11 +43,21 @@ use sqlx::Connection;
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 const ENVIRONMENTS: [&str; 3] = ["dev", "stage", "prod"];
+/// GitOps commits per environment (the head is the last).
+const HISTORY: [usize; 3] = [3, 2, 1];
 const CLUSTER_TYPES: usize = 100;
 const TARGETS_PER_TYPE: usize = 5;
+/// Event times start here (Unix ms).
+const EPOCH: i64 = 1_764_000_000_000;
 
-fn sha(env: usize, n: usize) -> String {
-    format!("{:040x}", (env as u128 + 1) * 1_000_000 + n as u128)
+/// The GitOps commit at `position` of environment `env`.
+fn sha(env: usize, position: usize) -> String {
+    format!("{:040x}", (env as u128 + 1) * 1_000_000 + position as u128)
+}
+
+/// The control-plane commit promoted at `position`.
+fn promoted(position: usize) -> String {
+    format!("{:040x}", 9_000_000 + position)
 }
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -59,7 +83,7 @@ fn main() {
 
 async fn serve(database: &str) {
     tracing_subscriber::fmt()
-        .with_env_filter("warn")
+        .with_env_filter("warn,sqlx::query=error")
         .with_writer(std::io::stderr)
         .init();
     let mut config = HubConfig::new(database);
@@ -75,20 +99,25 @@ async fn serve(database: &str) {
     axum::serve(listener, app).await.unwrap();
 }
 
-async fn fresh_postgres(base: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let name = format!("kalypso_hub_bench_{}", std::process::id());
-    let mut conn = sqlx::AnyConnection::connect(base).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+/// `base` with its database replaced by `name`.
+fn database_url(base: &str, name: &str) -> String {
     let (head, tail) = base.split_once("://").unwrap();
-    let host = tail.split('/').next().unwrap();
-    format!("{head}://{host}/{name}")
+    let (authority, query) = match tail.split_once('?') {
+        Some((a, q)) => (a, format!("?{q}")),
+        None => (tail, String::new()),
+    };
+    let host = authority.split('/').next().unwrap();
+    format!("{head}://{host}/{name}{query}")
 }
 
-/// Three GitOps commits per environment, 100 cluster types of 5 deployment targets each.
+async fn postgres_admin(base: &str, sql: &str) {
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(base).await.unwrap();
+    sqlx::query(sql).execute(&mut conn).await.unwrap();
+    conn.close().await.unwrap();
+}
+
+/// The GitOps histories and 100 cluster types of 5 deployment targets each.
 async fn seed(db: &Db) {
     let mut tx = db.pool().begin().await.unwrap();
     for (e, env) in ENVIRONMENTS.iter().enumerate() {
@@ -101,7 +130,7 @@ async fn seed(db: &Db) {
         .execute(&mut *tx)
         .await
         .unwrap();
-        for n in 0..3 {
+        for n in 0..HISTORY[e] {
             sqlx::query(
                 "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit) VALUES ($1, $2, $3, $4, $5, $6)",
             )
@@ -109,8 +138,8 @@ async fn seed(db: &Db) {
             .bind(sha(e, n))
             .bind(if n == 0 { None } else { Some(sha(e, n - 1)) })
             .bind(n as i64)
-            .bind(1_700_000_000_000i64 + n as i64 * 60_000)
-            .bind(format!("{:040x}", 9_000_000 + n))
+            .bind(EPOCH - 3_600_000 + (n as i64 + e as i64) * 60_000)
+            .bind(promoted(n))
             .execute(&mut *tx)
             .await
             .unwrap();
@@ -141,36 +170,54 @@ async fn seed(db: &Db) {
     tx.commit().await.unwrap();
 }
 
-fn event(env: usize, cluster: usize, commit: &str, reason: &str, second: u64) -> Vec<u8> {
-    let (severity, state_reason) = match reason {
-        "failed" => ("error", "HealthCheckFailed"),
-        "progressing" => ("info", "Progressing"),
-        _ => ("info", "ReconciliationSucceeded"),
+/// What a Flux event says.
+#[derive(Clone, Copy)]
+enum Kind {
+    Progressing,
+    Compliant,
+    Failed,
+}
+
+/// A Flux Kustomization event of cluster `cluster` of `env` applying its commit at `position`.
+fn event(env: usize, cluster: usize, position: usize, kind: Kind, millis: i64) -> Vec<u8> {
+    let (severity, reason) = match kind {
+        Kind::Failed => ("error", "HealthCheckFailed"),
+        Kind::Progressing => ("info", "Progressing"),
+        Kind::Compliant => ("info", "ReconciliationSucceeded"),
     };
-    let time = kalypso_hub::model::format_time(1_764_000_000_000 + second as i64 * 1000);
+    let time = kalypso_hub::model::format_time(EPOCH + millis);
     // Formatted directly: the load generator shares the cores with the hub.
     format!(
-        r#"{{"involvedObject":{{"kind":"Kustomization","namespace":"flux-system","name":"platform","uid":"5c2d4d4a-7c0e-4e3b-9a37-0d7f0b1f8a11","apiVersion":"kustomize.toolkit.fluxcd.io/v1"}},"severity":"{severity}","timestamp":"{time}","message":"Applied revision","reason":"{state_reason}","metadata":{{"revision":"{env_name}@sha1:{commit}","cluster":"cluster-{cluster:06}","clusterType":"type-{ct:03}","environment":"{env_name}"}},"reportingController":"kustomize-controller"}}"#,
+        r#"{{"involvedObject":{{"kind":"Kustomization","namespace":"flux-system","name":"platform","uid":"5c2d4d4a-7c0e-4e3b-9a37-0d7f0b1f8a11","apiVersion":"kustomize.toolkit.fluxcd.io/v1"}},"severity":"{severity}","timestamp":"{time}","message":"Applied revision {commit}","reason":"{reason}","metadata":{{"revision":"{env_name}@sha1:{commit}","cluster":"cluster-{cluster:07}","clusterType":"type-{ct:03}","environment":"{env_name}"}},"reportingController":"kustomize-controller"}}"#,
         env_name = ENVIRONMENTS[env],
+        commit = sha(env, position),
         ct = cluster % CLUSTER_TYPES,
     )
     .into_bytes()
 }
 
-/// Sends `total` events from `connections` connections; `make(i)` builds event `i`.
+/// What a phase of load gave.
+struct Rate {
+    events: usize,
+    per_second: f64,
+    errors: u64,
+}
+
+/// Sends `total` events from `connections` keep-alive connections; `make(i)` builds event
+/// `i`. A response other than 200, or a connection error, is an error (not retried).
 async fn blast(
     addr: SocketAddr,
     connections: usize,
     total: usize,
     make: Arc<dyn Fn(usize) -> Vec<u8> + Send + Sync>,
-) -> f64 {
+) -> Rate {
     let next = Arc::new(AtomicU64::new(0));
-    let failures = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
     let start = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..connections {
         let next = next.clone();
-        let failures = failures.clone();
+        let errors = errors.clone();
         let make = make.clone();
         tasks.push(tokio::spawn(async move {
             let mut client = Client::new(addr);
@@ -180,9 +227,15 @@ async fn blast(
                     break;
                 }
                 let body = make(i);
-                let r = client.post("/api/v1/events/flux", &[], &body).await.unwrap();
-                if r.status != 200 && failures.fetch_add(1, Ordering::Relaxed) == 0 {
-                    eprintln!("first failure: {} {}", r.status, String::from_utf8_lossy(&r.body));
+                let failure = match client.post("/api/v1/events/flux", &[], &body).await {
+                    Ok(r) if r.status == 200 => None,
+                    Ok(r) => Some(format!("{} {}", r.status, String::from_utf8_lossy(&r.body))),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(why) = failure
+                    && errors.fetch_add(1, Ordering::Relaxed) < 5
+                {
+                    eprintln!("event {i} failed: {why}");
                 }
             }
         }));
@@ -190,34 +243,41 @@ async fn blast(
     for t in tasks {
         t.await.unwrap();
     }
-    let elapsed = start.elapsed().as_secs_f64();
-    assert_eq!(failures.load(Ordering::Relaxed), 0, "every event stored");
-    total as f64 / elapsed
+    Rate {
+        events: total,
+        per_second: total as f64 / start.elapsed().as_secs_f64(),
+        errors: errors.load(Ordering::Relaxed),
+    }
 }
 
-async fn latency(addr: SocketAddr, path: &str, runs: usize) -> (f64, f64, usize) {
+/// A query's latency: its first load, then the median of five more (ms).
+struct Timing {
+    first: f64,
+    median: f64,
+    bytes: usize,
+}
+
+async fn timed(addr: SocketAddr, path: &str) -> Timing {
     let mut client = Client::new(addr);
+    // Connect first, so that the first load measures the answer, not the handshake.
+    client.get("/healthz", &[]).await.unwrap();
     let mut times = Vec::new();
-    let mut size = 0;
-    for _ in 0..runs {
+    let mut bytes = 0;
+    for _ in 0..6 {
         let start = Instant::now();
         let r = client.get(path, &[]).await.unwrap();
         times.push(start.elapsed().as_secs_f64() * 1000.0);
         assert_eq!(r.status, 200, "{path}: {}", String::from_utf8_lossy(&r.body));
-        size = r.body.len();
+        bytes = r.body.len();
     }
-    times.sort_by(|a, b| a.total_cmp(b));
-    (times[runs / 2], times[(runs * 95 / 100).min(runs - 1)], size)
-}
-
-/// CPU seconds (user + system) `pid` has used.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // Fields after the command name (which may hold spaces): state is the 3rd field overall.
-    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    let first = times[0];
+    let mut rest = times[1..].to_vec();
+    rest.sort_by(|a, b| a.total_cmp(b));
+    Timing {
+        first,
+        median: rest[rest.len() / 2],
+        bytes,
+    }
 }
 
 fn rss_kib(pid: u32, field: &str) -> u64 {
@@ -230,19 +290,95 @@ fn rss_kib(pid: u32, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU seconds (user + system) `pid` has used.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces); utime and stime are the
+    // 14th and 15th fields overall.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok()).unwrap_or(0.0);
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+/// The 1-minute load average.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .next()
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// Cleans up what the run created, also when it panics.
+struct Cleanup {
+    hub: Option<std::process::Child>,
+    dir: Option<PathBuf>,
+    postgres: Option<(String, String)>,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        if let Some(mut hub) = self.hub.take() {
+            let _ = hub.kill();
+            let _ = hub.wait();
+        }
+        if let Some(dir) = self.dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+        if let Some((base, name)) = self.postgres.take() {
+            // A runtime of its own: this may run while the bench's runtime unwinds.
+            let dropped = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap()
+                    .block_on(postgres_admin(
+                        &base,
+                        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+                    ));
+            })
+            .join();
+            if dropped.is_err() {
+                eprintln!("could not drop the bench database");
+            }
+        }
+    }
+}
+
 async fn drive(args: &[String]) {
     let clusters: usize = arg(args, "--clusters").map_or(100_000, |s| s.parse().unwrap());
-    let events: usize = arg(args, "--events").map_or(100_000, |s| s.parse().unwrap());
-    let connections: usize = arg(args, "--connections").map_or(64, |s| s.parse().unwrap());
-    let tmp = std::env::temp_dir().join(format!("kalypso-hub-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&tmp).unwrap();
+    let updates: usize = arg(args, "--updates").map_or(clusters / 2, |s| s.parse().unwrap());
+    let connections: usize = arg(args, "--connections").map_or(32, |s| s.parse().unwrap());
+    let keep = args.iter().any(|a| a == "--keep");
+    let mut cleanup = Cleanup {
+        hub: None,
+        dir: None,
+        postgres: None,
+    };
     let database = match arg(args, "--database") {
         Some(url) => url,
         None if args.iter().any(|a| a == "--postgres") => {
             let base = std::env::var("KALYPSO_TEST_POSTGRES_URL").expect("KALYPSO_TEST_POSTGRES_URL");
-            fresh_postgres(&base).await
+            let name = format!("kalypso_hub_bench_{}", std::process::id());
+            postgres_admin(&base, &format!("CREATE DATABASE {name}")).await;
+            let url = database_url(&base, &name);
+            if !keep {
+                cleanup.postgres = Some((base, name));
+            }
+            url
         }
-        None => format!("sqlite://{}", tmp.join("bench.db").display()),
+        None => {
+            let parent = arg(args, "--dir").map_or_else(std::env::temp_dir, PathBuf::from);
+            let dir = parent.join(format!("kalypso-hub-bench-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let url = format!("sqlite://{}", dir.join("hub.db").display());
+            if !keep {
+                cleanup.dir = Some(dir);
+            }
+            url
+        }
     };
     let backend = if database.starts_with("sqlite") {
         "SQLite"
@@ -264,106 +400,151 @@ async fn drive(args: &[String]) {
         .unwrap();
     let addr: SocketAddr = line.trim().parse().unwrap();
     let pid = child.id();
+    cleanup.hub = Some(child);
+    let small = (clusters / 100).max(1);
     println!(
-        "backend: {backend}; {clusters} clusters x {} environments; {connections} connections",
-        ENVIRONMENTS.len()
+        "{backend}: {clusters} clusters in dev ({small} in stage and prod each), {CLUSTER_TYPES} cluster types; \
+         {connections} connections; load average {}",
+        load_average()
     );
 
-    // Registration: every cluster reports compliant at the first commit.
-    let n = clusters;
+    // Registration: every cluster's first event (compliant at the environment's head, c1 for
+    // dev), stage's and prod's few first.
     let cpu = cpu_seconds(pid);
-    let rate = blast(
+    let total = clusters + 2 * small;
+    let registration = blast(
         addr,
         connections,
-        n * ENVIRONMENTS.len(),
+        total,
         Arc::new(move |i| {
-            let (env, cluster) = (i / n, i % n);
-            event(env, cluster, &sha(env, 0), "compliant", 1)
+            if i < 2 * small {
+                let env = 1 + i / small;
+                event(env, i % small, HISTORY[env] - 1, Kind::Compliant, 0)
+            } else {
+                event(0, i - 2 * small, 1, Kind::Compliant, 0)
+            }
         }),
     )
     .await;
     let used = cpu_seconds(pid) - cpu;
+    let registration_load = load_average();
     println!(
-        "register {} clusters: {rate:.0} events/s; hub CPU {:.0} us/event ({:.0} events per CPU-second)",
-        n * ENVIRONMENTS.len(),
-        used * 1e6 / (n * ENVIRONMENTS.len()) as f64,
-        (n * ENVIRONMENTS.len()) as f64 / used
+        "registration: {} events, {:.0} events/s, {} errors; hub CPU {:.0} us/event; load average {registration_load}",
+        registration.events,
+        registration.per_second,
+        registration.errors,
+        used * 1e6 / total as f64
     );
-    let cpu = cpu_seconds(pid);
+    let mut client = Client::new(addr);
+    let listed = client
+        .get("/api/v1/clusters?environment=dev&limit=1", &[])
+        .await
+        .unwrap()
+        .json()["total"]
+        .as_u64()
+        .unwrap_or_default();
+    println!(
+        "registered in dev: {listed} of {clusters}{}",
+        if listed == clusters as u64 {
+            ""
+        } else {
+            " (MISSING CLUSTERS)"
+        }
+    );
 
-    // Sustained ingest: state changes (progressing, then compliant or failed at the second
-    // commit) spread over every cluster of `dev`.
-    let rate = blast(
+    // Updates: cluster k goes progressing, then compliant (failed: one in fifty) at c2.
+    let cpu = cpu_seconds(pid);
+    let update = blast(
         addr,
         connections,
-        events,
+        updates,
         Arc::new(move |i| {
-            let cluster = i % n;
-            let round = i / n;
-            let kind = match round % 3 {
-                0 => "progressing",
-                1 if cluster.is_multiple_of(50) => "failed",
-                _ => "compliant",
+            let cluster = (i / 2) % clusters;
+            let kind = match i % 2 {
+                0 => Kind::Progressing,
+                _ if cluster.is_multiple_of(50) => Kind::Failed,
+                _ => Kind::Compliant,
             };
-            event(0, cluster, &sha(0, 1 + (round / 3) % 2), kind, 10 + i as u64)
+            event(0, cluster, 2, kind, 60_000 + i as i64)
         }),
     )
     .await;
     let used = cpu_seconds(pid) - cpu;
+    let update_load = load_average();
     println!(
-        "sustained ingest: {rate:.0} events/s ({events} events); hub CPU {:.0} us/event ({:.0} events per CPU-second)",
-        used * 1e6 / events as f64,
-        events as f64 / used
-    );
-    println!(
-        "load average during the run: {}",
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .trim()
+        "updates: {} events, {:.0} events/s, {} errors; hub CPU {:.0} us/event; load average {update_load}",
+        update.events,
+        update.per_second,
+        update.errors,
+        used * 1e6 / updates.max(1) as f64
     );
 
-    let gate = format!("/api/v1/environments/dev/gate?commit={}", sha(0, 1));
-    let (median, p95, size) = latency(addr, &gate, 20).await;
-    println!("gate (dev, {n} clusters): median {median:.1} ms, p95 {p95:.1} ms ({size} bytes)");
-    let gate_cp = format!("/api/v1/environments/stage/gate?commit={:040x}", 9_000_000);
-    let (median, p95, _) = latency(addr, &gate_cp, 20).await;
-    println!("gate by control-plane commit (stage): median {median:.1} ms, p95 {p95:.1} ms");
-    let (median, p95, size) = latency(addr, "/api/v1/environments/dev", 20).await;
-    println!("environment status (dev): median {median:.1} ms, p95 {p95:.1} ms ({size} bytes)");
-    let (median, p95, _) = latency(
-        addr,
-        "/api/v1/clusters?environment=prod&state=compliant&limit=100&offset=5000",
-        20,
-    )
-    .await;
-    println!("cluster list page: median {median:.1} ms, p95 {p95:.1} ms");
-    for (label, path) in [
-        ("dashboard fleet map (/)", "/".to_owned()),
+    let queries = [
         (
-            "dashboard fleet map, page 2, failed only",
-            "/?state=failed&page=2&size=20".to_owned(),
+            "gate by GitOps commit (dev)",
+            format!("/api/v1/environments/dev/gate?commit={}", sha(0, 2)),
         ),
-        ("dashboard fleet map, prod only", "/?environment=prod".to_owned()),
-        ("dashboard promotions", "/promotions".to_owned()),
         (
-            "dashboard cluster type (dev/type-001, failed first)",
+            "gate by control-plane commit (dev)",
+            format!("/api/v1/environments/dev/gate?commit={}", promoted(2)),
+        ),
+        (
+            "environment status API (dev)",
+            "/api/v1/environments/dev".to_owned(),
+        ),
+        ("fleet map (/)", "/".to_owned()),
+        ("promotions page", "/promotions".to_owned()),
+        (
+            "environment page (/?environment=dev)",
+            "/?environment=dev".to_owned(),
+        ),
+        (
+            "cluster-type page (dev/type-001)",
             "/environments/dev/cluster-types/type-001".to_owned(),
         ),
         (
-            "dashboard cluster page",
-            "/environments/dev/clusters/cluster-000050".to_owned(),
+            "cluster page",
+            "/environments/dev/clusters/cluster-0000050".to_owned(),
         ),
-        ("dashboard workload", "/workloads/workload-1".to_owned()),
-    ] {
-        let (median, p95, size) = latency(addr, &path, 20).await;
-        println!("{label}: median {median:.1} ms, p95 {p95:.1} ms ({size} bytes)");
+        (
+            "cluster list API (compliant, offset 5000)",
+            "/api/v1/clusters?environment=dev&state=compliant&limit=100&offset=5000".to_owned(),
+        ),
+    ];
+    let mut timings = Vec::new();
+    for (label, path) in &queries {
+        let t = timed(addr, path).await;
+        println!(
+            "{label}: first load {:.1} ms, then median {:.1} ms ({} bytes)",
+            t.first, t.median, t.bytes
+        );
+        timings.push(t);
     }
+    let query_load = load_average();
+    let peak = rss_kib(pid, "VmHWM:") / 1024;
     println!(
-        "hub RSS: {} MiB now, {} MiB peak",
-        rss_kib(pid, "VmRSS:") / 1024,
-        rss_kib(pid, "VmHWM:") / 1024
+        "hub RSS: {} MiB now, {peak} MiB peak; load average {query_load}",
+        rss_kib(pid, "VmRSS:") / 1024
     );
-    let _ = child.kill();
-    let _ = child.wait();
-    let _ = std::fs::remove_dir_all(&tmp);
+    println!();
+    println!(
+        "| backend | clusters | registration | updates | gate (GitOps / control-plane commit) | environment status | fleet map | promotions | environment page | cluster-type page | hub peak RSS | load average (registration / updates / queries) |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
+    let ms = |t: &Timing| format!("{:.0} ms", t.first);
+    println!(
+        "| {backend} | {clusters} | {:.0} events/s, {} errors | {:.0} events/s, {} errors | {} / {} | {} | {} | {} | {} | {} | {peak} MiB | {registration_load} / {update_load} / {query_load} |",
+        registration.per_second,
+        registration.errors,
+        update.per_second,
+        update.errors,
+        ms(&timings[0]),
+        ms(&timings[1]),
+        ms(&timings[2]),
+        ms(&timings[3]),
+        ms(&timings[4]),
+        ms(&timings[5]),
+        ms(&timings[6]),
+    );
+    drop(cleanup);
 }

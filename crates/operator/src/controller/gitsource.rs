@@ -107,24 +107,31 @@ pub fn environment_ref(env: &Environment) -> EnvironmentRef {
     }
 }
 
-/// The `Ready` condition that a sync's report gives.
+/// The `Ready` condition that a sync's report gives: sentences, one per GitOps repository.
 pub fn condition(report: &EnvReport) -> Desired {
     match &report.outcome {
         Outcome::Delivered(targets) => {
-            let detail: Vec<String> = targets
-                .iter()
-                .map(|t| format!("{} ({} {}): {:?}", t.name, t.repo, t.branch, t.delivery))
-                .collect();
-            Desired::ready(
-                "Delivered",
-                format!(
-                    "{} assignment(s) from {}; {}",
-                    report.assignments,
-                    report.revisions,
-                    detail.join("; ")
-                ),
-            )
+            let mut message = format!(
+                "{} rendered from {}.",
+                plural(report.assignments, "assignment"),
+                report.revisions
+            );
+            for t in targets {
+                message.push_str(&format!(
+                    " GitOpsRepo {} ({} branch {}): {}.",
+                    t.name, t.repo, t.branch, t.delivery
+                ));
+            }
+            Desired::ready("Delivered", message)
         }
+        Outcome::Failed { failures, .. } if report.is_held() => Desired::not_ready(
+            crate::desired::MASS_DELETION_HELD,
+            failures
+                .iter()
+                .map(|f| f.message.clone())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
         Outcome::Failed { failures, .. } => Desired::failed(
             failures
                 .iter()
@@ -132,6 +139,14 @@ pub fn condition(report: &EnvReport) -> Desired {
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
+    }
+}
+
+fn plural(n: usize, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
     }
 }
 
@@ -145,8 +160,12 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Context>) -> Result<Actio
     })?;
     let env_ref = environment_ref(&env);
     let syncer = ctx.syncer.clone();
+    let allowed = crate::desired::allows_mass_deletion(&env);
     let result = tokio::task::spawn_blocking(move || {
         let mut pass = syncer.pass(&url)?;
+        if allowed {
+            pass.allow_mass_deletion(&env_ref.name);
+        }
         pass.sync(&env_ref)
     })
     .await
@@ -197,6 +216,7 @@ mod tests {
             diagnostics: Diagnostics::new(),
             isolated: Default::default(),
             isolated_failures: Vec::new(),
+            mass_deletion: None,
             outcome,
         }
     }
@@ -206,7 +226,34 @@ mod tests {
         let ok = condition(&report(Outcome::Delivered(vec![])));
         assert!(ok.status);
         assert_eq!(ok.reason, "Delivered");
-        assert!(ok.message.starts_with("3 assignment(s)"));
+        assert!(
+            ok.message.starts_with("3 assignments rendered from main"),
+            "{}",
+            ok.message
+        );
+        let committed = condition(&report(Outcome::Delivered(vec![
+            kalypso_git::sync::TargetReport {
+                name: "dev".into(),
+                repo: "https://github.com/org/gitops".into(),
+                branch: "dev".into(),
+                delivery: kalypso_git::Delivery::DryRun {
+                    mode: kalypso_git::Mode::Push,
+                    changes: kalypso_git::deliver::Changes::default(),
+                },
+            },
+        ])));
+        assert!(
+            committed
+                .message
+                .ends_with("GitOpsRepo dev (https://github.com/org/gitops branch dev): would deliver in push mode (0 added, 0 changed, 0 deleted)."),
+            "{}",
+            committed.message
+        );
+        assert!(
+            !committed.message.contains('{'),
+            "no debug text: {}",
+            committed.message
+        );
         let failed = condition(&report(Outcome::Failed {
             failures: vec![Failure {
                 assignment: None,

@@ -186,9 +186,11 @@ pub async fn sync(mut snapshot: Snapshot, ctx: &Context) -> Result<Action, Error
     Ok(Action::requeue(wait.map_or(ctx.resync, |w| w.min(ctx.resync))))
 }
 
-/// What the operator keeps of the namespace's last run; before a first run, when a policy
-/// places targets, seeded with where the (first) GitOps branch has them, so that `Steady`
-/// keeps them there across a restart.
+/// What the operator keeps of the namespace's last run; before a first run, seeded with
+/// where the (first) GitOps branch has its deployment targets, so that `Steady` keeps them
+/// there across a restart, and the mass-deletion guard compares a first run with what the
+/// branch holds (an operator restarted on a namespace that lost its Workloads must not
+/// empty the branch).
 async fn memo(snapshot: &Snapshot, ctx: &Context) -> InMemory {
     let kept = ctx
         .memos
@@ -197,9 +199,6 @@ async fn memo(snapshot: &Snapshot, ctx: &Context) -> InMemory {
         .and_then(|mut memos| memos.remove(&snapshot.namespace));
     if let Some(memo) = kept {
         return memo;
-    }
-    if !snapshot.policies.iter().any(|p| p.spec.has_placement()) {
-        return InMemory::default();
     }
     let Some(repo) = snapshot
         .gitops_repos
@@ -368,11 +367,16 @@ async fn deliver(
                 if let Ok(mut d) = ctx.debouncer.lock() {
                     d.forget(&key);
                 }
+                let reason = if desired.held {
+                    desired::MASS_DELETION_HELD
+                } else {
+                    "Blocked"
+                };
                 ctx.shared
                     .write_status(
                         &target,
                         &current,
-                        &[Desired::not_ready("Blocked", desired::summarize(problems))],
+                        &[Desired::not_ready(reason, desired::summarize(problems))],
                         &[READY_TO_PR],
                         None,
                     )

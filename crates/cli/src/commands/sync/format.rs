@@ -228,11 +228,20 @@ pub(super) fn report_lines(report: &EnvReport, quiet: bool, verbose: bool, elaps
             }
         }
         Outcome::Failed { failures, issues } => {
-            lines.errors.push(format!(
-                "error: environment {} has {} failure(s); nothing was delivered",
-                report.environment,
-                failures.len()
-            ));
+            if let Some(held) = report.mass_deletion.as_ref().filter(|m| m.held) {
+                lines.errors.push(format!(
+                    "error: environment {}: delivery held, it would remove {} of {} deployment-target folders; nothing was delivered",
+                    report.environment,
+                    held.removed.len(),
+                    held.total
+                ));
+            } else {
+                lines.errors.push(format!(
+                    "error: environment {} has {} failure(s); nothing was delivered",
+                    report.environment,
+                    failures.len()
+                ));
+            }
             if let Some(issues) = issues {
                 lines.errors.push(format!(
                     "{}: issues opened {}, updated {}, closed {}",
@@ -286,7 +295,7 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
         }),
         Outcome::Failed { failures, issues } => json!({
             "environment": report.environment,
-            "result": "failed",
+            "result": if report.is_held() { "held" } else { "failed" },
             "assignments": report.assignments,
             "revisions": revisions,
             "failures": failures.iter().map(|f| json!({

@@ -45,6 +45,7 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         gitops_repo: args.gitops_repo.clone(),
         registry: args.registry.clone(),
         sprig: global.sprig,
+        mass_deletion: args.mass_deletion.clone(),
         ..Settings::default()
     };
     let runtime = runtime()?;
@@ -62,6 +63,8 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
     let started = std::time::Instant::now();
     let check = syncer.check(url, &args.environments);
     let mut ok = true;
+    // Every failure was a delivery held by the mass-deletion guard (exit code 3).
+    let mut only_held = true;
     let mut json = Vec::new();
     let report_unchanged = |u: &kalypso_git::Unchanged, json: &mut Vec<serde_json::Value>| {
         if args.json {
@@ -173,6 +176,7 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
                     eprintln!("{}", redact(&d.to_string()));
                 }
                 ok &= report.is_success();
+                only_held &= report.is_success() || report.is_held();
                 if args.json {
                     let mut value = format::report_json(&report);
                     if let Some(v) = value.as_object_mut() {
@@ -194,6 +198,7 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
             }
             Err(e) => {
                 ok = false;
+                only_held = false;
                 let message = redact(&e.to_string());
                 eprintln!("error: {message}");
                 if args.json {
@@ -208,7 +213,13 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&json)?);
     }
-    Ok(if ok { ExitCode::SUCCESS } else { ExitCode::FAILURE })
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else if only_held {
+        ExitCode::from(HELD)
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// Unix milliseconds now.
@@ -278,3 +289,6 @@ impl WaveGate for HubWaves<'_> {
         Ok(GateAnswer { waves: Some(health) })
     }
 }
+/// The exit code of a sync whose only failures are deliveries held by the mass-deletion
+/// guard (a person decides; nothing is broken).
+pub(crate) const HELD: u8 = 3;

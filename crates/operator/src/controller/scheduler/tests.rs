@@ -24,7 +24,10 @@ fn context(
         shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
         stores: None,
         engine: Arc::new(Engine::new()),
-        options: Options { assignments },
+        options: Options {
+            assignments,
+            ..Options::default()
+        },
         publisher,
         debouncer: Mutex::new(Debouncer::new(debounce)),
         resync: Duration::from_secs(300),
