@@ -215,8 +215,8 @@ impl Setup {
         std::thread::sleep(SOAK);
         self.sync_ok();
         fleet.apply_head();
-        self.sync_ok();
-        assert_eq!(self.state()["status"], "complete", "{}", self.state());
+        let out = self.sync_ok();
+        assert_eq!(self.state()["status"], "complete", "{}\n{out}", self.state());
     }
 }
 

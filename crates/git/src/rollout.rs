@@ -256,7 +256,18 @@ impl Pass<'_> {
             at.wave_time,
             now,
         );
-        self.carry_out(resolved, step, at.state, unchecked)
+        let run = self.carry_out(resolved, step, at.state, unchecked)?;
+        // A rollout in progress goes on without any input moving: the next sync must not
+        // answer "nothing moved" from the delivery state.
+        let progressing = run
+            .rollout
+            .as_ref()
+            .and_then(|r| r.state.as_ref())
+            .is_some_and(|s| s.status == Status::Progressing);
+        if progressing {
+            self.forget_delivery(&name);
+        }
+        Ok(run)
     }
 
     /// Carries `step` out for `resolved` (the state before: `before`).

@@ -715,7 +715,8 @@ impl Pass<'_> {
             return Err(Error::GitOpsRepo {
                 environment: name.clone(),
                 name: oci.name.clone(),
-                reason: "a RolloutPolicy needs git GitOpsRepos: an OCI artifact is delivered whole, so some                          cluster types cannot keep their content while others change"
+                reason: "a RolloutPolicy needs git GitOpsRepos: an OCI artifact is delivered whole, so some \
+                         cluster types cannot keep their content while others change"
                     .to_owned(),
             });
         }
@@ -902,6 +903,12 @@ impl Pass<'_> {
                 environment: name.to_owned(),
                 error,
             })
+    }
+
+    /// Makes the next sync take the full path for `environment` (see
+    /// [`Store::forget_environment`]).
+    pub(crate) fn forget_delivery(&self, environment: &str) {
+        self.store.forget_environment(environment);
     }
 
     /// Records what `report` delivered from `resolved`, so that the next sync can see that

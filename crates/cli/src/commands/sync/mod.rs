@@ -149,7 +149,9 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
                         );
                     }
                     if rollout.failed() {
+                        // A failed rollout is not a held delivery: exit code 1, not 3.
                         ok = false;
+                        only_held = false;
                         eprintln!("error: environment {}: {}", rollout.environment, redact(&rollout.message));
                     } else if !global.quiet && !args.json {
                         println!("{}: {}", rollout.environment, redact(&rollout.message));
