@@ -349,3 +349,201 @@ fn a_failing_canary_is_rolled_back_by_itself() {
     assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
     assert_eq!(setup.state()["status"], "rolled-back");
 }
+
+impl Setup {
+    /// `kalypso rollout ACTION CONTROL_PLANE --env dev --hub URL`.
+    fn rollout(&self, action: &str, extra: &[&str]) -> Output {
+        Command::new(KALYPSO)
+            .args(["rollout", action])
+            .arg(self.work.join("control-plane.git"))
+            .args(["--env", "dev", "--hub", &self.url, "--cache-dir"])
+            .arg(self.work.join("cache"))
+            .args(extra)
+            .output()
+            .unwrap()
+    }
+
+    fn rollout_ok(&self, action: &str, extra: &[&str]) -> String {
+        let out = self.rollout(action, extra);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "rollout {action} failed:\n{text}");
+        text
+    }
+
+    /// Each first-parent commit of dev, oldest first, with the rollout state it carries
+    /// (`null` before the first rollout).
+    fn history(&self) -> Vec<(String, serde_json::Value)> {
+        let commits = git(&self.gitops(), &["rev-list", "--first-parent", "--reverse", "dev"]);
+        commits
+            .lines()
+            .map(|c| {
+                let out = Command::new("git")
+                    .arg("-C")
+                    .arg(self.gitops())
+                    .args(["show", &format!("{c}:.github/tracking/Rollout_State")])
+                    .output()
+                    .unwrap();
+                let state = if out.status.success() {
+                    serde_json::from_slice(&out.stdout).unwrap()
+                } else {
+                    serde_json::Value::Null
+                };
+                (c.to_owned(), state)
+            })
+            .collect()
+    }
+}
+
+#[test]
+fn a_rollout_is_paused_resumed_and_aborted_on_its_gitops_branch() {
+    let setup = Setup::new("Halt");
+    let fleet = setup.fleet();
+    setup.roll_out_everything(&fleet);
+    setup.change("Dev2");
+    setup.sync_ok();
+    let wave1 = setup.head();
+    fleet.apply_head();
+
+    // status reads the tracked state and asks the hub how the canary runs it.
+    let out = setup.rollout_ok("status", &[]);
+    assert!(
+        out.contains("is progressing, 1 of 2 wave(s) delivered")
+            && out.contains("wave 1/2 canary: small: delivered; 2/2 cluster(s) compliant, 0 failed")
+            && out.contains("wave 2/2 rest: command-center, drone, large: waiting")
+            && out.contains("next: wave \"canary\": compliant, soaking"),
+        "{out}"
+    );
+
+    // pause: a commit with the state only (the content of both waves as it was).
+    let out = setup.rollout_ok("pause", &[]);
+    assert!(out.contains("paused at 1 of 2 waves"), "{out}");
+    assert_eq!(git(&setup.gitops(), &["rev-parse", "dev~1"]), wave1);
+    let changed = git(&setup.gitops(), &["diff", "--name-only", &wave1, "dev"]);
+    assert_eq!(changed, ".github/tracking/Rollout_State");
+    assert_eq!(setup.state()["status"], "paused");
+    // A paused rollout is not advanced, even after its soak; pausing twice is refused.
+    std::thread::sleep(SOAK);
+    let paused = setup.head();
+    let out = setup.sync_ok();
+    assert!(out.contains("paused"), "{out}");
+    assert_eq!(setup.head(), paused);
+    let out = setup.rollout("pause", &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("is paused: it cannot be paused"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = setup.rollout_ok("status", &["--json"]);
+    let status: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["status"], "paused", "{status}");
+    assert_eq!(status["waves"][0]["delivered"], true);
+    assert_eq!(status["waves"][1]["delivered"], false);
+
+    // resume: progressing again, and the next sync delivers the next wave.
+    setup.rollout_ok("resume", &[]);
+    assert_eq!(setup.state()["status"], "progressing");
+    setup.sync_ok();
+    assert_eq!(setup.state()["delivered"], 2, "{}", setup.state());
+    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev2"));
+
+    // abort: the delivered waves get the content they ran before, in one commit; exit 0.
+    let before_abort = setup.head();
+    let out = setup.rollout_ok("abort", &[]);
+    assert!(out.contains("rolled back"), "{out}");
+    assert_eq!(git(&setup.gitops(), &["rev-parse", "dev~1"]), before_abort);
+    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev"));
+    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
+    assert_eq!(setup.state()["status"], "rolled-back");
+    // Nothing is left to resume.
+    assert_eq!(setup.rollout("resume", &[]).status.code(), Some(1));
+}
+
+/// kill -9 of `kalypso sync` at points spread over a wave's delivery: the GitOps branch holds
+/// the old wave or the new one, never part of one, and the next sync goes on from the tracked
+/// state without losing or repeating a wave.
+#[test]
+fn a_killed_sync_loses_and_repeats_no_wave() {
+    let setup = Setup::new("Rollback");
+    let fleet = setup.fleet();
+    setup.roll_out_everything(&fleet);
+    // How long a sync that delivers a wave takes here: the kills are spread over it.
+    setup.change("Dev9");
+    let started = std::time::Instant::now();
+    setup.sync_ok();
+    let took = started.elapsed();
+    fleet.apply_head();
+    std::thread::sleep(SOAK);
+    setup.sync_ok();
+    fleet.apply_head();
+    setup.sync_ok();
+    assert_eq!(setup.state()["status"], "complete");
+    let delays = [1u32, 3, 5, 7, 9].map(|tenths| took * tenths / 10);
+    for (round, delay) in delays.into_iter().enumerate() {
+        setup.change(&format!("Dev{}", round + 10));
+        // Wave 1 by a sync that is killed, then by the next one.
+        for wave in 1..=2 {
+            if wave == 2 {
+                fleet.apply_head();
+                std::thread::sleep(SOAK);
+            }
+            let mut child = Command::new(KALYPSO)
+                .arg("sync")
+                .arg(setup.work.join("control-plane.git"))
+                .args(["--env", "dev", "--hub", &setup.url, "--cache-dir"])
+                .arg(setup.work.join("cache"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            std::thread::sleep(delay);
+            let _ = child.kill(); // SIGKILL
+            let _ = child.wait();
+            let out = setup.sync_ok();
+            let state = setup.state();
+            assert_eq!(state["delivered"], wave, "round {round}, wave {wave}: {state}\n{out}");
+            assert_eq!(state["status"], "progressing", "{state}");
+        }
+        fleet.apply_head();
+        setup.sync_ok();
+        assert_eq!(setup.state()["status"], "complete", "round {round}");
+    }
+    // Every commit of the branch carries a whole step: per change, wave 1 once, wave 2 once,
+    // complete once, in that order.
+    let mut steps: Vec<(String, u64, String)> = Vec::new();
+    for (_, state) in setup.history() {
+        if state.is_null() {
+            continue;
+        }
+        let step = (
+            state["change"]["environment"].as_str().unwrap().to_owned(),
+            state["delivered"].as_u64().unwrap(),
+            state["status"].as_str().unwrap().to_owned(),
+        );
+        assert!(
+            !steps.contains(&step),
+            "a step was delivered twice: {step:?} in {steps:?}"
+        );
+        steps.push(step);
+    }
+    let per_change: Vec<Vec<(u64, String)>> = steps
+        .chunk_by(|a, b| a.0 == b.0)
+        .map(|c| c.iter().map(|s| (s.1, s.2.clone())).collect())
+        .collect();
+    assert_eq!(per_change.len(), 7, "{steps:?}");
+    for change in per_change {
+        assert_eq!(
+            change,
+            [
+                (1, "progressing".to_owned()),
+                (2, "progressing".to_owned()),
+                (2, "complete".to_owned())
+            ],
+            "{steps:?}"
+        );
+    }
+}

@@ -221,6 +221,7 @@ pub(crate) enum CommandSettings {
     Promote(Box<Promote>),
     CheckPromote(Box<CheckPromote>),
     HubAction(Box<HubAction>),
+    Rollout(Box<Rollout>),
     Hub(Box<Hub>),
     Completions(Shell),
     Man(Man),
@@ -268,6 +269,7 @@ impl CommandSettings {
                     reason: a.reason.clone(),
                 },
             )?)),
+            Command::Rollout(c) => CommandSettings::Rollout(Box::new(Rollout::from_command(c)?)),
             Command::Hub(a) => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
             Command::Completions(a) => CommandSettings::Completions(a.shell),
             Command::Man(a) => CommandSettings::Man(Man { out: a.out.clone() }),
@@ -482,6 +484,72 @@ impl Sync {
                 url: url.clone(),
                 token_file: args.hub_token_file.clone(),
             }),
+        })
+    }
+}
+
+/// What `kalypso rollout` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RolloutAction {
+    Status,
+    Control(kalypso_git::rollout::Control),
+}
+
+/// `kalypso rollout`: the action, and the environment with the settings a sync of it has.
+#[derive(Debug)]
+pub(crate) struct Rollout {
+    pub(crate) action: RolloutAction,
+    pub(crate) env: String,
+    /// Delivery (of `pause`, `resume`, `abort`), as a sync of the one environment.
+    pub(crate) sync: Sync,
+}
+
+impl Rollout {
+    fn from_command(command: &args::RolloutCommand) -> Result<Rollout, SettingsError> {
+        use kalypso_git::rollout::Control;
+        let (action, args) = match command {
+            args::RolloutCommand::Status(a) => (RolloutAction::Status, a),
+            args::RolloutCommand::Pause(a) => (RolloutAction::Control(Control::Pause), a),
+            args::RolloutCommand::Resume(a) => (RolloutAction::Control(Control::Resume), a),
+            args::RolloutCommand::Abort(a) => (RolloutAction::Control(Control::Abort), a),
+        };
+        let message = match action {
+            RolloutAction::Status => kalypso_git::deliver::DEFAULT_MESSAGE.to_owned(),
+            RolloutAction::Control(Control::Pause) => format!("Pause the rollout of {}", args.env),
+            RolloutAction::Control(Control::Resume) => format!("Resume the rollout of {}", args.env),
+            RolloutAction::Control(Control::Abort) => format!("Abort the rollout of {}", args.env),
+        };
+        Ok(Rollout {
+            action,
+            env: args.env.clone(),
+            sync: Sync {
+                control_plane: ControlPlane::parse(&args.control_plane)?,
+                environments: vec![args.env.clone()],
+                delivery: DeliverySettings {
+                    mode: args.mode,
+                    author: author(&args.commit),
+                    message,
+                    branch_prefix: args.branch_prefix.clone(),
+                    github_api_url: args.github_api_url.clone(),
+                    provider: args.provider.provider,
+                    provider_api_url: args.provider.provider_api_url.clone(),
+                    dry_run: false,
+                },
+                gitops_repo: args.gitops_repo.clone(),
+                json: args.json,
+                verbose: false,
+                git: Git::from_args(&args.git)?,
+                registry: kalypso_git::oci::AuthSettings::default(),
+                mass_deletion: kalypso_git::MassDeletionSettings {
+                    limit: kalypso_core::run::DeletionLimit::default(),
+                    allowed: kalypso_git::AllowedDeletions::None,
+                    how_to_allow: "run kalypso sync --allow-mass-deletion.",
+                },
+                hub: args.hub.as_ref().map(|url| HubAccess {
+                    url: url.clone(),
+                    token_file: args.hub_token_file.clone(),
+                }),
+            },
         })
     }
 }

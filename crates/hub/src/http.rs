@@ -11,6 +11,7 @@
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
 pub mod actions;
+pub mod waves;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -193,10 +194,7 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments", get(list_environments))
         .route("/api/v1/environments/{environment}", get(get_environment))
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
-        .route(
-            "/api/v1/environments/{environment}/waves",
-            get(crate::rollout::get_waves),
-        )
+        .route("/api/v1/environments/{environment}/waves", get(waves::get_waves))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
         .route("/api/v1/approvals", post(actions::approve))

@@ -55,7 +55,7 @@ const BEARER: &str = "bearerToken";
         http::list_environments,
         http::get_environment,
         http::get_gate,
-        crate::rollout::get_waves,
+        crate::http::waves::get_waves,
         http::get_commit,
         http::get_workload,
         crate::http::actions::approve,

@@ -16,6 +16,9 @@ use crate::settings::{self, Global};
 use kalypso_server::config::LogFormat;
 
 mod format;
+mod rollout;
+
+pub(crate) use rollout::rollout;
 
 /// A multi-threaded runtime: GitHub calls block on it from the syncing thread.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
