@@ -322,6 +322,11 @@ fn a_failing_canary_halts_the_rollout() {
     let head = setup.head();
     assert_eq!(setup.sync().status.code(), Some(1));
     assert_eq!(setup.head(), head);
+    // check-promote fails at once: the change never reaches the later waves.
+    let out = setup.check_promote(&head, "30s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is halted"), "{stderr}");
 }
 
 #[test]
@@ -351,6 +356,23 @@ fn a_failing_canary_is_rolled_back_by_itself() {
 }
 
 impl Setup {
+    /// `kalypso check-promote --env dev --commit COMMIT` with a short timeout.
+    fn check_promote(&self, commit: &str, timeout: &str) -> Output {
+        Command::new(KALYPSO)
+            .args([
+                "check-promote",
+                "--hub",
+                &self.url,
+                "--env",
+                "dev",
+                "--commit",
+                commit,
+            ])
+            .args(["--timeout", timeout, "--interval", "1s"])
+            .output()
+            .unwrap()
+    }
+
     /// `kalypso rollout ACTION CONTROL_PLANE --env dev --hub URL`.
     fn rollout(&self, action: &str, extra: &[&str]) -> Output {
         Command::new(KALYPSO)
@@ -377,7 +399,10 @@ impl Setup {
     /// Each first-parent commit of dev, oldest first, with the rollout state it carries
     /// (`null` before the first rollout).
     fn history(&self) -> Vec<(String, serde_json::Value)> {
-        let commits = git(&self.gitops(), &["rev-list", "--first-parent", "--reverse", "dev"]);
+        let commits = git(
+            &self.gitops(),
+            &["rev-list", "--first-parent", "--reverse", "dev"],
+        );
         commits
             .lines()
             .map(|c| {
@@ -451,13 +476,40 @@ fn a_rollout_is_paused_resumed_and_aborted_on_its_gitops_branch() {
     assert_eq!(setup.state()["delivered"], 2, "{}", setup.state());
     assert_eq!(setup.environment_value("large").as_deref(), Some("Dev2"));
 
+    // check-promote: every cluster may report the newest commit, but until the rollout is
+    // complete the environment does not run the change everywhere.
+    fleet.apply_head();
+    let out = setup.check_promote(&wave1, "3s");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("progressive rollout of") && stderr.contains("is progressing"),
+        "{stderr}"
+    );
+    setup.sync_ok();
+    assert_eq!(setup.state()["status"], "complete");
+    // Complete: compliant once the clusters run the commit that completed it.
+    fleet.apply_head();
+    let out = setup.check_promote(&wave1, "30s");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A newer change, wave 1 delivered: abort it.
+    setup.change("Dev3");
+    setup.sync_ok();
+    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev3"));
+
     // abort: the delivered waves get the content they ran before, in one commit; exit 0.
     let before_abort = setup.head();
     let out = setup.rollout_ok("abort", &[]);
     assert!(out.contains("rolled back"), "{out}");
     assert_eq!(git(&setup.gitops(), &["rev-parse", "dev~1"]), before_abort);
-    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev"));
-    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
+    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev2"));
+    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev2"));
     assert_eq!(setup.state()["status"], "rolled-back");
     // Nothing is left to resume.
     assert_eq!(setup.rollout("resume", &[]).status.code(), Some(1));
@@ -505,7 +557,10 @@ fn a_killed_sync_loses_and_repeats_no_wave() {
             let _ = child.wait();
             let out = setup.sync_ok();
             let state = setup.state();
-            assert_eq!(state["delivered"], wave, "round {round}, wave {wave}: {state}\n{out}");
+            assert_eq!(
+                state["delivered"], wave,
+                "round {round}, wave {wave}: {state}\n{out}"
+            );
             assert_eq!(state["status"], "progressing", "{state}");
         }
         fleet.apply_head();

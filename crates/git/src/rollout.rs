@@ -316,12 +316,15 @@ impl Pass<'_> {
                         match gate.health(&name, &commit.to_string(), &asked) {
                             Ok(answer) => {
                                 if let Some(waves) = &answer.waves {
-                                    unchecked = waves.iter().flat_map(|w| w.without_clusters.clone()).collect();
+                                    unchecked =
+                                        waves.iter().flat_map(|w| w.without_clusters.clone()).collect();
                                 }
                                 answer.waves
                             }
                             Err(message) => {
-                                return Err(refuse(format!("cannot ask the hub about the rollout: {message}")));
+                                return Err(refuse(format!(
+                                    "cannot ask the hub about the rollout: {message}"
+                                )));
                             }
                         }
                     }
@@ -362,13 +365,16 @@ impl Pass<'_> {
         let Some(plan) = self.plan_rollout(&resolved, gate, now, false)? else {
             return Err(Error::Rollout {
                 environment: name,
-                reason: "it has no RolloutPolicy (or an invalid one: kalypso validate names its problems)".to_owned(),
+                reason: "it has no RolloutPolicy (or an invalid one: kalypso validate names its problems)"
+                    .to_owned(),
             });
         };
         let next = match &plan.step {
             Step::Wait { reason } => reason.clone(),
             Step::Stopped { state } => match state.status {
-                Status::Paused => "nothing: the rollout is paused (kalypso rollout resume continues it)".to_owned(),
+                Status::Paused => {
+                    "nothing: the rollout is paused (kalypso rollout resume continues it)".to_owned()
+                }
                 status => format!("nothing: the rollout is {}", status.as_str()),
             },
             Step::Deliver { summary, .. } => summary.clone(),
@@ -425,7 +431,11 @@ impl Pass<'_> {
                     summary: format!(
                         "rollout of {}: {} at {} of {} waves",
                         short(&state.change.environment),
-                        if control == Control::Pause { "paused" } else { "resumed" },
+                        if control == Control::Pause {
+                            "paused"
+                        } else {
+                            "resumed"
+                        },
                         state.delivered,
                         state.waves.len()
                     ),
@@ -442,7 +452,9 @@ impl Pass<'_> {
                     Control::Abort => "aborted",
                 };
                 let how = match status {
-                    Status::Halted => "; a newer change starts a new rollout, kalypso rollout abort rolls it back",
+                    Status::Halted => {
+                        "; a newer change starts a new rollout, kalypso rollout abort rolls it back"
+                    }
                     Status::Paused => "; kalypso rollout resume continues it, abort rolls it back",
                     Status::Progressing => "; kalypso rollout pause stops it",
                     _ => "",

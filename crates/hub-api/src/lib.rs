@@ -811,6 +811,14 @@ pub struct Gate {
     /// Cluster types of the commit with no non-stale cluster: nothing checks them.
     #[serde(default)]
     pub cluster_types_without_clusters: Vec<String>,
+    /// When a progressive rollout brought the commit and has not reached every wave of the
+    /// environment (from the commit on, no commit's rollout is complete): the status of the
+    /// environment's newest rollout (`progressing`, `paused`, `halted`, `rolled-back`). The
+    /// verdict is then `pending` (`failed` when halted or rolled back), whatever the clusters
+    /// report. Absent otherwise; once the rollout is complete, the clusters must run the
+    /// commit that completed it (or a later one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
     /// Asked with `into`: whether the commit may be promoted into that environment, with
     /// every requirement and its state. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]

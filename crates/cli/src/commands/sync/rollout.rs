@@ -69,7 +69,11 @@ pub(crate) fn rollout(args: &settings::Rollout, global: &Global) -> Result<ExitC
             let mut ok = true;
             let mut json = serde_json::json!({"environment": env.name});
             if let Some(report) = &run.report {
-                for d in report.diagnostics.iter().filter(|d| d.is_error() || !global.quiet) {
+                for d in report
+                    .diagnostics
+                    .iter()
+                    .filter(|d| d.is_error() || !global.quiet)
+                {
                     eprintln!("{}", redact(&d.to_string()));
                 }
                 ok &= report.is_success();
