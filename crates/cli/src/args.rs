@@ -459,7 +459,7 @@ pub(crate) struct SyncArgs {
     /// The Deployment Observability Hub (`http://hub:8090`): environments with a
     /// RolloutPolicy get a change wave by wave, each wave once the hub reports every
     /// registered cluster of the waves before it compliant with the change (docs/rollout.md).
-    #[arg(long, env = "KALYPSO_HUB", value_name = "URL")]
+    #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token.
     #[arg(long, value_name = "FILE", requires = "hub")]
@@ -519,7 +519,7 @@ pub(crate) struct RolloutArgs {
     pub(crate) branch_prefix: String,
     /// The Deployment Observability Hub (`status`: how the delivered waves' clusters run the
     /// change).
-    #[arg(long, env = "KALYPSO_HUB", value_name = "URL")]
+    #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token.
     #[arg(long, value_name = "FILE", requires = "hub")]

@@ -1421,6 +1421,7 @@ mod tests {
             "check-promote --provider KALYPSO_PROVIDER",
             "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
+            "sync --hub KALYPSO_HUB_URL",
         ]
         .iter()
         .map(|s| (*s).to_owned())
@@ -1437,6 +1438,20 @@ mod tests {
             "hub",
         ] {
             expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+        }
+        // `kalypso rollout status|pause|resume|abort`: a sync's git, forge and hub settings.
+        for command in ["status", "pause", "resume", "abort"] {
+            expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+            expected.extend(
+                [
+                    "github_api_url KALYPSO_GITHUB_API_URL",
+                    "provider KALYPSO_PROVIDER",
+                    "provider_api_url KALYPSO_PROVIDER_API_URL",
+                    "hub KALYPSO_HUB_URL",
+                ]
+                .iter()
+                .map(|e| format!("{command} --{e}")),
+            );
         }
         // Registry access for oci:// GitOps repositories (the token's own variable,
         // KALYPSO_REGISTRY_TOKEN, is read by kalypso-oci, not by clap: its value is never shown).
