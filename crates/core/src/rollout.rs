@@ -793,7 +793,7 @@ mod tests {
             &w,
             &rev("a"),
             Some(&started),
-            Some(&[failed.clone()]),
+            Some(std::slice::from_ref(&failed)),
             Some(0),
             1,
         ));
