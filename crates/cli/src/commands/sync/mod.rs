@@ -235,6 +235,10 @@ fn now_ms() -> i64 {
         .unwrap_or_default()
 }
 
+/// The longest cluster type list one wave-gate question carries (the hub takes 4096
+/// characters).
+const MAX_WAVE_QUESTION: usize = 4000;
+
 /// The hub as the gate of a rollout's waves: its per-cluster-type answer summed per wave.
 struct HubWaves<'a> {
     client: &'a HubClient,
@@ -250,18 +254,29 @@ impl WaveGate for HubWaves<'_> {
         waves: &[std::collections::BTreeSet<String>],
     ) -> Result<GateAnswer, String> {
         let all: Vec<String> = waves.iter().flatten().cloned().collect();
-        let answer = self
-            .client
-            .waves(environment, commit, &all)
-            .map_err(|e| e.to_string())?;
-        if answer.gitops_commit.is_none() {
-            return Ok(GateAnswer { waves: None });
+        // The hub takes a list of at most MAX_WAVE_QUESTION characters per question.
+        let mut answered: Vec<kalypso_hub_api::WaveClusterType> = Vec::new();
+        let mut chunk: Vec<String> = Vec::new();
+        let mut length = 0;
+        for (i, ct) in all.iter().enumerate() {
+            chunk.push(ct.clone());
+            length += ct.chars().count() + 1;
+            let next = all.get(i + 1).map_or(usize::MAX, |n| n.chars().count() + 1);
+            if i + 1 == all.len() || length + next > MAX_WAVE_QUESTION {
+                let answer = self
+                    .client
+                    .waves(environment, commit, &chunk)
+                    .map_err(|e| e.to_string())?;
+                if answer.gitops_commit.is_none() {
+                    return Ok(GateAnswer { waves: None });
+                }
+                answered.extend(answer.cluster_types);
+                chunk.clear();
+                length = 0;
+            }
         }
-        let by_type: std::collections::BTreeMap<&str, &kalypso_hub_api::WaveClusterType> = answer
-            .cluster_types
-            .iter()
-            .map(|t| (t.cluster_type.as_str(), t))
-            .collect();
+        let by_type: std::collections::BTreeMap<&str, &kalypso_hub_api::WaveClusterType> =
+            answered.iter().map(|t| (t.cluster_type.as_str(), t)).collect();
         let health = waves
             .iter()
             .map(|cluster_types| {
