@@ -26,8 +26,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     Assignment, AssignmentPackage, BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment,
-    GitOpsRepo, Manifest, PromotionPolicy, SchedulerExtender, SchedulingPolicy, Template, Workload,
-    WorkloadRegistration,
+    GitOpsRepo, Manifest, PromotionPolicy, RolloutPolicy, SchedulerExtender, SchedulingPolicy, Template,
+    Workload, WorkloadRegistration,
 };
 
 /// The status of most kinds: conditions only (`Ready`, with reason, message and the
@@ -95,6 +95,11 @@ fn conditions_schema(generator: &mut SchemaGenerator) -> Schema {
     schema
 }
 
+/// A count or a percentage, as Kubernetes' `IntOrString` fields are declared.
+pub(crate) fn int_or_string_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"x-kubernetes-int-or-string": true, "anyOf": [{"type": "integer"}, {"type": "string"}]})
+}
+
 /// A template manifest in a cluster is a Go template string, as the original's CRD requires
 /// (`items: {type: string}`). Control-plane folders from before 2023-03 may still hold YAML
 /// objects (kalypso reads both when it reads files), but no cluster running the original
@@ -142,6 +147,7 @@ pub fn definitions() -> Vec<CustomResourceDefinition> {
         Environment::crd(),
         GitOpsRepo::crd(),
         PromotionPolicy::crd(),
+        RolloutPolicy::crd(),
         SchedulerExtender::crd(),
         SchedulingPolicy::crd(),
         Template::crd(),
@@ -250,7 +256,7 @@ mod tests {
                 "{kind} has a status subresource"
             );
         }
-        assert_eq!(crds.len(), 14);
+        assert_eq!(crds.len(), 15);
     }
 
     fn spec_schema(kind: &str) -> serde_json::Value {

@@ -80,11 +80,13 @@ pub enum Kind {
     SchedulerExtender,
     /// [`PromotionPolicySpec`]
     PromotionPolicy,
+    /// [`RolloutPolicySpec`]
+    RolloutPolicy,
 }
 
 impl Kind {
     /// Every kind, in declaration order.
-    pub const ALL: [Kind; 15] = [
+    pub const ALL: [Kind; 16] = [
         Kind::ClusterType,
         Kind::Template,
         Kind::WorkloadRegistration,
@@ -100,6 +102,7 @@ impl Kind {
         Kind::ConfigMap,
         Kind::SchedulerExtender,
         Kind::PromotionPolicy,
+        Kind::RolloutPolicy,
     ];
 
     /// The kind's name as written in `kind:`.
@@ -120,6 +123,7 @@ impl Kind {
             Kind::ConfigMap => "ConfigMap",
             Kind::SchedulerExtender => "SchedulerExtender",
             Kind::PromotionPolicy => "PromotionPolicy",
+            Kind::RolloutPolicy => "RolloutPolicy",
         }
     }
 
@@ -149,6 +153,7 @@ impl Kind {
             Kind::ConfigMap => "configmaps",
             Kind::SchedulerExtender => "schedulerextenders",
             Kind::PromotionPolicy => "promotionpolicies",
+            Kind::RolloutPolicy => "rolloutpolicies",
         }
     }
 
@@ -774,6 +779,87 @@ pub struct HttpCheck {
 
 fn default_expect_status() -> u16 {
     200
+}
+
+/// How a change of an environment reaches its cluster types: in waves, each delivered once
+/// every registered cluster of the waves before it runs the change (as the Deployment
+/// Observability Hub sees it) for `minSuccessTime`. Optional, in an environment branch; an
+/// environment without one gets every change in one GitOps commit, as the original.
+/// `docs/rollout.md` has the rules.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(kube::CustomResource, schemars::JsonSchema))]
+#[cfg_attr(
+    feature = "kube",
+    kube(
+        group = "scheduler.kalypso.io",
+        version = "v1alpha1",
+        kind = "RolloutPolicy",
+        plural = "rolloutpolicies",
+        namespaced,
+        status = "Status",
+        category = "kalypso",
+        doc = "RolloutPolicy of the Kalypso scheduler (`scheduler.kalypso.io/v1alpha1`).",
+        printcolumn = r#"{"name":"OnFailure","type":"string","jsonPath":".spec.onFailure"}"#,
+        printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    )
+)]
+pub struct RolloutPolicySpec {
+    /// The waves, in order; a cluster type belongs to the first wave whose selector matches
+    /// its labels, and every cluster type of the environment must belong to one.
+    #[serde(default, deserialize_with = "null_as_default")]
+    pub waves: Vec<Wave>,
+    /// Failed clusters a wave may have before the rollout fails: a number (`0`, the default)
+    /// or a percentage of the wave's registered clusters (`10%`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "kube", schemars(schema_with = "crate::crd::int_or_string_schema"))]
+    pub max_failures: Option<IntOrPercent>,
+    /// How long a wave may take to become compliant before the rollout fails, as a Go
+    /// duration (`30m`; default: no deadline).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub progress_deadline: String,
+    /// What a failed rollout does: `Halt` (default: later waves keep the old content) or
+    /// `Rollback` (the delivered waves get their previous content back).
+    #[serde(default)]
+    pub on_failure: OnFailure,
+}
+
+/// One wave of a [`RolloutPolicySpec`].
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub struct Wave {
+    /// The wave's name (unique in the policy).
+    pub name: String,
+    /// The cluster types of the wave (those an earlier wave took aside).
+    #[serde(default)]
+    pub cluster_type_selector: ClusterTypeSelector,
+    /// How long every registered cluster of the wave must have run the change before the
+    /// next wave gets it, as a Go duration (`10m`; default `0s`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub min_success_time: String,
+}
+
+/// A count or a percentage (`3`, `"10%"`), as Kubernetes' `IntOrString`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum IntOrPercent {
+    /// A count.
+    Int(i64),
+    /// A percentage, `"N%"` (or a count written as a string).
+    String(String),
+}
+
+/// What a failed rollout does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "kube", derive(schemars::JsonSchema))]
+pub enum OnFailure {
+    /// Stop: the waves delivered keep the change, the later ones the old content.
+    #[default]
+    Halt,
+    /// Stop and give the delivered waves their previous content back.
+    Rollback,
 }
 
 /// A rollout environment and the control-plane branch that configures it.

@@ -159,6 +159,14 @@ pub(crate) enum Command {
     Freeze(FreezeArgs),
     /// Unfreeze an environment: lift every freeze in force (recorded in the hub's audit log).
     Unfreeze(UnfreezeArgs),
+    /// Show or steer an environment's progressive rollout (its RolloutPolicy's waves).
+    ///
+    /// `status` reads the rollout's state from the environment's GitOps branch (with `--hub`,
+    /// also how each delivered wave's clusters run it and what the next sync would do);
+    /// `pause`, `resume` and `abort` write it there, in a commit as `sync` delivers (`abort`
+    /// also gives the delivered waves their previous content back). See docs/rollout.md.
+    #[command(subcommand)]
+    Rollout(RolloutCommand),
     /// Run the Deployment Observability Hub: clusters report their GitOps compliance (Flux
     /// events, generic JSON), the hub correlates it with the platform GitOps history and
     /// answers queries and promotion gates.
@@ -448,6 +456,14 @@ pub(crate) struct SyncArgs {
     /// Commit message.
     #[arg(long, value_name = "TEXT", default_value = kalypso_git::deliver::DEFAULT_MESSAGE)]
     pub(crate) message: String,
+    /// The Deployment Observability Hub (`http://hub:8090`): environments with a
+    /// RolloutPolicy get a change wave by wave, each wave once the hub reports every
+    /// registered cluster of the waves before it compliant with the change (docs/rollout.md).
+    #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token.
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
     /// Print the result as JSON on standard output.
     #[arg(long)]
     pub(crate) json: bool,
@@ -460,6 +476,61 @@ pub(crate) struct SyncArgs {
     pub(crate) git: GitArgs,
     #[command(flatten, next_help_heading = "Registry options (oci:// GitOps repositories)")]
     pub(crate) registry: RegistryArgs,
+}
+
+/// `kalypso rollout`'s subcommands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum RolloutCommand {
+    /// Print the rollout's state: its waves, how many run the change, and with `--hub` how
+    /// their clusters run it and what blocks the next wave. Writes nothing.
+    Status(RolloutArgs),
+    /// Stop delivering waves: the next syncs deliver nothing for the environment (not even
+    /// a newer change) until `resume`. The waves delivered keep the change.
+    Pause(RolloutArgs),
+    /// Go on with a paused rollout (the wave's progress deadline counts from the resume).
+    Resume(RolloutArgs),
+    /// Roll back now: the delivered waves get the content they ran before the rollout (a
+    /// progressing, paused or halted rollout); the later waves keep theirs.
+    Abort(RolloutArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RolloutArgs {
+    /// The control plane: a git URL (https://, ssh://, git@host:..., file://) or a local
+    /// repository path.
+    #[arg(value_name = "CONTROL_PLANE")]
+    pub(crate) control_plane: String,
+    /// The environment.
+    #[arg(long, value_name = "ENV")]
+    pub(crate) env: String,
+    /// How `pause`, `resume` and `abort` deliver their commit, as `kalypso sync --mode`.
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pub(crate) mode: Mode,
+    /// The GitOps repository, instead of the GitOpsRepo's spec.repo (as `kalypso sync`).
+    #[arg(long, value_name = "URL")]
+    pub(crate) gitops_repo: Option<String>,
+    /// GitHub API base URL (GitHub Enterprise: https://HOST/api/v3).
+    #[arg(long, env = "KALYPSO_GITHUB_API_URL", value_name = "URL", default_value = kalypso_git::github::DEFAULT_API_URL)]
+    pub(crate) github_api_url: String,
+    #[command(flatten)]
+    pub(crate) provider: ProviderArgs,
+    /// Prefix of the pull-request branches.
+    #[arg(long, value_name = "PREFIX", default_value = kalypso_git::deliver::DEFAULT_BRANCH_PREFIX)]
+    pub(crate) branch_prefix: String,
+    /// The Deployment Observability Hub (`status`: how the delivered waves' clusters run the
+    /// change).
+    #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token.
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
+    /// Print the result as JSON on standard output.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) commit: CommitArgs,
+    #[command(flatten)]
+    pub(crate) git: GitArgs,
 }
 
 #[derive(Debug, Args)]

@@ -81,7 +81,30 @@ impl HubClient {
         if let Some(into) = into {
             url.push_str(&format!("&into={}", encode(into)));
         }
-        let mut request = self.agent.get(&url).header("accept", "application/json");
+        self.get(&url, environment)
+    }
+
+    /// How the clusters of `cluster_types` of `environment` run GitOps commit `commit` (a
+    /// progressive rollout's wave gate).
+    pub fn waves(
+        &self,
+        environment: &str,
+        commit: &str,
+        cluster_types: &[String],
+    ) -> Result<kalypso_hub_api::WaveGate, HubError> {
+        let url = format!(
+            "{}/api/v1/environments/{}/waves?commit={}&clusterTypes={}",
+            self.base,
+            encode(environment),
+            encode(commit),
+            encode(&cluster_types.join(","))
+        );
+        self.get(&url, environment)
+    }
+
+    /// GETs `url`, an answer about `environment`, as `T`.
+    fn get<T: serde::de::DeserializeOwned>(&self, url: &str, environment: &str) -> Result<T, HubError> {
+        let mut request = self.agent.get(url).header("accept", "application/json");
         if let Some(token) = &self.token {
             request = request.header("authorization", &format!("Bearer {}", token.expose()));
         }
@@ -97,7 +120,7 @@ impl HubClient {
         match status {
             200 => serde_json::from_str(&body).map_err(|e| {
                 HubError::Fatal(format!(
-                    "{what} answered the gate of {environment} with unexpected JSON: {e}"
+                    "{what} answered a question about {environment} with unexpected JSON: {e}"
                 ))
             }),
             401 | 403 => Err(HubError::Fatal(format!(

@@ -76,6 +76,7 @@ pub fn run(cli: Cli) -> ExitCode {
         CommandSettings::Promote(s) => commands::promote(&s, global),
         CommandSettings::CheckPromote(s) => commands::check_promote(&s, global),
         CommandSettings::HubAction(s) => commands::hub_action(&s, global),
+        CommandSettings::Rollout(s) => commands::rollout(&s, global),
         CommandSettings::Hub(s) => commands::hub(&s, global),
         CommandSettings::HashToken(file) => commands::hub::hash_token(file.as_deref()),
         CommandSettings::Completions(shell) => commands::completions(shell),

@@ -233,6 +233,7 @@ pub(crate) enum CommandSettings {
     Promote(Box<Promote>),
     CheckPromote(Box<CheckPromote>),
     HubAction(Box<HubAction>),
+    Rollout(Box<Rollout>),
     Hub(Box<Hub>),
     /// `kalypso hub hash-token`: the token's file (none: standard input).
     HashToken(Option<PathBuf>),
@@ -282,6 +283,7 @@ impl CommandSettings {
                     reason: a.reason.clone(),
                 },
             )?)),
+            Command::Rollout(c) => CommandSettings::Rollout(Box::new(Rollout::from_command(c)?)),
             Command::Hub(a) => match &a.command {
                 Some(args::HubCommand::HashToken(h)) => CommandSettings::HashToken(h.token_file.clone()),
                 None => CommandSettings::Hub(Box::new(Hub::from_args(a)?)),
@@ -459,6 +461,8 @@ pub(crate) struct Sync {
     pub(crate) registry: kalypso_git::oci::AuthSettings,
     /// When a delivery that removes deployment targets is held, and whether it may.
     pub(crate) mass_deletion: kalypso_git::MassDeletionSettings,
+    /// The hub that gates the waves of progressive rollouts.
+    pub(crate) hub: Option<HubAccess>,
 }
 
 /// The sentence that ends a held delivery's error under `kalypso sync`.
@@ -492,6 +496,76 @@ impl Sync {
                     kalypso_git::AllowedDeletions::None
                 },
                 how_to_allow: HOW_TO_ALLOW_MASS_DELETION,
+            },
+            hub: args.hub.as_ref().map(|url| HubAccess {
+                url: url.clone(),
+                token_file: args.hub_token_file.clone(),
+            }),
+        })
+    }
+}
+
+/// What `kalypso rollout` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum RolloutAction {
+    Status,
+    Control(kalypso_git::rollout::Control),
+}
+
+/// `kalypso rollout`: the action, and the environment with the settings a sync of it has.
+#[derive(Debug)]
+pub(crate) struct Rollout {
+    pub(crate) action: RolloutAction,
+    pub(crate) env: String,
+    /// Delivery (of `pause`, `resume`, `abort`), as a sync of the one environment.
+    pub(crate) sync: Sync,
+}
+
+impl Rollout {
+    fn from_command(command: &args::RolloutCommand) -> Result<Rollout, SettingsError> {
+        use kalypso_git::rollout::Control;
+        let (action, args) = match command {
+            args::RolloutCommand::Status(a) => (RolloutAction::Status, a),
+            args::RolloutCommand::Pause(a) => (RolloutAction::Control(Control::Pause), a),
+            args::RolloutCommand::Resume(a) => (RolloutAction::Control(Control::Resume), a),
+            args::RolloutCommand::Abort(a) => (RolloutAction::Control(Control::Abort), a),
+        };
+        let message = match action {
+            RolloutAction::Status => kalypso_git::deliver::DEFAULT_MESSAGE.to_owned(),
+            RolloutAction::Control(Control::Pause) => format!("Pause the rollout of {}", args.env),
+            RolloutAction::Control(Control::Resume) => format!("Resume the rollout of {}", args.env),
+            RolloutAction::Control(Control::Abort) => format!("Abort the rollout of {}", args.env),
+        };
+        Ok(Rollout {
+            action,
+            env: args.env.clone(),
+            sync: Sync {
+                control_plane: ControlPlane::parse(&args.control_plane)?,
+                environments: vec![args.env.clone()],
+                delivery: DeliverySettings {
+                    mode: args.mode,
+                    author: author(&args.commit),
+                    message,
+                    branch_prefix: args.branch_prefix.clone(),
+                    github_api_url: args.github_api_url.clone(),
+                    provider: args.provider.provider,
+                    provider_api_url: args.provider.provider_api_url.clone(),
+                    dry_run: false,
+                },
+                gitops_repo: args.gitops_repo.clone(),
+                json: args.json,
+                verbose: false,
+                git: Git::from_args(&args.git)?,
+                registry: kalypso_git::oci::AuthSettings::default(),
+                mass_deletion: kalypso_git::MassDeletionSettings {
+                    limit: kalypso_core::run::DeletionLimit::default(),
+                    allowed: kalypso_git::AllowedDeletions::None,
+                    how_to_allow: "run kalypso sync --allow-mass-deletion.",
+                },
+                hub: args.hub.as_ref().map(|url| HubAccess {
+                    url: url.clone(),
+                    token_file: args.hub_token_file.clone(),
+                }),
             },
         })
     }
@@ -1406,6 +1480,7 @@ mod tests {
             "check-promote --provider_api_url KALYPSO_PROVIDER_API_URL",
             "hub --database KALYPSO_HUB_DATABASE",
             "hub --config KALYPSO_HUB_CONFIG",
+            "sync --hub KALYPSO_HUB_URL",
         ]
         .iter()
         .map(|s| (*s).to_owned())
@@ -1422,6 +1497,20 @@ mod tests {
             "hub",
         ] {
             expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+        }
+        // `kalypso rollout status|pause|resume|abort`: a sync's git, forge and hub settings.
+        for command in ["status", "pause", "resume", "abort"] {
+            expected.extend(git.iter().map(|g| format!("{command} --{g}")));
+            expected.extend(
+                [
+                    "github_api_url KALYPSO_GITHUB_API_URL",
+                    "provider KALYPSO_PROVIDER",
+                    "provider_api_url KALYPSO_PROVIDER_API_URL",
+                    "hub KALYPSO_HUB_URL",
+                ]
+                .iter()
+                .map(|e| format!("{command} --{e}")),
+            );
         }
         // Registry access for oci:// GitOps repositories (the token's own variable,
         // KALYPSO_REGISTRY_TOKEN, is read by kalypso-oci, not by clap: its value is never shown).

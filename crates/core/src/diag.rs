@@ -178,6 +178,10 @@ codes! {
     ConfigKeyUnused => "config-key-unused",
     /// `sprig-version`: `KALYPSO_SPRIG` is wrong, or templates run with Sprig v3.
     SprigVersion => "sprig-version",
+    /// `invalid-rollout`: A RolloutPolicy is wrong, or one of its waves selects nothing.
+    InvalidRollout => "invalid-rollout",
+    /// `cluster-type-in-no-wave`: A cluster type no wave of the RolloutPolicy selects.
+    ClusterTypeInNoWave => "cluster-type-in-no-wave",
 }
 
 impl fmt::Display for Code {

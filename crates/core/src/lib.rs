@@ -28,6 +28,7 @@ pub mod plan;
 mod position;
 pub mod promotion;
 pub mod render;
+pub mod rollout;
 pub mod run;
 pub mod schedule;
 pub mod schema;

@@ -879,6 +879,9 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                 crate::promotion::validate(&name, &policy.spec, &origin, diagnostics);
                 AnyObject::PromotionPolicy(policy)
             }
+            Kind::RolloutPolicy => {
+                AnyObject::RolloutPolicy(parse_typed(doc, &origin, kind, &name, diagnostics)?)
+            }
             Kind::ConfigSchema => {
                 let schema: Object<kalypso_api::ConfigSchemaSpec> =
                     parse_typed(doc, &origin, kind, &name, diagnostics)?;

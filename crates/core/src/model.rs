@@ -11,8 +11,8 @@ use std::collections::BTreeMap;
 
 use kalypso_api::{
     BaseRepoSpec, ClusterTypeSpec, ConfigMapData, ConfigSchemaSpec, DeploymentTargetSpec, EnvironmentSpec,
-    GitOpsRepoSpec, Kind, ObjectMeta, PromotionPolicySpec, SchedulerExtenderSpec, SchedulingPolicySpec,
-    TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
+    GitOpsRepoSpec, Kind, ObjectMeta, PromotionPolicySpec, RolloutPolicySpec, SchedulerExtenderSpec,
+    SchedulingPolicySpec, TemplateSpec, WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 
 use crate::diag::{Code, Diagnostic, Diagnostics, Origin};
@@ -74,6 +74,8 @@ pub enum AnyObject {
     SchedulerExtender(Object<SchedulerExtenderSpec>),
     /// A PromotionPolicy.
     PromotionPolicy(Object<PromotionPolicySpec>),
+    /// A RolloutPolicy.
+    RolloutPolicy(Object<RolloutPolicySpec>),
 }
 
 macro_rules! each_object {
@@ -92,6 +94,7 @@ macro_rules! each_object {
             AnyObject::ConfigMap($o) => $body,
             AnyObject::SchedulerExtender($o) => $body,
             AnyObject::PromotionPolicy($o) => $body,
+            AnyObject::RolloutPolicy($o) => $body,
         }
     };
 }
@@ -113,6 +116,7 @@ impl AnyObject {
             AnyObject::ConfigMap(_) => Kind::ConfigMap,
             AnyObject::SchedulerExtender(_) => Kind::SchedulerExtender,
             AnyObject::PromotionPolicy(_) => Kind::PromotionPolicy,
+            AnyObject::RolloutPolicy(_) => Kind::RolloutPolicy,
         }
     }
 
@@ -194,6 +198,8 @@ pub struct Namespace {
     pub extenders: BTreeMap<String, Object<SchedulerExtenderSpec>>,
     /// PromotionPolicies (at most one: what promotes into this environment).
     pub promotion_policies: BTreeMap<String, Object<PromotionPolicySpec>>,
+    /// RolloutPolicies (at most one is valid: see [`crate::rollout`]).
+    pub rollout_policies: BTreeMap<String, Object<RolloutPolicySpec>>,
 }
 
 fn insert_unique<S>(
@@ -301,6 +307,9 @@ impl Namespace {
                     } else {
                         insert_unique(&mut self.promotion_policies, kind, o, diagnostics)
                     }
+                }
+                AnyObject::RolloutPolicy(o) => {
+                    insert_unique(&mut self.rollout_policies, kind, o, diagnostics)
                 }
             }
         }

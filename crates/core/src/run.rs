@@ -513,6 +513,8 @@ fn schedule_loaded(
     current: &dyn Fn() -> CurrentAssignment,
     diagnostics: &mut Diagnostics,
 ) -> ScheduledEnvironment {
+    // The RolloutPolicy is checked with the environment it applies to (its errors block it).
+    crate::rollout::waves(&namespace, diagnostics);
     if namespace.policies.values().any(|p| p.spec.has_placement()) {
         let current = current();
         let input = PlacementInput {

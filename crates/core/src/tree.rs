@@ -172,7 +172,15 @@ pub struct RepoContent {
     /// change since a delivery the sink remembers ([`crate::run::RenderMemo`]), and the
     /// sink still has their files. Empty unless the sink has a memo.
     pub delivered: BTreeSet<(String, String)>,
+    /// Files this content writes under `.github/tracking/` besides `Promoted_Commit_Id`, by
+    /// file name: the state of a progressive rollout ([`crate::rollout::ROLLOUT_STATE_PATH`]),
+    /// written in the same commit as the content it describes. Empty unless a rollout is in
+    /// effect; a file not named here is kept as the branch has it.
+    pub tracking: BTreeMap<String, Blob>,
 }
+
+/// The folder of the tracking files (`Promoted_Commit_Id`, the rollout's state).
+pub const TRACKING_DIR: &str = ".github/tracking";
 
 impl RepoContent {
     /// Whether assignment `key` (cluster type, deployment target) has its files here or
@@ -210,6 +218,9 @@ impl RepoContent {
             };
         }
         hash.strs(self.held.iter().map(String::as_str));
+        for (name, blob) in &self.tracking {
+            hash.str(name).bytes(blob);
+        }
         hash.finish()
     }
 }
@@ -374,6 +385,9 @@ pub fn apply(base: &Tree, content: &RepoContent) -> Applied {
         }
         None => false,
     };
+    for (name, blob) in &content.tracking {
+        tree.insert(format!("{TRACKING_DIR}/{name}"), blob.clone());
+    }
     for ((ct, dt), package) in &content.packages {
         for (file, blob) in package.files() {
             tree.insert(format!("{ct}/{dt}/{file}"), blob.clone());
@@ -454,6 +468,7 @@ mod tests {
             kept: Vec::new(),
             held: BTreeSet::new(),
             delivered: BTreeSet::new(),
+            tracking: BTreeMap::new(),
         };
         let applied = apply(&base, &content);
         assert!(applied.promoted);

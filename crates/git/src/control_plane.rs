@@ -455,7 +455,29 @@ impl ControlPlane {
         sources: &mut WorkloadRepos,
         transport: &Transport<'_>,
     ) -> Result<Resolved, Error> {
-        let env_commit = self.require_branch(&env.branch, &format!("environment {}", env.name))?;
+        let pins = Revisions {
+            main: main_commit.unwrap_or_default().to_owned(),
+            ..Revisions::default()
+        };
+        self.resolve_pinned(env, &pins, sources, transport)
+    }
+
+    /// Reads everything `env` was built from at `revisions`: the environment branch, main,
+    /// the other BaseRepos and each registration's workloads at the commits given (an empty
+    /// commit, or a name not given: as [`Self::resolve`] reads it). What a progressive rollout
+    /// renders to give cluster types back the content they ran before.
+    pub fn resolve_pinned(
+        &self,
+        env: &EnvironmentRef,
+        pins: &Revisions,
+        sources: &mut WorkloadRepos,
+        transport: &Transport<'_>,
+    ) -> Result<Resolved, Error> {
+        let main_commit = Some(pins.main.as_str()).filter(|c| !c.is_empty());
+        let env_commit = match Some(pins.environment.as_str()).filter(|c| !c.is_empty()) {
+            Some(commit) => self.repo.find_commit(commit)?,
+            None => self.require_branch(&env.branch, &format!("environment {}", env.name))?,
+        };
         let environment =
             self.repo
                 .source_tree(env_commit, &env.path, &branch_label(&env.branch, &env.path))?;
@@ -526,7 +548,8 @@ impl ControlPlane {
             let branch = branch_of(spec);
             branches.insert(branch.clone());
             let what = format!("BaseRepo {name:?} of environment {}", env.name);
-            let commit = match Some(spec.commit.as_str()).filter(|c| !c.is_empty()) {
+            let pinned = pins.bases.get(name).map(String::as_str);
+            let commit = match pinned.or(Some(spec.commit.as_str())).filter(|c| !c.is_empty()) {
                 Some(commit) => self.repo.find_commit(commit)?,
                 None => self.require_branch(&branch, &what)?,
             };
@@ -569,6 +592,13 @@ impl ControlPlane {
                 branch: w.branch.clone(),
                 what: what.clone(),
             })?;
+            let head = match pins.workloads.get(name) {
+                Some(commit) => repo.find_commit(commit).map_err(|error| Error::Workload {
+                    what: what.clone(),
+                    error: error.into(),
+                })?,
+                None => head,
+            };
             let tree = repo
                 .source_tree(head, &w.path, &format!("workloads/{name}"))
                 .map_err(|error| Error::Workload {

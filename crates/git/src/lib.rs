@@ -22,7 +22,8 @@
 //!   environment was last delivered from, so that a sync with nothing moved is one branch
 //!   listing per repository; [`delivered`]: the files each assignment was last delivered
 //!   with, so that a sync renders only what changed; [`promote`]: pinning a main commit on
-//!   an environment branch;
+//!   an environment branch; [`rollout`]: an environment's change delivered wave by wave
+//!   (its RolloutPolicy), gated on the clusters' reports;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub and Gitea pushes, Flux reports).
 
 pub mod auth;
@@ -40,6 +41,7 @@ pub mod promote;
 pub mod redact;
 pub mod repo;
 pub mod retry;
+pub mod rollout;
 pub mod signature;
 pub mod state;
 pub mod sync;

@@ -156,6 +156,8 @@ pub struct Delivered {
     pub gitops_commit: Oid,
     /// The control-plane commit the tree carries, if any.
     pub promoted: Option<String>,
+    /// The progressive rollout the branch tracks, if any (`.github/tracking/Rollout_State`).
+    pub rollout: Option<kalypso_core::rollout::RolloutState>,
 }
 
 /// Reads what `environment` delivered: the head of the branch of its first GitOpsRepo (or
@@ -207,12 +209,16 @@ pub fn delivered(
         .read_file(head, kalypso_core::tree::PROMOTED_COMMIT_PATH)?
         .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
         .filter(|c| !c.is_empty());
+    let rollout = repo
+        .read_file(head, kalypso_core::rollout::ROLLOUT_STATE_PATH)?
+        .and_then(|bytes| kalypso_core::rollout::RolloutState::parse(&bytes));
     Ok(Delivered {
         environment: env.name,
         gitops_repo: url.redacted(),
         branch: target.branch,
         gitops_commit: head,
         promoted,
+        rollout,
     })
 }
 

@@ -149,6 +149,24 @@ impl Store {
         }
     }
 
+    /// Forgets the state of `environment`, so that the next sync takes the full path for it
+    /// even though nothing moved (a progressive rollout in progress advances with time and the
+    /// clusters' reports, not with its inputs). A failure is logged: a state left behind
+    /// would hold the rollout back until an input moves.
+    pub fn forget_environment(&self, environment: &str) {
+        let Some(file) = file_name(environment, "json") else {
+            return;
+        };
+        let path = self.dir.join(file);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(error) => {
+                tracing::warn!(file = %path.display(), %error, "cannot forget the delivery state");
+            }
+        }
+    }
+
     /// Where the files of `environment`'s last delivery are recorded (see
     /// [`crate::delivered`]); `None` for a name that cannot name a file.
     pub fn files_path(&self, environment: &str) -> Option<PathBuf> {

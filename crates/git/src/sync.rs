@@ -20,6 +20,7 @@ use kalypso_core::run::{
     DeletionGuard, DeletionLimit, Failure, Input, Isolation, MassDeletion, RenderMemo, Request, Run,
     RunContext, Sink,
 };
+use kalypso_core::tree::Blob;
 use kalypso_template::{Engine, SprigVersion};
 use tokio::runtime::Handle;
 
@@ -81,6 +82,14 @@ pub enum Error {
     /// The registry client cannot be made (its credentials cannot be loaded).
     #[error("environment {environment}: cannot reach OCI registries: {reason}")]
     Registry {
+        /// The environment.
+        environment: String,
+        /// Why.
+        reason: String,
+    },
+    /// The environment's progressive rollout cannot go on.
+    #[error("environment {environment}: {reason}")]
+    Rollout {
         /// The environment.
         environment: String,
         /// Why.
@@ -596,6 +605,8 @@ pub struct Scope<'r> {
     others: Vec<(&'r Resolved, BTreeSet<String>)>,
     /// Cluster types whose folders stay as they are.
     keep: BTreeSet<String>,
+    /// Tracking files written with the content (a rollout's state).
+    tracking: BTreeMap<String, Blob>,
 }
 
 impl<'r> Scope<'r> {
@@ -609,6 +620,13 @@ impl<'r> Scope<'r> {
     /// Keeps the folders of `cluster_types` on the GitOps branches exactly as they are.
     pub fn keeping(mut self, cluster_types: impl IntoIterator<Item = String>) -> Scope<'r> {
         self.keep.extend(cluster_types);
+        self
+    }
+
+    /// Writes `bytes` as the tracking file `name` (under `.github/tracking/`) in the same
+    /// commit as the content.
+    pub fn tracking(mut self, name: &str, bytes: impl Into<Blob>) -> Scope<'r> {
+        self.tracking.insert(name.to_owned(), bytes.into());
         self
     }
 
@@ -680,6 +698,40 @@ impl Pass<'_> {
         Ok(self
             .control_plane
             .resolve(env, &mut self.sources, &self.transport)?)
+    }
+
+    /// Reads `env` as it was at `revisions` (see [`ControlPlane::resolve_pinned`]).
+    pub fn resolve_pinned(&mut self, env: &EnvironmentRef, revisions: &Revisions) -> Result<Resolved, Error> {
+        Ok(self
+            .control_plane
+            .resolve_pinned(env, revisions, &mut self.sources, &self.transport)?)
+    }
+
+    /// The GitOps branch a rollout of `resolved` tracks its state on (the first git
+    /// GitOpsRepo's), fetched; OCI GitOpsRepos are refused (an artifact is delivered whole).
+    pub(crate) fn rollout_branch(&self, resolved: &Resolved) -> Result<(crate::repo::Repo, String), Error> {
+        let name = &resolved.environment.name;
+        if let Some(oci) = self.oci_targets(resolved)?.first() {
+            return Err(Error::GitOpsRepo {
+                environment: name.clone(),
+                name: oci.name.clone(),
+                reason: "a RolloutPolicy needs git GitOpsRepos: an OCI artifact is delivered whole, so some \
+                         cluster types cannot keep their content while others change"
+                    .to_owned(),
+            });
+        }
+        let targets = self.targets(resolved)?;
+        let (_, url, branch, _) = targets.first().ok_or_else(|| Error::NoGitOpsRepo {
+            environment: name.clone(),
+        })?;
+        let fail = |error: crate::repo::Error| Error::Delivery {
+            environment: name.clone(),
+            error: deliver::Error::Repo(error),
+        };
+        let repo = crate::repo::Repo::open_mirror(url, &self.syncer.cache).map_err(|e| fail(e.into()))?;
+        repo.fetch_branches(&self.transport, &[branch.as_str()], &[])
+            .map_err(|e| fail(e.into()))?;
+        Ok((repo, branch.clone()))
     }
 
     /// Network retries made in this pass so far.
@@ -789,6 +841,7 @@ impl Pass<'_> {
             targets: &targets,
             oci_targets: &oci_targets,
             last,
+            tracking: &scope.tracking,
         };
         let (run, delivered) = kalypso_core::run::run(scope.request(resolved), &context, &mut branches);
         let (outcome, next) = delivered?;
@@ -850,6 +903,12 @@ impl Pass<'_> {
                 environment: name.to_owned(),
                 error,
             })
+    }
+
+    /// Makes the next sync take the full path for `environment` (see
+    /// [`Store::forget_environment`]).
+    pub(crate) fn forget_delivery(&self, environment: &str) {
+        self.store.forget_environment(environment);
     }
 
     /// Records what `report` delivered from `resolved`, so that the next sync can see that
@@ -1024,6 +1083,8 @@ struct Branches<'p> {
     /// The GitOpsRepos that are OCI locations, delivered after the git ones.
     oci_targets: &'p [crate::oci::OciTarget],
     last: &'p DeliveredFiles,
+    /// Tracking files written with the content.
+    tracking: &'p BTreeMap<String, Blob>,
 }
 
 impl Sink for Branches<'_> {
@@ -1068,6 +1129,11 @@ impl Sink for Branches<'_> {
         }
         // What delivering does not need goes first: the scheduled environment.
         drop(std::mem::take(&mut run.environment));
+        run.rendered.content.tracking.extend(
+            self.tracking
+                .iter()
+                .map(|(name, blob)| (name.clone(), blob.clone())),
+        );
         let content = &run.rendered.content;
         let hashed = Hashed::new(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
             let repo = targets.first().map(|(_, url, _, _)| url.redacted());

@@ -23,7 +23,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use git2::{ObjectType, Oid, Repository};
-use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, promotes, readme};
+use kalypso_core::tree::{
+    Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, TRACKING_DIR, promotes, readme,
+};
 use rayon::prelude::*;
 use sha1::{Digest, Sha1};
 
@@ -267,13 +269,26 @@ impl<'c> Hashed<'c> {
     }
 
     /// The whole tree of the rendered content with, when `promoted` is given,
-    /// `Promoted_Commit_Id`.
+    /// `Promoted_Commit_Id`, and the content's other tracking files (a rollout's state).
     fn root(&self, promoted: Option<&Blob>) -> Dir {
         let mut root = self.folders.clone();
+        let mut tracking: Vec<(String, Node)> = self
+            .content
+            .tracking
+            .iter()
+            .map(|(name, blob)| (name.clone(), file(blob)))
+            .collect();
         if let Some(blob) = promoted {
-            let mut segments: Vec<&str> = PROMOTED_COMMIT_PATH.split('/').collect();
-            let name = segments.pop().unwrap_or(PROMOTED_COMMIT_PATH);
-            let mut node = Node::Dir(Arc::new(Dir::new(vec![(name.to_owned(), file(blob))])));
+            let name = PROMOTED_COMMIT_PATH
+                .rsplit('/')
+                .next()
+                .unwrap_or(PROMOTED_COMMIT_PATH);
+            tracking.push((name.to_owned(), file(blob)));
+        }
+        if !tracking.is_empty() {
+            tracking.sort_by(|a, b| a.0.cmp(&b.0));
+            let mut segments: Vec<&str> = TRACKING_DIR.split('/').collect();
+            let mut node = Node::Dir(Arc::new(Dir::new(tracking)));
             while let Some(segment) = segments.pop() {
                 if segments.is_empty() {
                     // A cluster type cannot be named like a dot-folder: no clash at the root.
@@ -646,6 +661,13 @@ mod tests {
             1 => Some("def".to_owned()),
             _ => None,
         };
+        if rng.next(2) == 0 {
+            // A rollout's state, beside Promoted_Commit_Id.
+            let state = if rng.next(2) == 0 { "wave 1" } else { "wave 2" };
+            content
+                .tracking
+                .insert("Rollout_State".to_owned(), Blob::from(state.as_bytes()));
+        }
         content
     }
 

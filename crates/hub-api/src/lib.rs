@@ -811,6 +811,14 @@ pub struct Gate {
     /// Cluster types of the commit with no non-stale cluster: nothing checks them.
     #[serde(default)]
     pub cluster_types_without_clusters: Vec<String>,
+    /// When a progressive rollout brought the commit and has not reached every wave of the
+    /// environment (from the commit on, no commit's rollout is complete): the status of the
+    /// environment's newest rollout (`progressing`, `paused`, `halted`, `rolled-back`). The
+    /// verdict is then `pending` (`failed` when halted or rolled back), whatever the clusters
+    /// report. Absent otherwise; once the rollout is complete, the clusters must run the
+    /// commit that completed it (or a later one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<String>,
     /// Asked with `into`: whether the commit may be promoted into that environment, with
     /// every requirement and its state. Absent otherwise.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -1103,6 +1111,44 @@ pub struct AuditList {
     pub total: u64,
     /// This page.
     pub entries: Vec<AuditEntry>,
+}
+
+/// `GET /api/v1/environments/{environment}/waves?commit=SHA&clusterTypes=a,b`: how the
+/// clusters of some cluster types are doing relative to a GitOps commit, for a progressive
+/// rollout's gate (`kalypso sync` with a RolloutPolicy asks it before delivering the next wave).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveGate {
+    /// The environment.
+    pub environment: String,
+    /// The GitOps commit the question is about, `null` when the hub does not know it (yet).
+    pub gitops_commit: Option<String>,
+    /// Each cluster type asked about, in the order asked.
+    #[serde(default)]
+    pub cluster_types: Vec<WaveClusterType>,
+}
+
+/// One cluster type of a [`WaveGate`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaveClusterType {
+    /// The cluster type.
+    pub cluster_type: String,
+    /// Registered clusters that are not stale.
+    pub registered: u64,
+    /// Those compliant with the commit or a later one (which contains it).
+    pub compliant: u64,
+    /// For how long (milliseconds, by the hub's clock) every registered cluster has been
+    /// compliant with the commit or a later one: since the last one that was not became
+    /// compliant, and never longer than since the commit itself. `null` while one is not (or
+    /// none is registered).
+    pub compliant_for_ms: Option<u64>,
+    /// The failed ones (on the commit or a later one), by name, at most `limit`, with their
+    /// reconciler's message.
+    #[serde(default)]
+    pub failed: Vec<GateCluster>,
+    /// How many failed, all told.
+    pub failed_count: u64,
 }
 
 #[cfg(test)]

@@ -53,6 +53,8 @@ pub struct CommitInfo {
     pub committed_at: i64,
     /// The content of `.github/tracking/Promoted_Commit_Id`.
     pub promoted: Option<String>,
+    /// The status of the progressive rollout `.github/tracking/Rollout_State` tracks, if any.
+    pub rollout_status: Option<String>,
     /// Cluster type → deployment target → what it runs.
     pub cluster_types: BTreeMap<String, BTreeMap<String, Target>>,
     /// For an index of an OCI environment: cluster type → its artifact's manifest digest
@@ -163,6 +165,12 @@ impl<'r> TreeReader<'r> {
             .and_then(|e| self.git.find_blob(e.id()).ok())
             .map(|b| String::from_utf8_lossy(b.content()).trim().to_owned())
             .filter(|s| !s.is_empty());
+        let rollout_status = root
+            .get_path(std::path::Path::new(kalypso_core::rollout::ROLLOUT_STATE_PATH))
+            .ok()
+            .and_then(|e| self.git.find_blob(e.id()).ok())
+            .and_then(|b| kalypso_core::rollout::RolloutState::parse(b.content()))
+            .map(|state| state.status.as_str().to_owned());
         let mut cluster_types = BTreeMap::new();
         for entry in root.iter() {
             let Ok(name) = entry.name() else { continue };
@@ -184,6 +192,7 @@ impl<'r> TreeReader<'r> {
             parent: commit.parent_ids().next().map(|p| p.to_string()),
             committed_at: commit.committer().when().seconds() * 1000,
             promoted,
+            rollout_status,
             cluster_types,
             artifacts: BTreeMap::new(),
         })
@@ -589,6 +598,8 @@ fn read_oci_history(
                 .and_then(crate::model::parse_time)
                 .unwrap_or(0),
             promoted: snapshot.index.promoted_commit.clone(),
+            // An OCI environment is delivered whole: no rollout.
+            rollout_status: None,
             cluster_types,
             artifacts,
         });
@@ -730,8 +741,8 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     for (i, commit) in history.commits.iter().enumerate() {
         let position = first + i as i64;
         sqlx::query(
-            "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit) \
-             VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (environment, sha) DO NOTHING",
+            "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit, rollout_status) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (environment, sha) DO NOTHING",
         )
         .bind(&env.name)
         .bind(&commit.sha)
@@ -739,6 +750,7 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
         .bind(position)
         .bind(commit.committed_at)
         .bind(&commit.promoted)
+        .bind(&commit.rollout_status)
         .execute(&mut *tx)
         .await?;
         for op in diff(&mut open, commit, position) {

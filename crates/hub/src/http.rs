@@ -13,6 +13,7 @@
 //! `Retry-After`, and a report is acknowledged only after its transaction committed.
 
 pub mod actions;
+pub mod waves;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -180,6 +181,7 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments", get(list_environments))
         .route("/api/v1/environments/{environment}", get(get_environment))
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
+        .route("/api/v1/environments/{environment}/waves", get(waves::get_waves))
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
         .route("/api/v1/approvals", post(actions::approve))
@@ -545,7 +547,7 @@ pub(crate) async fn get_environment(
 }
 
 /// How long a query waits for an on-demand refresh when it names an unknown commit.
-const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
+pub(crate) const ON_DEMAND_REFRESH: Duration = Duration::from_secs(20);
 
 /// `GET /api/v1/environments/{environment}/gate`.
 #[utoipa::path(get, path = "/api/v1/environments/{environment}/gate", tag = "queries",

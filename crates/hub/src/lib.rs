@@ -16,7 +16,7 @@
 //!   and their check on start;
 //! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
-//!   [`query`]: the correlation queries;
+//!   [`query`]: the correlation queries; [`rollout`]: the gate of a progressive rollout's waves;
 //! - [`auth`]: who a request comes from and what it may do (API tokens, OIDC sign-in,
 //!   sessions); [`config`]: the configuration file (`--config`);
 //! - [`http`]: the API ([`app`]); [`openapi`]: its OpenAPI document, generated from the
@@ -50,6 +50,7 @@ mod plans;
 pub mod policy;
 pub mod query;
 pub mod release_pages;
+pub mod rollout;
 pub mod throttle;
 
 use std::net::SocketAddr;

@@ -404,6 +404,17 @@ pub async fn evaluate(
     // Compliance of `from`, from the existing gate.
     let compliant = gate.verdict == Verdict::Compliant;
     let (state, summary) = match gate.verdict {
+        _ if gate.rollout.is_some() && gate.verdict != Verdict::Compliant => (
+            if gate.verdict == Verdict::Failed {
+                RequirementState::Failed
+            } else {
+                RequirementState::NotYet
+            },
+            format!(
+                "compliant: the progressive rollout in {from} is {}, not every wave runs the commit",
+                gate.rollout.as_deref().unwrap_or_default()
+            ),
+        ),
         Verdict::Compliant => (
             RequirementState::Met,
             format!("compliant {}/{} in {from}", gate.compliant, gate.total),

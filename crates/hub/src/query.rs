@@ -120,7 +120,8 @@ pub async fn resolve_commit(db: &Db, environment: &str, sha: &str) -> Result<Opt
     resolve_commit_in(&mut conn, environment, sha).await
 }
 
-async fn resolve_commit_in(
+/// [`resolve_commit`] on a connection the caller holds (a read transaction's).
+pub(crate) async fn resolve_commit_in(
     conn: &mut AnyConnection,
     environment: &str,
     sha: &str,
@@ -192,6 +193,39 @@ fn placeholders(from: usize, n: usize) -> String {
         .join(", ")
 }
 
+/// Where the clusters run everything `commit` brought: from the commit itself, or, when a
+/// progressive rollout brought it, from the first commit on whose rollout is complete (a
+/// commit without a rollout delivered every cluster type). `Err` with the status of the
+/// environment's newest rollout when no such commit exists (yet): the later waves do not run
+/// the commit.
+async fn rollout_target(
+    conn: &mut AnyConnection,
+    environment: &str,
+    commit: &CommitRow,
+) -> Result<Result<i64, String>, DbError> {
+    let done = sqlx::query(
+        "SELECT position FROM gitops_commits WHERE environment = $1 AND position >= $2 \
+         AND (rollout_status IS NULL OR rollout_status = 'complete') ORDER BY position LIMIT 1",
+    )
+    .bind(environment)
+    .bind(commit.position)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if let Some(row) = done {
+        return Ok(Ok(row.try_get(0)?));
+    }
+    let newest: Option<String> = sqlx::query(
+        "SELECT rollout_status FROM gitops_commits WHERE environment = $1 ORDER BY position DESC LIMIT 1",
+    )
+    .bind(environment)
+    .fetch_optional(&mut *conn)
+    .await?
+    .map(|row| row.try_get::<Option<String>, _>(0))
+    .transpose()?
+    .flatten();
+    Ok(Err(newest.unwrap_or_else(|| "progressing".to_owned())))
+}
+
 /// The gate's order: the clusters that are not compliant first, then the compliant ones.
 fn not_compliant_first(state: ClusterState) -> Option<usize> {
     Some(usize::from(state == ClusterState::Compliant))
@@ -218,12 +252,17 @@ pub async fn gate(
             total: 0,
             clusters: Vec::new(),
             cluster_types_without_clusters: Vec::new(),
+            rollout: None,
             promotion: None,
         });
     };
-    let types = cluster_types_at(&mut tx, environment, commit.position).await?;
+    let (target, rollout) = match rollout_target(&mut tx, environment, &commit).await? {
+        Ok(target) => (target, None),
+        Err(status) => (commit.position, Some(status)),
+    };
+    let types = cluster_types_at(&mut tx, environment, target).await?;
     let snapshot = Snapshot::read(&mut tx, Some(environment), None, staleness).await?;
-    let by_type = counts_by_type(&snapshot, environment, commit.position);
+    let by_type = counts_by_type(&snapshot, environment, target);
     let mut counts = Counts::default();
     let mut without = Vec::new();
     for t in &types {
@@ -249,7 +288,7 @@ pub async fn gate(
             &snapshot,
             environment,
             scope,
-            Some(commit.position),
+            Some(target),
             &not_compliant_first,
             0,
             u64::try_from(limit).unwrap_or_default(),
@@ -257,9 +296,15 @@ pub async fn gate(
         .await?
     };
     tx.commit().await?;
+    let verdict = match rollout.as_deref() {
+        None => verdict(&counts),
+        Some("halted" | "rolled-back") => Verdict::Failed,
+        Some(_) if verdict(&counts) == Verdict::Failed => Verdict::Failed,
+        Some(_) => Verdict::Pending,
+    };
     Ok(Gate {
         environment: environment.to_owned(),
-        verdict: verdict(&counts),
+        verdict,
         gitops_commit: Some(commit.sha),
         control_plane_commit: commit.promoted,
         compliant: counts.compliant,
@@ -275,6 +320,7 @@ pub async fn gate(
             })
             .collect(),
         cluster_types_without_clusters: without,
+        rollout,
         promotion: None,
     })
 }

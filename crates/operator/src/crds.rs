@@ -57,7 +57,7 @@ mod tests {
         let b = to_yaml().expect("yaml");
         assert_eq!(a, b);
         let docs: Vec<&str> = a.split("---\n").filter(|d| !d.is_empty()).collect();
-        assert_eq!(docs.len(), 14);
+        assert_eq!(docs.len(), 15);
         for doc in docs {
             let crd: CustomResourceDefinition = serde_yaml_ng::from_str(doc).expect("parses");
             assert_eq!(crd.spec.group, "scheduler.kalypso.io");

@@ -16,6 +16,8 @@
 //! - JSON data as Go decodes it ([`go_json`]), and the in-repository test data
 //!   ([`data_dir`]);
 //! - documentation walk-throughs run as scripts ([`run_doc_script`]);
+//! - a simulated fleet that reads a GitOps branch and posts to the hub the Flux events of the
+//!   commits its clusters apply, with failure rules ([`fleet`]);
 //! - the pieces of a data-driven test harness ([`cases`]: case folders, expected files,
 //!   blessing).
 //!
@@ -28,6 +30,7 @@ mod doc_script;
 mod example;
 mod fake_forge;
 mod fake_github;
+pub mod fleet;
 mod folders;
 mod git_cli;
 mod go_json;

@@ -260,6 +260,13 @@ pub(crate) fn check_promote(settings: &CheckPromote, global: &Global) -> Result<
                                 c.message().unwrap_or("(no message)")
                             );
                         }
+                        if let Some(rollout) = &gate.rollout {
+                            eprintln!(
+                                "error: the progressive rollout of GitOps commit {} in {} is {rollout}: its later waves do not run it (`kalypso rollout status` tells more)",
+                                short(gate.gitops_commit.as_deref().unwrap_or(&settings.commit)),
+                                settings.env,
+                            );
+                        }
                         if let Some(s) = &mut status {
                             let names: Vec<&str> = failed.iter().map(|c| c.name.as_str()).collect();
                             s.set(
@@ -347,6 +354,12 @@ fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
             short(commit)
         );
     }
+    if let Some(rollout) = &gate.rollout {
+        return format!(
+            "{env}: the progressive rollout of {} is {rollout}, waiting until it reaches every wave",
+            short(gate.gitops_commit.as_deref().unwrap_or(commit))
+        );
+    }
     let waiting: Vec<String> = gate
         .clusters
         .iter()
@@ -420,6 +433,7 @@ mod tests {
                 cluster("large-1", ClusterState::Behind),
             ],
             cluster_types_without_clusters: vec![],
+            rollout: None,
             promotion: None,
         };
         assert_eq!(

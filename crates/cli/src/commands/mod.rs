@@ -26,7 +26,7 @@ pub(crate) use plan::{diff_command as diff, plan_command as plan};
 pub(crate) use promote::promote;
 pub(crate) use render::render;
 pub(crate) use serve::serve;
-pub(crate) use sync::{init_logs, sync};
+pub(crate) use sync::{init_logs, rollout, sync};
 pub(crate) use validate::validate;
 
 use kalypso_core::placement::CurrentAssignment;

@@ -129,6 +129,25 @@ fn promoted_by(
             kalypso_core::tree::PROMOTED_COMMIT_PATH
         )
     })?;
+    // A progressive rollout that has not reached every wave: the environment does not run
+    // the commit everywhere, whatever its clusters report.
+    if let Some(rollout) = &delivered.rollout
+        && rollout.status != kalypso_core::rollout::Status::Complete
+    {
+        anyhow::bail!(
+            "refusing to promote {} from {from}: its rollout of environment commit {} is {} ({} of {} waves delivered){}; nothing was pushed",
+            short(&promoted),
+            short(&rollout.change.environment),
+            rollout.status.as_str(),
+            rollout.delivered,
+            rollout.waves.len(),
+            rollout
+                .failure
+                .as_ref()
+                .map(|f| format!(": {}", redact(f)))
+                .unwrap_or_default()
+        );
+    }
     let mut compliance = String::new();
     if let Some(hub) = &source.hub {
         let client = HubClient::new(&hub.url, hub.token_file.as_deref())?;

@@ -16,8 +16,9 @@
 //! 3. **Updates**: `--updates` state changes (default: half the clusters) — a cluster goes
 //!    progressing, then compliant (or, one in fifty, failed) at c2.
 //! 4. The gate of `dev` by GitOps commit (c2) and by control-plane commit (P2), the environment
-//!    status, the dashboard's fleet map, promotions page, environment and cluster-type pages:
-//!    each timed on its first load, then the median of five more.
+//!    status, the dashboard's fleet map, promotions page, environment and cluster-type pages,
+//!    and a progressive rollout's wave gate (10 and 100 cluster types): each timed on its first
+//!    load, then the median of five more.
 //! 5. The hub's peak RSS, and the load average of the machine during each phase.
 //!
 //! Without `--database`, a SQLite file in `--dir` (default: a fresh folder in the temporary
@@ -477,6 +478,14 @@ async fn drive(args: &[String]) {
         used * 1e6 / updates.max(1) as f64
     );
 
+    let wave = |types: usize| {
+        let names: Vec<String> = (0..types).map(|t| format!("type-{t:03}")).collect();
+        format!(
+            "/api/v1/environments/dev/waves?commit={}&clusterTypes={}",
+            sha(0, 2),
+            names.join(",")
+        )
+    };
     let queries = [
         (
             "gate by GitOps commit (dev)",
@@ -507,6 +516,11 @@ async fn drive(args: &[String]) {
         (
             "cluster list API (compliant, offset 5000)",
             "/api/v1/clusters?environment=dev&state=compliant&limit=100&offset=5000".to_owned(),
+        ),
+        ("rollout wave gate, 10 cluster types (dev)", wave(10)),
+        (
+            "rollout wave gate, all 100 cluster types (dev)",
+            wave(CLUSTER_TYPES),
         ),
     ];
     let mut timings = Vec::new();

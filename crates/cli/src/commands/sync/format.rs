@@ -306,3 +306,13 @@ pub(super) fn report_json(report: &EnvReport) -> serde_json::Value {
         }),
     }
 }
+
+/// A rollout's report as JSON: the state on the branch after the run, and what happened.
+pub(super) fn rollout_json(rollout: &kalypso_git::rollout::RolloutReport) -> serde_json::Value {
+    serde_json::json!({
+        "message": redact(&rollout.message),
+        "delivered": rollout.delivered,
+        "uncheckedClusterTypes": rollout.unchecked,
+        "state": rollout.state,
+    })
+}

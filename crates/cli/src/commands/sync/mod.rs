@@ -5,13 +5,20 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
+use kalypso_core::rollout::WaveHealth;
+use kalypso_git::rollout::{GateAnswer, RolloutRun, WaveGate};
 use kalypso_git::{Settings, Syncer, redact};
+
+use crate::hub_client::HubClient;
 
 use crate::progress::Progress;
 use crate::settings::{self, Global};
 use kalypso_server::config::LogFormat;
 
 mod format;
+mod rollout;
+
+pub(crate) use rollout::rollout;
 
 /// A multi-threaded runtime: GitHub calls block on it from the syncing thread.
 pub(crate) fn runtime() -> Result<tokio::runtime::Runtime> {
@@ -101,6 +108,10 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         other => other,
     }
     .map_err(|e| anyhow!("{e}"))?;
+    let hub = match &args.hub {
+        Some(access) => Some(HubClient::new(&access.url, access.token_file.as_deref())?),
+        None => None,
+    };
     let total = environments.len();
     for (i, env) in environments.iter().enumerate() {
         if let Some(u) = check.unchanged(&env.name) {
@@ -110,9 +121,12 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         let subject = format!("{} ({}/{total})", env.name, i + 1);
         let started = std::time::Instant::now();
         progress.stage_of(subject.clone(), "reading the inputs", None);
+        let now = now_ms();
+        let waves = hub.as_ref().map(|client| HubWaves { client, now });
+        let gate = waves.as_ref().map(|w| w as &dyn WaveGate);
         let mut result = pass.resolve(env).and_then(|resolved| {
             progress.stage_of(subject.clone(), "rendering", Some("writing the tree"));
-            pass.deliver(&resolved)
+            pass.deliver_rollout(&resolved, gate, now)
         });
         if let Err(e) = &result
             && e.is_cache_damage()
@@ -125,11 +139,39 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
             pass = syncer.pass(url).map_err(|e| anyhow!("{e}"))?;
             result = pass.resolve(env).and_then(|resolved| {
                 progress.stage_of(subject, "rendering", Some("writing the tree"));
-                pass.deliver(&resolved)
+                pass.deliver_rollout(&resolved, gate, now)
             });
         }
         progress.suspend(|| match result {
-            Ok(report) => {
+            Ok(RolloutRun { report, rollout }) => {
+                if let Some(rollout) = &rollout {
+                    for ct in &rollout.unchecked {
+                        eprintln!(
+                            "warning: environment {}: cluster type {ct} of a delivered wave has no registered cluster; nothing checks it",
+                            rollout.environment
+                        );
+                    }
+                    if rollout.failed() {
+                        // A failed rollout is not a held delivery: exit code 1, not 3.
+                        ok = false;
+                        only_held = false;
+                        eprintln!("error: environment {}: {}", rollout.environment, redact(&rollout.message));
+                    } else if !global.quiet && !args.json {
+                        println!("{}: {}", rollout.environment, redact(&rollout.message));
+                    }
+                }
+                let Some(report) = report else {
+                    if args.json
+                        && let Some(rollout) = &rollout
+                    {
+                        json.push(serde_json::json!({
+                            "environment": env.name,
+                            "result": if rollout.failed() { "rollout-failed" } else { "rollout-waiting" },
+                            "rollout": format::rollout_json(rollout),
+                        }));
+                    }
+                    return;
+                };
                 let elapsed = started.elapsed();
                 for d in report
                     .diagnostics
@@ -144,6 +186,9 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
                     let mut value = format::report_json(&report);
                     if let Some(v) = value.as_object_mut() {
                         v.insert("seconds".into(), serde_json::json!(elapsed.as_secs_f64()));
+                        if let Some(rollout) = &rollout {
+                            v.insert("rollout".into(), format::rollout_json(rollout));
+                        }
                     }
                     json.push(value);
                 } else {
@@ -182,6 +227,88 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
     })
 }
 
+/// Unix milliseconds now.
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+        .unwrap_or_default()
+}
+
+/// The longest cluster type list one wave-gate question carries (the hub takes 4096
+/// characters).
+const MAX_WAVE_QUESTION: usize = 4000;
+
+/// The hub as the gate of a rollout's waves: its per-cluster-type answer summed per wave.
+struct HubWaves<'a> {
+    client: &'a HubClient,
+    /// The time the rollout decides with (the hub's "compliant for" is turned into a time).
+    now: i64,
+}
+
+impl WaveGate for HubWaves<'_> {
+    fn health(
+        &self,
+        environment: &str,
+        commit: &str,
+        waves: &[std::collections::BTreeSet<String>],
+    ) -> Result<GateAnswer, String> {
+        let all: Vec<String> = waves.iter().flatten().cloned().collect();
+        // The hub takes a list of at most MAX_WAVE_QUESTION characters per question.
+        let mut answered: Vec<kalypso_hub_api::WaveClusterType> = Vec::new();
+        let mut chunk: Vec<String> = Vec::new();
+        let mut length = 0;
+        for (i, ct) in all.iter().enumerate() {
+            chunk.push(ct.clone());
+            length += ct.chars().count() + 1;
+            let next = all.get(i + 1).map_or(usize::MAX, |n| n.chars().count() + 1);
+            if i + 1 == all.len() || length + next > MAX_WAVE_QUESTION {
+                let answer = self
+                    .client
+                    .waves(environment, commit, &chunk)
+                    .map_err(|e| e.to_string())?;
+                if answer.gitops_commit.is_none() {
+                    return Ok(GateAnswer { waves: None });
+                }
+                answered.extend(answer.cluster_types);
+                chunk.clear();
+                length = 0;
+            }
+        }
+        let by_type: std::collections::BTreeMap<&str, &kalypso_hub_api::WaveClusterType> =
+            answered.iter().map(|t| (t.cluster_type.as_str(), t)).collect();
+        let health = waves
+            .iter()
+            .map(|cluster_types| {
+                let mut h = WaveHealth::default();
+                for ct in cluster_types {
+                    let Some(t) = by_type.get(ct.as_str()) else {
+                        h.without_clusters.push(ct.clone());
+                        continue;
+                    };
+                    if t.registered == 0 {
+                        h.without_clusters.push(ct.clone());
+                    }
+                    h.registered += t.registered;
+                    h.compliant += t.compliant;
+                    h.failed.extend(
+                        t.failed
+                            .iter()
+                            .map(|c| (c.name.clone(), ct.clone(), c.message.clone())),
+                    );
+                    // Failed clusters beyond the hub's list still count.
+                    h.failed_count += t.failed_count.max(t.failed.len() as u64);
+                    if let Some(for_ms) = t.compliant_for_ms {
+                        let since = self.now.saturating_sub(i64::try_from(for_ms).unwrap_or(i64::MAX));
+                        h.compliant_since = Some(h.compliant_since.map_or(since, |s: i64| s.max(since)));
+                    }
+                }
+                h
+            })
+            .collect();
+        Ok(GateAnswer { waves: Some(health) })
+    }
+}
 /// The exit code of a sync whose only failures are deliveries held by the mass-deletion
 /// guard (a person decides; nothing is broken).
 pub(crate) const HELD: u8 = 3;
