@@ -158,6 +158,22 @@ impl Setup {
         text
     }
 
+    /// `kalypso ACTION --hub URL --env dev ...` (freeze, unfreeze), which must succeed.
+    fn hub_action(&self, args: &[&str]) {
+        let out = Command::new(KALYPSO)
+            .arg(args[0])
+            .args(["--hub", &self.url, "--env", "dev"])
+            .args(&args[1..])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     fn hub_log(&self) -> String {
         std::fs::read_to_string(self.work.join("hub.log")).unwrap_or_default()
     }
@@ -281,6 +297,12 @@ fn a_change_goes_canary_first_soaks_then_the_rest_and_a_newer_change_restarts() 
     assert!(out.contains("soaking"), "{out}");
     assert_eq!(setup.head(), wave1);
     std::thread::sleep(SOAK);
+    // A freeze stops the line: soaked, yet the next wave waits until it is lifted.
+    setup.hub_action(&["freeze", "--reason", "incident 42"]);
+    let out = setup.sync_ok();
+    assert!(out.contains("frozen") && out.contains("incident 42"), "{out}");
+    assert_eq!(setup.head(), wave1);
+    setup.hub_action(&["unfreeze", "--reason", "resolved"]);
     setup.sync_ok();
     assert_eq!(setup.environment_value("large").as_deref(), Some("Dev2"));
     assert_eq!(setup.state()["delivered"], 2);

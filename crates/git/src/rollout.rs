@@ -50,6 +50,8 @@ pub trait WaveGate {
 pub struct GateAnswer {
     /// One per wave asked about, in order; `None` when the hub does not know the commit yet.
     pub waves: Option<Vec<WaveHealth>>,
+    /// The environment is frozen (who, since when, why): no next wave.
+    pub frozen: Option<String>,
 }
 
 /// What a rollout run did.
@@ -295,6 +297,7 @@ impl Pass<'_> {
         })?;
         let change = revision(&resolved.revisions);
         let mut unchecked = Vec::new();
+        let mut frozen = None;
         let health = match (&at.state, at.wave_commit) {
             (Some(state), Some(commit)) if state.change == change && state.status == Status::Progressing => {
                 match gate {
@@ -315,6 +318,7 @@ impl Pass<'_> {
                             .collect();
                         match gate.health(&name, &commit.to_string(), &asked) {
                             Ok(answer) => {
+                                frozen = answer.frozen;
                                 if let Some(waves) = &answer.waves {
                                     unchecked =
                                         waves.iter().flat_map(|w| w.without_clusters.clone()).collect();
@@ -335,7 +339,7 @@ impl Pass<'_> {
         for ct in &unchecked {
             tracing::warn!(environment = %name, cluster_type = %ct, "cluster type of a delivered wave has no registered cluster: nothing checks it");
         }
-        let step = rollout::next_step(
+        let mut step = rollout::next_step(
             &waves,
             &change,
             at.state.as_ref(),
@@ -343,6 +347,15 @@ impl Pass<'_> {
             at.deadline_from,
             now,
         );
+        // A freeze stops the line: the next wave waits (a rollback still goes out).
+        if let (Some(frozen), Step::Deliver { state, .. }) = (&frozen, &step)
+            && state.status != Status::RolledBack
+        {
+            let next = state.delivered;
+            step = Step::Wait {
+                reason: format!("wave {next} waits: the environment is frozen ({frozen})"),
+            };
+        }
         Ok(Some(Plan {
             waves,
             branch: at,

@@ -1126,6 +1126,10 @@ pub struct WaveGate {
     /// Each cluster type asked about, in the order asked.
     #[serde(default)]
     pub cluster_types: Vec<WaveClusterType>,
+    /// The environment's freezes in force ("stop the line"): while there is one, no next wave
+    /// is delivered.
+    #[serde(default)]
+    pub freezes: Vec<Freeze>,
 }
 
 /// One cluster type of a [`WaveGate`].

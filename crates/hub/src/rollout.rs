@@ -34,12 +34,18 @@ pub async fn waves(
     staleness: Staleness,
     failed_limit: i64,
 ) -> Result<WaveGate, DbError> {
+    let freezes: Vec<_> = crate::policy::active_freezes(db, environment, staleness.now)
+        .await?
+        .iter()
+        .map(|f| crate::actions::freeze_answer(environment, f))
+        .collect();
     let mut tx = db.begin_read().await?;
     let Some(commit) = resolve_commit_in(&mut tx, environment, sha).await? else {
         return Ok(WaveGate {
             environment: environment.to_owned(),
             gitops_commit: None,
             cluster_types: Vec::new(),
+            freezes,
         });
     };
     let snapshot = Snapshot::read(&mut tx, Some(environment), None, staleness).await?;
@@ -102,5 +108,6 @@ pub async fn waves(
         environment: environment.to_owned(),
         gitops_commit: Some(commit.sha),
         cluster_types: answer,
+        freezes,
     })
 }

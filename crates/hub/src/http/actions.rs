@@ -265,7 +265,7 @@ pub(crate) async fn approve_as(
     })
 }
 
-fn freeze_answer(environment: &str, f: &policy::ActiveFreeze) -> Freeze {
+pub(crate) fn freeze_answer(environment: &str, f: &policy::ActiveFreeze) -> Freeze {
     Freeze {
         id: f.id,
         environment: environment.to_owned(),

@@ -256,6 +256,7 @@ impl WaveGate for HubWaves<'_> {
         let all: Vec<String> = waves.iter().flatten().cloned().collect();
         // The hub takes a list of at most MAX_WAVE_QUESTION characters per question.
         let mut answered: Vec<kalypso_hub_api::WaveClusterType> = Vec::new();
+        let mut frozen = None;
         let mut chunk: Vec<String> = Vec::new();
         let mut length = 0;
         for (i, ct) in all.iter().enumerate() {
@@ -267,8 +268,20 @@ impl WaveGate for HubWaves<'_> {
                     .client
                     .waves(environment, commit, &chunk)
                     .map_err(|e| e.to_string())?;
+                frozen = answer.freezes.first().map(|f| {
+                    format!(
+                        "frozen by {} since {}{}: {}",
+                        f.actor,
+                        f.frozen_at,
+                        f.until
+                            .as_ref()
+                            .map(|u| format!(" until {u}"))
+                            .unwrap_or_default(),
+                        f.reason
+                    )
+                });
                 if answer.gitops_commit.is_none() {
-                    return Ok(GateAnswer { waves: None });
+                    return Ok(GateAnswer { waves: None, frozen });
                 }
                 answered.extend(answer.cluster_types);
                 chunk.clear();
@@ -306,7 +319,10 @@ impl WaveGate for HubWaves<'_> {
                 h
             })
             .collect();
-        Ok(GateAnswer { waves: Some(health) })
+        Ok(GateAnswer {
+            waves: Some(health),
+            frozen,
+        })
     }
 }
 /// The exit code of a sync whose only failures are deliveries held by the mass-deletion
