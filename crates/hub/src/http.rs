@@ -597,6 +597,18 @@ pub(crate) async fn get_gate(
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
     let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
+    if let Some(raw) = params.get("into")
+        && (raw.chars().any(char::is_control) || raw.chars().count() > kalypso_hub_api::MAX_NAME)
+    {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            Some("into"),
+            format!(
+                "{raw:?} is not an environment name (control characters, or over {} characters)",
+                kalypso_hub_api::MAX_NAME
+            ),
+        ));
+    }
     if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
         actions::check_environment_name("into", into)?;
         let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;

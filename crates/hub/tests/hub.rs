@@ -342,6 +342,19 @@ async fn bad_input_scenario(url: &str) {
     }
     let g = get(&mut c, "/api/v1/environments/d%00/gate?commit=abcd").await;
     assert_eq!(g["verdict"], "unknown-commit");
+    // The environment to promote into is a name: a control character is refused, even for a
+    // commit the hub does not know (found by schemathesis: `into=%0D` was trimmed away).
+    for into in ["%0D", "st%00age"] {
+        let r = c
+            .get(
+                &format!("/api/v1/environments/dev/gate?commit=abcd&into={into}"),
+                &[],
+            )
+            .await
+            .unwrap();
+        assert_eq!(r.status, 400, "{into}");
+        assert_eq!(r.json()["field"], "into", "{into}");
+    }
     assert_eq!(
         get(&mut c, "/api/v1/workloads/w%00").await["placements"],
         json!([])
