@@ -597,20 +597,12 @@ pub(crate) async fn get_gate(
         state.refresher().refresh_now(ON_DEMAND_REFRESH).await;
     }
     let mut gate = query::gate(db, &environment, &commit, state.staleness(), limit).await?;
-    if let Some(raw) = params.get("into")
-        && (raw.chars().any(char::is_control) || raw.chars().count() > kalypso_hub_api::MAX_NAME)
-    {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            Some("into"),
-            format!(
-                "{raw:?} is not an environment name (control characters, or over {} characters)",
-                kalypso_hub_api::MAX_NAME
-            ),
-        ));
+    // The name as sent is checked (a control character is refused, even one trimming would
+    // remove); surrounding spaces are then dropped, and an empty one asks nothing.
+    if let Some(raw) = params.get("into").filter(|s| !s.is_empty()) {
+        actions::check_environment_name("into", raw)?;
     }
     if let Some(into) = params.get("into").map(|s| s.trim()).filter(|s| !s.is_empty()) {
-        actions::check_environment_name("into", into)?;
         let promotion = crate::policy::evaluate(db, &gate, into, state.stale_before(), now_ms()).await?;
         actions::notify_gate(&state, &gate, &promotion);
         gate.promotion = Some(promotion);
