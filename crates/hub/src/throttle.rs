@@ -56,9 +56,14 @@ struct Bucket {
 /// The buckets of the clusters reporting now.
 pub struct Throttle {
     rate: Rate,
-    buckets: Mutex<HashMap<(String, String), Bucket>>,
+    buckets: Mutex<Buckets>,
+}
+
+#[derive(Default)]
+struct Buckets {
+    by_cluster: HashMap<(String, String), Bucket>,
     /// When full buckets were last forgotten.
-    swept_at: Mutex<i64>,
+    swept_at: i64,
 }
 
 impl std::fmt::Debug for Throttle {
@@ -78,7 +83,6 @@ impl Throttle {
         Throttle {
             rate,
             buckets: Mutex::default(),
-            swept_at: Mutex::new(0),
         }
     }
 
@@ -94,6 +98,7 @@ impl Throttle {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         self.sweep(&mut buckets, now, burst);
         let bucket = buckets
+            .by_cluster
             .entry((report.environment.clone(), report.cluster.clone()))
             .or_insert_with(|| Bucket {
                 tokens: burst,
@@ -124,7 +129,10 @@ impl Throttle {
             .buckets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(bucket) = buckets.get_mut(&(report.environment.clone(), report.cluster.clone())) {
+        if let Some(bucket) = buckets
+            .by_cluster
+            .get_mut(&(report.environment.clone(), report.cluster.clone()))
+        {
             bucket.last.insert(
                 report.object.clone(),
                 (report.state.as_str(), report.commit.clone()),
@@ -137,21 +145,18 @@ impl Throttle {
         self.buckets
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .by_cluster
             .len()
     }
 
     /// Forgets the buckets that are full again: such a cluster is treated as new.
-    fn sweep(&self, buckets: &mut HashMap<(String, String), Bucket>, now: i64, burst: f64) {
-        let mut swept_at = self
-            .swept_at
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if now - *swept_at < SWEEP_EVERY_MS {
+    fn sweep(&self, buckets: &mut Buckets, now: i64, burst: f64) {
+        if now - buckets.swept_at < SWEEP_EVERY_MS {
             return;
         }
-        *swept_at = now;
+        buckets.swept_at = now;
         let rate = self.rate.per_second;
-        buckets.retain(|_, bucket| {
+        buckets.by_cluster.retain(|_, bucket| {
             refill(bucket, rate, burst, now);
             bucket.tokens < burst
         });
