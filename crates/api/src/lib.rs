@@ -918,6 +918,18 @@ pub struct GitOpsRepoSpec {
     /// Path (ignored by the original, which always writes at the repository root).
     #[serde(default)]
     pub path: String,
+    /// The forge the repository is on, for pull requests, failure reports and commit
+    /// statuses (kalypso's; the original knows only GitHub): `github`, `gitlab`,
+    /// `azure-devops`, `gitea` or `forgejo`. Default: the `--provider` of the run, else
+    /// inferred from the URL (github.com, gitlab.com, dev.azure.com, *.visualstudio.com,
+    /// codeberg.org; any other host is GitHub).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The forge's API (kalypso's): `https://HOST/api/v4` for GitLab, the organization or
+    /// collection URL for Azure DevOps, `https://HOST/api/v1` for Gitea. Default: derived
+    /// from the URL (or the run's `--provider-api-url` when `provider` is not set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider_api_url: Option<String>,
 }
 
 /// The main-branch content an environment is built from; `commit` pins it (promotion).

@@ -156,6 +156,10 @@ pub struct GitOpsTarget {
     pub repo: String,
     /// Branch.
     pub branch: String,
+    /// The forge it is on (`spec.provider`), when the GitOpsRepo names it.
+    pub provider: Option<String>,
+    /// The forge's API (`spec.providerApiUrl`), when the GitOpsRepo names it.
+    pub provider_api_url: Option<String>,
 }
 
 /// Everything one environment is built from.
@@ -426,6 +430,8 @@ impl ControlPlane {
                     name: g.meta.name,
                     repo: g.spec.repo,
                     branch: g.spec.branch,
+                    provider: g.spec.provider,
+                    provider_api_url: g.spec.provider_api_url,
                 }),
                 _ => None,
             })
@@ -622,6 +628,8 @@ impl ControlPlane {
                 name: g.meta.name.clone(),
                 repo: g.spec.repo.clone(),
                 branch: g.spec.branch.clone(),
+                provider: g.spec.provider.clone(),
+                provider_api_url: g.spec.provider_api_url.clone(),
             })
             .collect();
         Ok(Resolved {

@@ -383,6 +383,9 @@ pub struct Destination<'a> {
     pub branch: &'a str,
     /// The mode (already resolved: `Pr` or `Push`).
     pub mode: Mode,
+    /// The forge the repository is on, and its API (the GitOpsRepo's, see
+    /// [`ProviderSettings::for_gitops_repo`]).
+    pub providers: &'a ProviderSettings,
 }
 
 /// What delivery needs from its surroundings.
@@ -412,11 +415,12 @@ impl DeliverySettings {
 }
 
 impl Context<'_> {
-    /// A client of the forge `url`'s repository is on (see [`crate::forge`]).
-    pub fn forge(&self, url: &RepoUrl) -> Result<Box<dyn Forge>, Error> {
+    /// A client of the forge `url`'s repository is on, as `providers` say (see
+    /// [`crate::forge`]).
+    pub fn forge(&self, url: &RepoUrl, providers: &ProviderSettings) -> Result<Box<dyn Forge>, Error> {
         forge::connect(
             url,
-            &self.settings.providers(),
+            providers,
             self.credentials.token(),
             self.transport.retry,
             self.runtime,
@@ -723,7 +727,7 @@ fn open_pulls(
     ctx: &Context<'_>,
     dest: &Destination<'_>,
 ) -> Result<(Box<dyn Forge>, Vec<PullRequest>), Error> {
-    let forge = ctx.forge(dest.url)?;
+    let forge = ctx.forge(dest.url, dest.providers)?;
     let open = forge.open_pulls(dest.branch)?;
     Ok((forge, open))
 }

@@ -138,6 +138,40 @@ impl ProviderSettings {
     pub fn provider_of(&self, url: &RepoUrl) -> Provider {
         self.provider.unwrap_or_else(|| Provider::infer(url))
     }
+
+    /// The settings of one GitOpsRepo: its `spec.provider` and `spec.providerApiUrl` over
+    /// these (the run's). A GitOpsRepo that names its provider is not touched by the run's
+    /// `--provider` or `--provider-api-url` (they may be another forge's); one that does not
+    /// takes the run's provider, and its own API URL before the run's. `Err`: the field and
+    /// why, for an unknown provider or an API URL that is not http(s).
+    pub fn for_gitops_repo(
+        &self,
+        provider: Option<&str>,
+        api_url: Option<&str>,
+    ) -> Result<ProviderSettings, (&'static str, String)> {
+        let api_url = api_url.map(str::trim).filter(|a| !a.is_empty());
+        if let Some(api) = api_url
+            && !(api.starts_with("https://") || api.starts_with("http://"))
+        {
+            return Err((
+                "spec.providerApiUrl",
+                format!("{:?} is not an http(s) URL", crate::redact::redact(api)),
+            ));
+        }
+        let own = provider
+            .map(|p| p.trim().parse::<Provider>().map_err(|e| ("spec.provider", e)))
+            .transpose()?;
+        Ok(ProviderSettings {
+            provider: own.or(self.provider),
+            // GitHub's API is the run's `--github-api-url` unless the GitOpsRepo names one.
+            github_api_url: api_url.map_or_else(|| self.github_api_url.clone(), str::to_owned),
+            api_url: match (api_url, own) {
+                (Some(api), _) => Some(api.to_owned()),
+                (None, Some(_)) => None,
+                (None, None) => self.api_url.clone(),
+            },
+        })
+    }
 }
 
 /// A failed forge call.
@@ -368,6 +402,44 @@ mod tests {
 
     fn infer(url: &str) -> Provider {
         Provider::infer(&RepoUrl::parse(url).unwrap())
+    }
+
+    #[test]
+    fn a_gitops_repo_that_names_its_forge_is_not_touched_by_the_runs_flags() {
+        let run = ProviderSettings {
+            provider: Some(Provider::GitLab),
+            github_api_url: "https://ghe.contoso.com/api/v3".into(),
+            api_url: Some("https://gitlab.contoso.com/api/v4".into()),
+        };
+        assert_eq!(
+            run.for_gitops_repo(None, None).unwrap(),
+            run,
+            "nothing named: the run's"
+        );
+        let own_api = run
+            .for_gitops_repo(None, Some(" https://lab2.contoso.com/api/v4 "))
+            .unwrap();
+        assert_eq!(own_api.provider, Some(Provider::GitLab));
+        assert_eq!(
+            own_api.api_url.as_deref(),
+            Some("https://lab2.contoso.com/api/v4")
+        );
+        let gitea = run.for_gitops_repo(Some("forgejo"), None).unwrap();
+        assert_eq!(gitea.provider, Some(Provider::Gitea));
+        assert_eq!(
+            gitea.api_url, None,
+            "derived from its URL, not the run's GitLab API"
+        );
+        assert_eq!(gitea.github_api_url, run.github_api_url);
+        let github = run
+            .for_gitops_repo(Some("github"), Some("https://github.contoso.com/api/v3"))
+            .unwrap();
+        assert_eq!(github.github_api_url, "https://github.contoso.com/api/v3");
+        let (field, why) = run.for_gitops_repo(Some("bitbucket"), None).unwrap_err();
+        assert_eq!(field, "spec.provider");
+        assert!(why.contains("bitbucket") && why.contains("azure-devops"), "{why}");
+        let (field, _) = run.for_gitops_repo(None, Some("gitlab.contoso.com")).unwrap_err();
+        assert_eq!(field, "spec.providerApiUrl");
     }
 
     #[test]

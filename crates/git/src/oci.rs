@@ -59,6 +59,12 @@ pub fn targets(
                      on (use --mode push, or auto)"
                 )));
             }
+            if g.provider.is_some() || g.provider_api_url.is_some() {
+                return Err(invalid(format!(
+                    "{location} is an OCI registry: spec.provider and spec.providerApiUrl name a forge, which a \
+                     registry is not (remove them)"
+                )));
+            }
             kalypso_oci::reference::check_tag(&g.branch)
                 .map_err(|e| invalid(format!("spec.branch names the artifacts' tag: {e}")))?;
             Ok(OciTarget {
@@ -230,6 +236,8 @@ mod tests {
             name: "dev".into(),
             repo: repo.into(),
             branch: branch.into(),
+            provider: None,
+            provider_api_url: None,
         }]
     }
 
@@ -262,5 +270,9 @@ mod tests {
         assert!(why.contains("spec.branch"), "{why}");
         let (_, why) = targets(&gitops("oci://ghcr.io/O/gitops", "dev"), None, Mode::Auto).unwrap_err();
         assert!(why.contains("repository name"), "{why}");
+        let mut forge = gitops("oci://ghcr.io/o/gitops", "dev");
+        forge[0].provider = Some("gitlab".into());
+        let (_, why) = targets(&forge, None, Mode::Auto).unwrap_err();
+        assert!(why.contains("spec.provider"), "{why}");
     }
 }

@@ -31,6 +31,7 @@ use crate::control_plane::{
 use crate::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
 use crate::delivered::DeliveredFiles;
 use crate::extenders::HttpExtenders;
+use crate::forge::ProviderSettings;
 use crate::issues::{self, IssueReport};
 use crate::repo::{Cache, Transport};
 use crate::retry::RetryPolicy;
@@ -721,7 +722,7 @@ impl Pass<'_> {
             });
         }
         let targets = self.targets(resolved)?;
-        let (_, url, branch, _) = targets.first().ok_or_else(|| Error::NoGitOpsRepo {
+        let GitTarget { url, branch, .. } = targets.first().ok_or_else(|| Error::NoGitOpsRepo {
             environment: name.clone(),
         })?;
         let fail = |error: crate::repo::Error| Error::Delivery {
@@ -861,7 +862,7 @@ impl Pass<'_> {
             && scope.is_whole()
             && !settings.delivery.dry_run
             && !extenders.called.load(Ordering::SeqCst)
-            && targets.iter().all(|(_, _, _, mode)| *mode == Mode::Push);
+            && targets.iter().all(|t| t.mode == Mode::Push);
         if recordable {
             self.record(resolved, &report);
         }
@@ -884,19 +885,22 @@ impl Pass<'_> {
     fn report_issues(
         &self,
         name: &str,
-        targets: &[(String, RepoUrl, String, Mode)],
+        targets: &[GitTarget],
         failures: &[Failure],
     ) -> Result<Option<IssueReport>, Error> {
-        let Some((_, url, _, _)) = targets
+        let Some(target) = targets
             .first()
-            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
+            .filter(|t| t.mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
         else {
             return Ok(None);
         };
-        let forge = self.context().forge(url).map_err(|error| Error::Delivery {
-            environment: name.to_owned(),
-            error,
-        })?;
+        let forge = self
+            .context()
+            .forge(&target.url, &target.providers)
+            .map_err(|error| Error::Delivery {
+                environment: name.to_owned(),
+                error,
+            })?;
         issues::apply(forge.as_ref(), name, failures)
             .map(Some)
             .map_err(|error| Error::Issues {
@@ -950,7 +954,13 @@ impl Pass<'_> {
             };
             targets.insert(target.name.clone(), at);
         }
-        for ((name, url, branch, _), t) in destinations.iter().zip(delivered) {
+        for (
+            GitTarget {
+                name, url, branch, ..
+            },
+            t,
+        ) in destinations.iter().zip(delivered)
+        {
             let head = match &t.delivery {
                 Delivery::Committed { commit, .. } => Some(*commit),
                 Delivery::UpToDate { head, .. } => *head,
@@ -1041,7 +1051,7 @@ impl Pass<'_> {
 
     /// The git GitOps destinations of `resolved` (OCI ones aside): (name, repository,
     /// branch, mode).
-    fn targets(&self, resolved: &Resolved) -> Result<Vec<(String, RepoUrl, String, Mode)>, Error> {
+    fn targets(&self, resolved: &Resolved) -> Result<Vec<GitTarget>, Error> {
         let environment = &resolved.environment.name;
         if resolved.gitops.is_empty() {
             return Err(Error::NoGitOpsRepo {
@@ -1065,10 +1075,36 @@ impl Pass<'_> {
                     return Err(invalid("spec.branch is empty".to_owned()));
                 }
                 let mode = settings.delivery.mode.resolve(&url);
-                Ok((g.name.clone(), url, g.branch.clone(), mode))
+                let providers = settings
+                    .delivery
+                    .providers()
+                    .for_gitops_repo(g.provider.as_deref(), g.provider_api_url.as_deref())
+                    .map_err(|(field, reason)| invalid(format!("{field}: {reason}")))?;
+                Ok(GitTarget {
+                    name: g.name.clone(),
+                    url,
+                    branch: g.branch.clone(),
+                    mode,
+                    providers,
+                })
             })
             .collect()
     }
+}
+
+/// A git GitOpsRepo of an environment, checked: where its tree goes and how.
+#[derive(Clone, Debug)]
+pub(crate) struct GitTarget {
+    /// The GitOpsRepo's name.
+    pub(crate) name: String,
+    /// The repository.
+    pub(crate) url: RepoUrl,
+    /// The branch.
+    pub(crate) branch: String,
+    /// Push or pull request (resolved).
+    pub(crate) mode: Mode,
+    /// The forge it is on.
+    pub(crate) providers: ProviderSettings,
 }
 
 /// The GitOps branches of one environment as the sink of the core's driver: placement reads
@@ -1078,8 +1114,8 @@ impl Pass<'_> {
 struct Branches<'p> {
     pass: &'p Pass<'p>,
     resolved: &'p Resolved,
-    /// (name, repository, branch, mode) of each git GitOpsRepo.
-    targets: &'p [(String, RepoUrl, String, Mode)],
+    /// The git GitOpsRepos.
+    targets: &'p [GitTarget],
     /// The GitOpsRepos that are OCI locations, delivered after the git ones.
     oci_targets: &'p [crate::oci::OciTarget],
     last: &'p DeliveredFiles,
@@ -1099,7 +1135,7 @@ impl Sink for Branches<'_> {
             return remembered;
         }
         match (self.targets.first(), self.oci_targets.first()) {
-            (Some((_, url, branch, _)), _) => self.pass.delivered_assignment(url, branch),
+            (Some(target), _) => self.pass.delivered_assignment(&target.url, &target.branch),
             (None, Some(target)) => self
                 .pass
                 .registry(&self.resolved.environment.name)
@@ -1136,7 +1172,7 @@ impl Sink for Branches<'_> {
         );
         let content = &run.rendered.content;
         let hashed = Hashed::new(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
-            let repo = targets.first().map(|(_, url, _, _)| url.redacted());
+            let repo = targets.first().map(|t| t.url.redacted());
             Error::Delivery {
                 environment: name.clone(),
                 error: deliver::Error::Repo(crate::repo::Error::not_delivered(
@@ -1150,11 +1186,19 @@ impl Sink for Branches<'_> {
         drop(std::mem::take(&mut run.rendered.records));
         let ctx = pass.context();
         let mut reports = Vec::new();
-        for (target_name, url, branch, mode) in targets {
+        for GitTarget {
+            name: target_name,
+            url,
+            branch,
+            mode,
+            providers,
+        } in targets
+        {
             let dest = Destination {
                 url,
                 branch,
                 mode: *mode,
+                providers,
             };
             let about = deliver::Provenance {
                 environment: name.clone(),

@@ -706,3 +706,102 @@ fn azure_devops_commit_statuses() {
 fn gitea_commit_statuses() {
     commit_statuses(Flavor::Gitea);
 }
+
+/// Each GitOpsRepo names its own forge (`spec.provider`, `spec.providerApiUrl`): one
+/// environment delivered to a Gitea and a GitLab repository on hosts that say neither, in one
+/// run, each pull request opened on its own forge; the run's `--provider` and
+/// `--provider-api-url` (another forge's) do not touch a GitOpsRepo that names its own.
+#[test]
+fn each_gitops_repo_names_its_own_forge() {
+    let s = Scenario::new(Flavor::Gitea);
+    let root = s.fx.dir.path().join("repos");
+    let second = root.join("contoso/gitops-lab.git");
+    kalypso_testkit::init_bare(&second);
+    write_files(&second, "dev", &[("README.md", Some("platform"))], "init");
+    let lab = FakeForge::start(s.rt.handle(), Flavor::GitLab, "contoso/gitops-lab", Some(TOKEN));
+    let gitops_repo = |name: &str, url: &str, provider: &str, api: &str| {
+        format!(
+            "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: GitOpsRepo\nmetadata:\n  name: {name}\nspec:\n  \
+             repo: {url}\n  branch: dev\n  path: .\n  provider: {provider}\n  providerApiUrl: {api}\n"
+        )
+    };
+    write_files(
+        &s.fx.control_plane,
+        "dev",
+        &[
+            (
+                "gitops-repo.yaml",
+                Some(&gitops_repo("dev", &s.gitops_url, "forgejo", &s.forge.api_url())),
+            ),
+            (
+                "gitops-repo-lab.yaml",
+                Some(&gitops_repo(
+                    "dev-lab",
+                    &s.git.url("contoso/gitops-lab.git"),
+                    "gitlab",
+                    &lab.api_url(),
+                )),
+            ),
+        ],
+        "two forges",
+    );
+    let mut settings = s.settings();
+    // The run's flags name another forge, unreachable: a GitOpsRepo that names its own
+    // provider does not use them.
+    settings.delivery.provider = Some(Provider::AzureDevOps);
+    settings.delivery.provider_api_url = Some("http://127.0.0.1:9/unreachable".into());
+    let report = s.sync_with(settings).unwrap();
+    let Outcome::Delivered(targets) = &report.outcome else {
+        panic!("failed: {:?}", report.outcome);
+    };
+    let names: Vec<&str> = targets.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["dev", "dev-lab"]);
+    for t in targets {
+        assert!(
+            matches!(t.delivery, Delivery::PullRequest { created: true, .. }),
+            "{}: {:?}",
+            t.name,
+            t.delivery
+        );
+    }
+    let gitea_pulls: Vec<ForgeRequest> = s
+        .forge
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == "/api/v1/repos/contoso/gitops/pulls")
+        .collect();
+    assert_eq!(gitea_pulls.len(), 1, "{:?}", s.forge.requests());
+    let lab_merge_requests: Vec<ForgeRequest> = lab
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST" && r.path == "/api/v4/projects/contoso%2Fgitops-lab/merge_requests")
+        .collect();
+    assert_eq!(lab_merge_requests.len(), 1, "{:?}", lab.requests());
+    assert_eq!(lab_merge_requests[0].private_token.as_deref(), Some(TOKEN));
+    s.assert_authenticated();
+
+    // A provider kalypso does not speak is refused before anything is written, naming the
+    // GitOpsRepo and the field.
+    write_files(
+        &s.fx.control_plane,
+        "dev",
+        &[(
+            "gitops-repo-lab.yaml",
+            Some(&gitops_repo(
+                "dev-lab",
+                &s.git.url("contoso/gitops-lab.git"),
+                "bitbucket",
+                &lab.api_url(),
+            )),
+        )],
+        "an unknown forge",
+    );
+    let before = (s.forge.requests().len(), lab.requests().len());
+    let error = s.sync().unwrap_err().to_string();
+    assert!(
+        error.contains("GitOpsRepo \"dev-lab\"")
+            && error.contains("spec.provider: unknown provider \"bitbucket\""),
+        "{error}"
+    );
+    assert_eq!((s.forge.requests().len(), lab.requests().len()), before);
+}

@@ -165,6 +165,7 @@ pub fn gitops_repo(name: &str) -> GitOpsRepo {
             repo: "https://github.com/org/platform-gitops".into(),
             branch: NS.into(),
             path: ".".into(),
+            ..GitOpsRepoSpec::default()
         },
     );
     o.metadata = meta(name);

@@ -115,6 +115,14 @@ impl Publisher for GitPublisher {
                 return Err(failure("spec.branch is empty".to_owned(), false));
             }
             let mode = inner.settings.mode.resolve(&url);
+            let providers = inner
+                .settings
+                .providers()
+                .for_gitops_repo(
+                    request.spec.provider.as_deref(),
+                    request.spec.provider_api_url.as_deref(),
+                )
+                .map_err(|(field, reason)| failure(format!("{field}: {reason}"), false))?;
             let branch = request.spec.branch.clone();
             let content = request.content.clone();
             let publisher = GitPublisher { inner };
@@ -124,6 +132,7 @@ impl Publisher for GitPublisher {
                         url: &url,
                         branch: &branch,
                         mode,
+                        providers: &providers,
                     };
                     deliver::deliver(ctx, &dest, &content)
                 })
@@ -170,10 +179,19 @@ impl Publisher for GitPublisher {
             if publisher.inner.settings.mode.resolve(&url) != Mode::Pr || publisher.inner.settings.dry_run {
                 return Ok(());
             }
+            let providers = publisher
+                .inner
+                .settings
+                .providers()
+                .for_gitops_repo(
+                    request.spec.provider.as_deref(),
+                    request.spec.provider_api_url.as_deref(),
+                )
+                .map_err(|(field, reason)| failure(format!("{field}: {reason}"), false))?;
             let (environment, failures) = (request.environment.clone(), request.failures.clone());
             let result = publisher
                 .blocking(move |ctx| -> Result<(), String> {
-                    let forge = ctx.forge(&url).map_err(|e| e.to_string())?;
+                    let forge = ctx.forge(&url, &providers).map_err(|e| e.to_string())?;
                     issues::apply(forge.as_ref(), &environment, &failures)
                         .map(|_| ())
                         .map_err(|e| e.to_string())
@@ -206,11 +224,42 @@ mod tests {
                 repo: "https://github.com/org/gitops".into(),
                 branch: " ".into(),
                 path: String::new(),
+                ..GitOpsRepoSpec::default()
             },
             content: Default::default(),
         };
         let err = publisher.publish(request).await.expect_err("empty branch");
         assert!(err.to_string().contains("spec.branch is empty"), "{err}");
+        assert!(!err.transient);
+    }
+
+    #[tokio::test]
+    async fn an_unknown_provider_fails_naming_the_field() {
+        let dir = std::env::temp_dir().join("kalypso-operator-git-test-provider");
+        let publisher = GitPublisher::new(
+            dir,
+            &AuthSettings::default(),
+            DeliverySettings::default(),
+            Handle::current(),
+        )
+        .expect("publisher");
+        let request = PublishRequest {
+            environment: "dev".into(),
+            gitops_repo: "dev".into(),
+            spec: GitOpsRepoSpec {
+                repo: "https://git.contoso.com/org/gitops".into(),
+                branch: "dev".into(),
+                provider: Some("bitbucket".into()),
+                ..GitOpsRepoSpec::default()
+            },
+            content: Default::default(),
+        };
+        let err = publisher.publish(request).await.expect_err("unknown provider");
+        assert!(
+            err.to_string()
+                .contains("spec.provider: unknown provider \"bitbucket\""),
+            "{err}"
+        );
         assert!(!err.transient);
     }
 }
