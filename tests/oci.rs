@@ -624,3 +624,57 @@ fn the_flux_examples_point_each_cluster_type_at_its_own_artifact() {
         }
     }
 }
+
+/// A sync with no local state (another machine, a wiped cache) knows where the registry has
+/// each deployment target from the index alone (it records each artifact's folders), so the
+/// mass-deletion guard holds a change that would remove them all, and reads no layer to
+/// know it.
+#[test]
+fn a_sync_without_local_state_reads_the_placement_from_the_index() {
+    let Some(registry) = TestRegistry::start(WHO) else {
+        return;
+    };
+    let s = Setup::new(registry);
+    let first = s.sync();
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    // Every SchedulingPolicy of dev goes: nothing would be placed any more.
+    let policies: Vec<String> = s
+        .dev
+        .keys()
+        .filter(|p| p.starts_with("scheduling/"))
+        .cloned()
+        .collect();
+    assert!(!policies.is_empty());
+    let removed: Vec<(&str, Option<&str>)> = policies.iter().map(|p| (p.as_str(), None)).collect();
+    kalypso_testkit::write_files(&s.repos.control_plane, "dev", &removed, "no policies");
+    s.registry.clear_requests();
+    let fresh = s.dir.path().join("another-cache");
+    let held = s.kalypso(
+        &[
+            "sync",
+            &s.cp(),
+            "--env",
+            "dev",
+            "--token-env",
+            "KALYPSO_TEST_NO_TOKEN",
+        ],
+        &[("KALYPSO_CACHE_DIR", &fresh.display().to_string())],
+    );
+    assert_eq!(held.code, 3, "{}\n{}", held.stdout, held.stderr);
+    assert!(held.stderr.contains("delivery held"), "{}", held.stderr);
+    let requests = s.registry.requests();
+    assert!(
+        requests.iter().all(|r| r.method == "GET" || r.method == "HEAD"),
+        "a held delivery writes nothing: {requests:?}"
+    );
+    let layers: Vec<_> = requests
+        .iter()
+        // The index's own blob is under kalypso/gitops; a cluster type's, under
+        // kalypso/gitops/<cluster type>.
+        .filter(|r| r.path.contains("/blobs/") && !r.path.starts_with("/v2/kalypso/gitops/blobs/"))
+        .collect();
+    assert!(
+        layers.is_empty(),
+        "no cluster type's layer is read to know the placement: {layers:?}"
+    );
+}

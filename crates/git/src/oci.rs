@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use kalypso_core::placement::{CurrentAssignment, current_from_paths};
+use kalypso_core::placement::{CurrentAssignment, current_from_folders, current_from_paths};
 pub use kalypso_oci::auth::{DEFAULT_TOKEN_ENV, USERNAME_ENV};
 use kalypso_oci::deliver::{Destination, Provenance, Settings};
 pub use kalypso_oci::{AuthSettings, Report};
@@ -217,14 +217,25 @@ pub(crate) fn unchanged(at: &crate::state::BranchAt) -> Option<Report> {
 /// Where the environment delivered to `target` has each deployment target (nothing when it
 /// cannot be read: placement then starts afresh, and says so in the log).
 pub fn current_assignment(registry: &Registry, target: &OciTarget) -> CurrentAssignment {
-    match kalypso_oci::read::tree(registry, &target.location, &target.tag) {
-        Ok(Some((_, tree))) => current_from_paths(tree.iter().map(|(path, _)| path.as_str())),
-        Ok(None) => CurrentAssignment::new(),
-        Err(error) => {
-            tracing::warn!(error = %crate::redact::redact(&error.to_string()), "cannot read the OCI artifacts for Steady placement; placing afresh");
-            CurrentAssignment::new()
+    let read = || -> Result<CurrentAssignment, kalypso_oci::Error> {
+        let (location, tag) = (&target.location, target.tag.as_str());
+        let Some(snapshot) = kalypso_oci::read::index(registry, location, tag, kalypso_oci::Access::Pull)?
+        else {
+            return Ok(CurrentAssignment::new());
+        };
+        if let Some(folders) = snapshot.index.folders() {
+            return Ok(current_from_folders(folders));
         }
-    }
+        // An index from before the folders were recorded: its layers say.
+        Ok(match kalypso_oci::read::tree(registry, location, tag)? {
+            Some((_, tree)) => current_from_paths(tree.iter().map(|(path, _)| path.as_str())),
+            None => CurrentAssignment::new(),
+        })
+    };
+    read().unwrap_or_else(|error| {
+        tracing::warn!(error = %crate::redact::redact(&error.to_string()), "cannot read the OCI artifacts for Steady placement; placing afresh");
+        CurrentAssignment::new()
+    })
 }
 
 #[cfg(test)]

@@ -189,6 +189,11 @@ pub struct Entry {
     pub layer_size: u64,
     /// The content id of its files.
     pub content: String,
+    /// The artifact's deployment-target folders, sorted, so that where each target is placed
+    /// is read from the index alone (not the layers); absent in indexes written before it was
+    /// recorded, which are then read the long way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_targets: Option<Vec<String>>,
 }
 
 /// The environment's index: the config blob of the index manifest.
@@ -209,6 +214,19 @@ pub struct Index {
 }
 
 impl Index {
+    /// Every (cluster type, deployment target) folder of the environment, when every entry
+    /// records its folders ([`Entry::deployment_targets`]); `None` for an index written before
+    /// they were recorded (the layers then say).
+    pub fn folders(&self) -> Option<Vec<(&str, &str)>> {
+        let mut folders = Vec::new();
+        for (ct, entry) in &self.cluster_types {
+            for dt in entry.deployment_targets.as_ref()? {
+                folders.push((ct.as_str(), dt.as_str()));
+            }
+        }
+        Some(folders)
+    }
+
     /// The JSON bytes.
     pub fn to_bytes(&self) -> Vec<u8> {
         serde_json::to_vec(self).unwrap_or_default()
@@ -300,6 +318,7 @@ mod tests {
                     layer: Digest::of(b"l"),
                     layer_size: 3,
                     content: "c".into(),
+                    deployment_targets: Some(vec!["app-dev".into()]),
                 },
             )]),
         };

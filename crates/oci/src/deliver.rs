@@ -174,6 +174,17 @@ struct File {
     content: Option<Blob>,
 }
 
+/// The deployment-target folders of an artifact's files (their first path segment), sorted:
+/// what [`Entry::deployment_targets`] records.
+fn folders(files: &[File]) -> Vec<String> {
+    let set: BTreeSet<&str> = files
+        .iter()
+        .filter_map(|f| f.path.split_once('/').map(|(dt, _)| dt))
+        .filter(|dt| !dt.starts_with('.'))
+        .collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
 /// The content id of an artifact's files: a digest of their sorted paths and git blob ids.
 fn content_id(files: &[File]) -> String {
     let mut sorted: Vec<&File> = files.iter().collect();
@@ -421,6 +432,7 @@ struct Built {
     manifest: Vec<u8>,
     manifest_digest: Digest,
     content: String,
+    deployment_targets: Vec<String>,
 }
 
 /// Delivers `content` to `dest`: see the module's documentation.
@@ -467,7 +479,10 @@ pub fn deliver(
     for (ct, files, id) in planned {
         match before_index.and_then(|i| i.cluster_types.get(&ct)) {
             Some(entry) if entry.content == id => {
-                entries.insert(ct, entry.clone());
+                // An index written before the folders were recorded gets them now.
+                let mut entry = entry.clone();
+                entry.deployment_targets = Some(folders(&files));
+                entries.insert(ct, entry);
             }
             _ => changed.push((ct, files, id)),
         }
@@ -551,6 +566,7 @@ pub fn deliver(
     let pushed: Mutex<Vec<(Pushed, Entry)>> = Mutex::new(Vec::new());
     let build = |(ct, mut files, id): (String, Vec<File>, String)| -> Result<Built, Error> {
         complete(&ct, &mut files, &previous)?;
+        let deployment_targets = folders(&files);
         let layer = archive::build(
             files
                 .iter()
@@ -587,6 +603,7 @@ pub fn deliver(
             manifest,
             layer,
             content: id,
+            deployment_targets,
         })
     };
     let upload = |built: &Built| -> Result<(), Error> {
@@ -640,6 +657,7 @@ pub fn deliver(
                                 layer: built.layer.digest.clone(),
                                 layer_size: built.layer.bytes.len() as u64,
                                 content: built.content.clone(),
+                                deployment_targets: Some(built.deployment_targets.clone()),
                             },
                         )),
                         Err(e) => fail(e),

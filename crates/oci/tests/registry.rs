@@ -237,6 +237,33 @@ fn kalypso_reads_back_what_it_delivered() {
     assert_eq!(snapshot.index.revision, format!("dev@sha1:{COMMIT}"));
     let cts: Vec<&String> = snapshot.index.cluster_types.keys().collect();
     assert_eq!(cts, ["drone", "large", "small"]);
+    // The index records each artifact's deployment-target folders: placement is read from
+    // it alone, and it says what the layers say.
+    let from_layers: BTreeSet<(String, String)> = tree
+        .iter()
+        .filter_map(|(path, _)| {
+            let mut parts = path.splitn(3, '/');
+            match (parts.next(), parts.next(), parts.next()) {
+                (Some(ct), Some(dt), Some(_)) if !ct.starts_with('.') => Some((ct.to_owned(), dt.to_owned())),
+                _ => None,
+            }
+        })
+        .collect();
+    let from_index: BTreeSet<(String, String)> = snapshot
+        .index
+        .folders()
+        .expect("recorded")
+        .into_iter()
+        .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
+        .collect();
+    assert!(!from_index.is_empty());
+    assert_eq!(from_index, from_layers);
+    // An index written before the folders were recorded says nothing (the layers then do).
+    let mut older = snapshot.index.clone();
+    for entry in older.cluster_types.values_mut() {
+        entry.deployment_targets = None;
+    }
+    assert_eq!(older.folders(), None);
 }
 
 #[test]
