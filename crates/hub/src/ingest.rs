@@ -117,13 +117,39 @@ type Positions = HashMap<String, HashMap<String, i64>>;
 /// batch descends through stay in memory between batches instead of being read again.
 const WRITER_CACHE_KIB: u32 = 64 * 1024;
 
+/// How long a writer keeps its connection without a report to store: then it gives it back to
+/// the pool (which closing the database waits for).
+const IDLE_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A writer's connection, kept between batches, and the page cache size it had in the pool.
+struct Held {
+    connection: PoolConnection<Any>,
+    pooled_cache: Option<i64>,
+}
+
 async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     let mut positions = Positions::new();
-    // The writer keeps its connection between batches: a pooled one would come back in turn
-    // after other connections wrote (SQLite then drops its whole page cache), and would be
-    // pinged at each acquisition. It is closed after a failed batch and taken again.
-    let mut connection: Option<PoolConnection<Any>> = None;
-    while let Some(first) = queue.recv().await {
+    // The writer keeps its connection while reports keep coming: a pooled one would come back
+    // in turn after other connections wrote (SQLite then drops its whole page cache), and
+    // would be pinged at each acquisition. It is closed after a failed batch, given back after
+    // `IDLE_RELEASE` without reports or once the pool closes, and taken again.
+    let mut connection: Option<Held> = None;
+    loop {
+        let next = if connection.is_some() {
+            match tokio::time::timeout(IDLE_RELEASE, queue.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    release(connection.take()).await;
+                    continue;
+                }
+            }
+        } else {
+            queue.recv().await
+        };
+        let Some(first) = next else { break };
+        if db.pool().is_closed() {
+            release(connection.take()).await;
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -153,6 +179,20 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
                     }));
                 }
             }
+        }
+    }
+    release(connection.take()).await;
+}
+
+/// Gives a writer's connection back to the pool, with the page cache it had there.
+async fn release(held: Option<Held>) {
+    let Some(mut held) = held else { return };
+    if let Some(size) = held.pooled_cache {
+        let reset = sqlx::query(&format!("PRAGMA cache_size = {size}"))
+            .execute(&mut *held.connection)
+            .await;
+        if reset.is_err() {
+            held.connection.close_on_drop();
         }
     }
 }
@@ -288,31 +328,41 @@ pub(crate) fn stored_latest(backend: Backend, clusters: usize) -> String {
 /// batch's reports (and applies them).
 async fn store(
     db: &Db,
-    held: &mut Option<PoolConnection<Any>>,
+    kept: &mut Option<Held>,
     batch: &[Job],
     positions: &mut Positions,
 ) -> Result<Vec<IngestResult>, DbError> {
-    let mut connection = match held.take() {
-        Some(connection) => connection,
+    let mut held = match kept.take() {
+        Some(held) => held,
         None => {
             let mut connection = db.pool().acquire().await?;
+            let mut pooled_cache = None;
             if db.backend() == Backend::Sqlite {
+                pooled_cache = Some(
+                    sqlx::query("PRAGMA cache_size")
+                        .fetch_one(&mut *connection)
+                        .await?
+                        .try_get::<i64, _>(0)?,
+                );
                 sqlx::query(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB}"))
                     .execute(&mut *connection)
                     .await?;
             }
-            connection
+            Held {
+                connection,
+                pooled_cache,
+            }
         }
     };
-    let stored = store_on(db, &mut connection, batch, positions).await;
+    let stored = store_on(db, &mut held.connection, batch, positions).await;
     if stored.is_err() {
         // A failed batch can leave its connection in a state the driver no longer tracks
         // (SQLite rolls a transaction back by itself on a full disk, and the driver's later
         // transactions on it would be savepoints that never commit): it is never used again,
         // so that nothing is acknowledged that a later batch did not really store.
-        connection.close_on_drop();
+        held.connection.close_on_drop();
     } else {
-        *held = Some(connection);
+        *kept = Some(held);
     }
     stored
 }
