@@ -21,6 +21,11 @@ pub(crate) use kalypso_hub_api::{Gate, Verdict};
 /// How long one request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Clusters a gate's answer lists at most: the commands need the verdict, its counts and the
+/// first clusters that block it (the hub lists the failed ones first, then the others that are
+/// not compliant), never the hub's default page of a thousand clusters.
+pub(crate) const GATE_LISTED: u32 = 100;
+
 /// Why the hub did not answer.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum HubError {
@@ -30,6 +35,22 @@ pub(crate) enum HubError {
     /// Asking again will not help.
     #[error("{0}")]
     Fatal(String),
+}
+
+/// How many required clusters block `gate` beyond those it lists (it lists [`GATE_LISTED`]
+/// at most; stale clusters are listed but not required).
+pub(crate) fn unlisted_blockers(gate: &Gate) -> u64 {
+    let listed = gate
+        .clusters
+        .iter()
+        .filter(|c| {
+            !matches!(
+                c.state,
+                kalypso_hub_api::ClusterState::Compliant | kalypso_hub_api::ClusterState::Stale
+            )
+        })
+        .count() as u64;
+    gate.total.saturating_sub(gate.compliant).saturating_sub(listed)
 }
 
 /// A client for one hub.
@@ -70,10 +91,11 @@ impl HubClient {
     }
 
     /// Asks whether `environment` runs `commit` (a GitOps or control-plane commit), and with
-    /// `into`, whether it may be promoted into that environment.
+    /// `into`, whether it may be promoted into that environment. The answer lists the first
+    /// [`GATE_LISTED`] clusters, those that block the commit first.
     pub fn gate(&self, environment: &str, commit: &str, into: Option<&str>) -> Result<Gate, HubError> {
         let mut url = format!(
-            "{}/api/v1/environments/{}/gate?commit={}",
+            "{}/api/v1/environments/{}/gate?commit={}&limit={GATE_LISTED}",
             self.base,
             encode(environment),
             encode(commit)

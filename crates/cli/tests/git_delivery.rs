@@ -312,7 +312,7 @@ fn check_promote_waits_for_compliance_and_sets_commit_statuses() {
     assert_eq!(code, ExitCode::SUCCESS);
     let requests = hub.requests();
     assert_eq!(requests.len(), 4, "{requests:?}");
-    assert_eq!(requests[0].0, "commit=ab");
+    assert_eq!(requests[0].0, "commit=ab&limit=100");
     assert!(
         requests
             .iter()
@@ -525,7 +525,10 @@ fn promote_from_pins_what_the_source_environment_runs_when_the_hub_says_it_is_co
     };
     assert_eq!(promote_from(&pending.url), ExitCode::FAILURE);
     assert_eq!(rev_parse(&s.control_plane, "refs/heads/stage"), stage_head);
-    assert_eq!(pending.requests()[0].0, format!("commit={dev_gitops}&into=stage"));
+    assert_eq!(
+        pending.requests()[0].0,
+        format!("commit={dev_gitops}&limit=100&into=stage")
+    );
 
     let failed = ScriptedHub::start(vec![gate(
         "failed",

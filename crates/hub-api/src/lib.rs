@@ -804,8 +804,8 @@ pub struct Gate {
     pub compliant: u64,
     /// Required clusters: registered, not stale, of a cluster type of the commit's tree.
     pub total: u64,
-    /// The clusters of the commit's cluster types: the ones not compliant first, then the
-    /// compliant ones, each by name, at most `limit`.
+    /// The clusters of the commit's cluster types: the failed ones first, then the others
+    /// not compliant, then the compliant ones, each by name, at most `limit`.
     #[serde(default)]
     pub clusters: Vec<GateCluster>,
     /// Cluster types of the commit with no non-stale cluster: nothing checks them.

@@ -15,6 +15,7 @@
 use std::collections::HashMap;
 
 use kalypso_hub_api::IngestResult;
+use sqlx::pool::PoolConnection;
 use sqlx::{Any, Row, Transaction};
 
 use tokio::sync::{mpsc, oneshot};
@@ -112,9 +113,43 @@ fn shard(environment: &str, cluster: &str, n: usize) -> usize {
 /// changes.
 type Positions = HashMap<String, HashMap<String, i64>>;
 
+/// SQLite's page cache on a writer's connection, in KiB: the pages of the clusters' indexes a
+/// batch descends through stay in memory between batches instead of being read again.
+const WRITER_CACHE_KIB: u32 = 64 * 1024;
+
+/// How long a writer keeps its connection without a report to store: then it gives it back to
+/// the pool (which closing the database waits for).
+const IDLE_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A writer's connection, kept between batches, and the page cache size it had in the pool.
+struct Held {
+    connection: PoolConnection<Any>,
+    pooled_cache: Option<i64>,
+}
+
 async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     let mut positions = Positions::new();
-    while let Some(first) = queue.recv().await {
+    // The writer keeps its connection while reports keep coming: a pooled one would come back
+    // in turn after other connections wrote (SQLite then drops its whole page cache), and
+    // would be pinged at each acquisition. It is closed after a failed batch, given back after
+    // `IDLE_RELEASE` without reports or once the pool closes, and taken again.
+    let mut connection: Option<Held> = None;
+    loop {
+        let next = if connection.is_some() {
+            match tokio::time::timeout(IDLE_RELEASE, queue.recv()).await {
+                Ok(next) => next,
+                Err(_) => {
+                    release(connection.take()).await;
+                    continue;
+                }
+            }
+        } else {
+            queue.recv().await
+        };
+        let Some(first) = next else { break };
+        if db.pool().is_closed() {
+            release(connection.take()).await;
+        }
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match queue.try_recv() {
@@ -125,7 +160,7 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
         if positions.values().map(HashMap::len).sum::<usize>() > 100_000 {
             positions.clear();
         }
-        match store(&db, &batch, &mut positions).await {
+        match store(&db, &mut connection, &batch, &mut positions).await {
             Ok(outcomes) => {
                 for (job, outcome) in batch.into_iter().zip(outcomes) {
                     let _ = job.reply.send(Ok(outcome));
@@ -144,6 +179,34 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
                     }));
                 }
             }
+        }
+    }
+    release(connection.take()).await;
+}
+
+/// Gives a writer's connection back to the pool, with the page cache it had there.
+async fn release(held: Option<Held>) {
+    let Some(mut held) = held else { return };
+    if let Some(size) = held.pooled_cache {
+        let reset = sqlx::query(&format!("PRAGMA cache_size = {size}"))
+            .execute(&mut *held.connection)
+            .await;
+        if reset.is_err() {
+            held.connection.close_on_drop();
+        }
+    }
+}
+
+/// The rows of a multi-row statement whose only parameters they are, written for `backend`:
+/// PostgreSQL's `$1, $2, …`, SQLite's anonymous `?` (bound in the same order). SQLite keeps
+/// `$N` parameters as names, and the driver looks each one up by its number through a list
+/// of them all, which made binding a batch of 1,024 rows quadratic.
+pub(crate) fn values_in(backend: Backend, rows: usize, columns: usize) -> String {
+    match backend {
+        Backend::Postgres => values(rows, columns),
+        Backend::Sqlite => {
+            let row = format!("({})", vec!["?"; columns].join(", "));
+            vec![row; rows].join(", ")
         }
     }
 }
@@ -166,6 +229,24 @@ pub(crate) fn values(rows: usize, columns: usize) -> String {
         out.push(')');
     }
     out
+}
+
+/// The rows of a multi-row statement, cut into runs whose lengths are powers of two, longest
+/// first (27 rows: 16, 8, 2, 1). A batch's statements then have a dozen shapes whatever its
+/// size, which each connection prepares once and keeps (a statement per batch size would
+/// outgrow the driver's cache of prepared statements, and PostgreSQL would plan each anew).
+pub(crate) fn runs(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
+    let mut start = 0;
+    std::iter::from_fn(move || {
+        let left = rows - start;
+        if left == 0 {
+            return None;
+        }
+        let len = 1 << left.ilog2();
+        let run = start..start + len;
+        start += len;
+        Some(run)
+    })
 }
 
 /// The latest state of an object, as far as this batch knows.
@@ -200,7 +281,7 @@ const APPLY: &str = "excluded.reported_at IS NOT NULL AND (clusters.reported_at 
 /// Registers the batch's clusters or updates them (last seen, cluster type, fresh again,
 /// platform state) in one statement: a new cluster costs one insert, as an update costs one
 /// update; the triggers move them between their groups.
-fn clusters_upsert(rows: usize) -> String {
+fn clusters_upsert(backend: Backend, rows: usize) -> String {
     let platform = |column: &str| {
         format!("{column} = CASE WHEN {APPLY} THEN excluded.{column} ELSE clusters.{column} END")
     };
@@ -214,7 +295,7 @@ fn clusters_upsert(rows: usize) -> String {
          THEN clusters.since ELSE excluded.reported_at END ELSE clusters.since END, \
          reported_at = CASE WHEN {APPLY} THEN excluded.reported_at ELSE clusters.reported_at END \
          RETURNING id, environment, name",
-        values(rows, CLUSTER_COLUMNS),
+        values_in(backend, rows, CLUSTER_COLUMNS),
         platform("state"),
         platform("revision"),
         platform("commit_sha"),
@@ -225,17 +306,18 @@ fn clusters_upsert(rows: usize) -> String {
 
 /// Reads the latest states of the objects of `clusters` clusters, given as (environment,
 /// name) pairs, through the clusters' unique index and the latest states' key.
-pub(crate) fn stored_latest(clusters: usize) -> String {
+pub(crate) fn stored_latest(backend: Backend, clusters: usize) -> String {
     format!(
         "WITH batch (environment, name) AS (VALUES {}) \
          SELECT c.environment, c.name, l.object, l.state, l.commit_sha, l.message, l.event_time \
          FROM batch JOIN clusters c ON c.environment = batch.environment AND c.name = batch.name \
          JOIN latest l ON l.cluster_id = c.id",
-        values(clusters, 2)
+        values_in(backend, clusters, 2)
     )
 }
 
-/// Stores a batch in one transaction with four multi-row statements: read the batch's stored
+/// Stores a batch in one transaction with four multi-row statements (each cut into [`runs`]
+/// of rows): read the batch's stored
 /// clusters with their objects' latest states; decide each report in order (so that several
 /// reports of one object in a batch behave as if sent one by one); upsert the clusters (with
 /// their platform states); write the latest states and the history rows.
@@ -244,15 +326,43 @@ pub(crate) fn stored_latest(clusters: usize) -> String {
 /// a share lock on `gitops_commits` before a commit's position is looked up), so that a GitOps
 /// refresh storing a commit either comes first (and the position is found) or sees this
 /// batch's reports (and applies them).
-async fn store(db: &Db, batch: &[Job], positions: &mut Positions) -> Result<Vec<IngestResult>, DbError> {
-    let mut connection = db.pool().acquire().await?;
-    let stored = store_on(db, &mut connection, batch, positions).await;
+async fn store(
+    db: &Db,
+    kept: &mut Option<Held>,
+    batch: &[Job],
+    positions: &mut Positions,
+) -> Result<Vec<IngestResult>, DbError> {
+    let mut held = match kept.take() {
+        Some(held) => held,
+        None => {
+            let mut connection = db.pool().acquire().await?;
+            let mut pooled_cache = None;
+            if db.backend() == Backend::Sqlite {
+                pooled_cache = Some(
+                    sqlx::query("PRAGMA cache_size")
+                        .fetch_one(&mut *connection)
+                        .await?
+                        .try_get::<i64, _>(0)?,
+                );
+                sqlx::query(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB}"))
+                    .execute(&mut *connection)
+                    .await?;
+            }
+            Held {
+                connection,
+                pooled_cache,
+            }
+        }
+    };
+    let stored = store_on(db, &mut held.connection, batch, positions).await;
     if stored.is_err() {
         // A failed batch can leave its connection in a state the driver no longer tracks
         // (SQLite rolls a transaction back by itself on a full disk, and the driver's later
         // transactions on it would be savepoints that never commit): it is never used again,
         // so that nothing is acknowledged that a later batch did not really store.
-        connection.close_on_drop();
+        held.connection.close_on_drop();
+    } else {
+        *kept = Some(held);
     }
     stored
 }
@@ -292,13 +402,17 @@ async fn store_on(
     }
 
     // 2. The stored latest states of their objects.
-    let sql = stored_latest(entries.len());
-    let mut q = sqlx::query(&sql);
-    for e in &entries {
-        q = q.bind(e.environment).bind(e.name);
-    }
     let mut current: HashMap<(usize, String), Latest> = HashMap::new();
-    for row in q.fetch_all(&mut *tx).await? {
+    let mut rows = Vec::new();
+    for run in runs(entries.len()) {
+        let sql = stored_latest(db.backend(), run.len());
+        let mut q = sqlx::query(&sql);
+        for e in &entries[run] {
+            q = q.bind(e.environment).bind(e.name);
+        }
+        rows.extend(q.fetch_all(&mut *tx).await?);
+    }
+    for row in rows {
         let environment: String = row.try_get(0)?;
         let name: String = row.try_get(1)?;
         let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) else {
@@ -443,40 +557,44 @@ async fn store_on(
     // 5. The clusters, in a stable order (concurrent writers lock them in the same order).
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_unstable_by_key(|&i| (entries[i].environment, entries[i].name));
-    let sql = clusters_upsert(entries.len());
-    let mut q = sqlx::query(&sql);
-    for &i in &order {
-        let e = &entries[i];
-        q = q
-            .bind(e.environment)
-            .bind(e.name)
-            .bind(e.cluster_type)
-            .bind(e.seen)
-            .bind(e.seen)
-            .bind(e.seen);
-        q = match e.platform {
-            Some((index, position)) => {
-                let r = &batch[index].report;
-                q.bind(Some(r.state.as_str()))
-                    .bind(Some(r.revision.as_str()))
-                    .bind(Some(r.commit.as_str()))
-                    .bind(Some(position))
-                    .bind(Some(r.message.as_str()))
-                    .bind(Some(r.event_time))
-                    .bind(Some(r.event_time))
-            }
-            None => q
-                .bind(None::<&str>)
-                .bind(None::<&str>)
-                .bind(None::<&str>)
-                .bind(None::<i64>)
-                .bind(None::<&str>)
-                .bind(None::<i64>)
-                .bind(None::<i64>),
-        };
+    let mut rows = Vec::new();
+    for run in runs(order.len()) {
+        let sql = clusters_upsert(db.backend(), run.len());
+        let mut q = sqlx::query(&sql);
+        for &i in &order[run] {
+            let e = &entries[i];
+            q = q
+                .bind(e.environment)
+                .bind(e.name)
+                .bind(e.cluster_type)
+                .bind(e.seen)
+                .bind(e.seen)
+                .bind(e.seen);
+            q = match e.platform {
+                Some((index, position)) => {
+                    let r = &batch[index].report;
+                    q.bind(Some(r.state.as_str()))
+                        .bind(Some(r.revision.as_str()))
+                        .bind(Some(r.commit.as_str()))
+                        .bind(Some(position))
+                        .bind(Some(r.message.as_str()))
+                        .bind(Some(r.event_time))
+                        .bind(Some(r.event_time))
+                }
+                None => q
+                    .bind(None::<&str>)
+                    .bind(None::<&str>)
+                    .bind(None::<&str>)
+                    .bind(None::<i64>)
+                    .bind(None::<&str>)
+                    .bind(None::<i64>)
+                    .bind(None::<i64>),
+            };
+        }
+        rows.extend(q.fetch_all(&mut *tx).await?);
     }
     let mut ids: Vec<Option<i64>> = vec![None; entries.len()];
-    for row in q.fetch_all(&mut *tx).await? {
+    for row in rows {
         let environment: String = row.try_get(1)?;
         let name: String = row.try_get(2)?;
         if let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) {
@@ -493,31 +611,31 @@ async fn store_on(
     };
 
     // 6. Latest states.
-    if !dirty.is_empty() {
+    for run in runs(dirty.len()) {
         let sql = format!(
             "INSERT INTO latest (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
              VALUES {} ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
              revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
              reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
              WHERE excluded.event_time >= latest.event_time",
-            values(dirty.len(), 10)
+            values_in(db.backend(), run.len(), 10)
         );
         let mut q = sqlx::query(&sql);
-        for key in &dirty {
+        for key in &dirty[run] {
             q = bind_report(q, id_of(key.0)?, &batch[newest[key]]);
         }
         q.execute(&mut *tx).await?;
     }
 
     // 7. History.
-    if !history.is_empty() {
+    for run in runs(history.len()) {
         let sql = format!(
             "INSERT INTO reports (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
              VALUES {} ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
-            values(history.len(), 10)
+            values_in(db.backend(), run.len(), 10)
         );
         let mut q = sqlx::query(&sql);
-        for &index in &history {
+        for &index in &history[run] {
             q = bind_report(q, id_of(cluster_of[index])?, &batch[index]);
         }
         q.execute(&mut *tx).await?;
@@ -571,6 +689,23 @@ pub(crate) async fn set_platform_states(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn rows_are_numbered_for_postgres_and_anonymous_for_sqlite() {
+        assert_eq!(values_in(Backend::Postgres, 2, 2), "($1, $2), ($3, $4)");
+        assert_eq!(values_in(Backend::Sqlite, 2, 2), "(?, ?), (?, ?)");
+    }
+
+    #[test]
+    fn runs_are_powers_of_two_longest_first() {
+        let lens = |n| runs(n).map(|r| r.len()).collect::<Vec<_>>();
+        assert_eq!(lens(0), Vec::<usize>::new());
+        assert_eq!(lens(1), vec![1]);
+        assert_eq!(lens(27), vec![16, 8, 2, 1]);
+        assert_eq!(lens(1024), vec![1024]);
+        let covered: Vec<usize> = runs(1000).flatten().collect();
+        assert_eq!(covered, (0..1000).collect::<Vec<_>>());
+    }
 
     #[test]
     fn shards_are_stable_and_in_range() {

@@ -226,9 +226,15 @@ async fn rollout_target(
     Ok(Err(newest.unwrap_or_else(|| "progressing".to_owned())))
 }
 
-/// The gate's order: the clusters that are not compliant first, then the compliant ones.
-fn not_compliant_first(state: ClusterState) -> Option<usize> {
-    Some(usize::from(state == ClusterState::Compliant))
+/// The gate's order: the failed clusters first (what a failed verdict names), then the other
+/// clusters that are not compliant, then the compliant ones; so that a caller that asks for
+/// the verdict and the first few blockers (`limit`) gets the ones that decide it.
+fn blockers_first(state: ClusterState) -> Option<usize> {
+    Some(match state {
+        ClusterState::Failed => 0,
+        ClusterState::Compliant => 2,
+        _ => 1,
+    })
 }
 
 /// The promotion gate of `environment` for `sha` (see the crate docs and `docs/hub.md`).
@@ -289,7 +295,7 @@ pub async fn gate(
             environment,
             scope,
             Some(target),
-            &not_compliant_first,
+            &blockers_first,
             0,
             u64::try_from(limit).unwrap_or_default(),
         )

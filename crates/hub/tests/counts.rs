@@ -437,7 +437,13 @@ async fn check_all(db: &Db, staleness: Staleness, seed: u64, step: &str) {
             .iter()
             .map(|r| {
                 let s = relative(r, before, Some(*position));
-                (usize::from(s == ClusterState::Compliant), r.name.clone(), s)
+                // The gate's order: failed, then the others not compliant, then compliant.
+                let rank = match s {
+                    ClusterState::Failed => 0,
+                    ClusterState::Compliant => 2,
+                    _ => 1,
+                };
+                (rank, r.name.clone(), s)
             })
             .collect();
         expected.sort();

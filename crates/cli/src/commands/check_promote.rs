@@ -26,7 +26,7 @@ use kalypso_git::redact;
 use kalypso_hub_api::{ClusterState, PromotionGate, RequirementState};
 
 use super::sync::runtime;
-use crate::hub_client::{Gate, HubClient, HubError, Verdict};
+use crate::hub_client::{Gate, HubClient, HubError, Verdict, unlisted_blockers};
 use crate::settings::{self, CheckPromote, Global};
 
 /// Exit code when the clusters did not all become compliant in time.
@@ -369,8 +369,9 @@ fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
             other => format!("{} ({other})", c.name),
         })
         .collect();
+    let more = unlisted_blockers(gate);
     format!(
-        "{env}: {}/{} clusters compliant with {}, waiting for {}",
+        "{env}: {}/{} clusters compliant with {}, waiting for {}{}",
         gate.compliant,
         gate.total,
         short(gate.gitops_commit.as_deref().unwrap_or(commit)),
@@ -378,6 +379,11 @@ fn progress_line(env: &str, commit: &str, gate: &Gate) -> String {
             "the first reports".to_owned()
         } else {
             waiting.join(", ")
+        },
+        if more > 0 && !waiting.is_empty() {
+            format!(" and {more} more")
+        } else {
+            String::new()
         }
     )
 }
@@ -439,6 +445,16 @@ mod tests {
         assert_eq!(
             progress_line("dev", "x", &gate),
             "dev: 1/3 clusters compliant with 0123456789ab, waiting for drone-2, large-1 (behind)"
+        );
+        // The hub lists the first blockers only: the others are counted.
+        let gate = Gate {
+            total: 2500,
+            compliant: 1000,
+            ..gate
+        };
+        assert_eq!(
+            progress_line("dev", "x", &gate),
+            "dev: 1000/2500 clusters compliant with 0123456789ab, waiting for drone-2, large-1 (behind) and 1498 more"
         );
     }
 }

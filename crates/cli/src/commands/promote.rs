@@ -236,12 +236,18 @@ fn promoted_by(
                     .filter(|c| c.state != ClusterState::Compliant)
                     .map(|c| c.name.as_str())
                     .collect();
+                let more = crate::hub_client::unlisted_blockers(&gate);
                 return Err(refuse(format!(
-                    "{from} is not compliant with GitOps commit {} yet ({}/{} clusters; waiting for {})",
+                    "{from} is not compliant with GitOps commit {} yet ({}/{} clusters; waiting for {}{})",
                     short(&gitops_commit),
                     gate.compliant,
                     gate.total,
-                    waiting.join(", ")
+                    waiting.join(", "),
+                    if more > 0 && !waiting.is_empty() {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
                 )));
             }
         }
