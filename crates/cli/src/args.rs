@@ -458,7 +458,8 @@ pub(crate) struct SyncArgs {
     pub(crate) message: String,
     /// The Deployment Observability Hub (`http://hub:8090`): environments with a
     /// RolloutPolicy get a change wave by wave, each wave once the hub reports every
-    /// registered cluster of the waves before it compliant with the change (docs/rollout.md).
+    /// registered cluster of the waves before it compliant with the change (docs/rollout.md);
+    /// without it, an environment with a RolloutPolicy is an error (nothing delivered).
     #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token.
