@@ -547,6 +547,14 @@ pub(crate) struct ServeArgs {
     /// Listen on this address instead of the configured one (e.g. 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<SocketAddr>,
+    /// The Deployment Observability Hub (`http://hub:8090`), instead of the configured
+    /// `hub.url`: environments with a RolloutPolicy get a change wave by wave, each poll
+    /// asking it whether the next wave may go (docs/rollout.md).
+    #[arg(long, value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token, instead of the configured `hub.tokenFile`.
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
