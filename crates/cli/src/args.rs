@@ -914,6 +914,14 @@ pub(crate) struct OperatorArgs {
     /// Log level or filter (RUST_LOG wins).
     #[arg(long, env = "KALYPSO_LOG_LEVEL", value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+    /// With --source git: the Deployment Observability Hub (`http://hub:8090`). Environments
+    /// with a RolloutPolicy get a change wave by wave, each reconcile asking it whether the
+    /// next wave may go (docs/rollout.md); without it they are an error.
+    #[arg(long, value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token (a mounted Secret).
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
 }
 
 /// Which forge a repository is on, when its URL does not say (self-hosted hosts).

@@ -956,6 +956,8 @@ pub(crate) struct Operator {
     pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
+    /// `--hub`: the gate of progressive rollouts (git source).
+    pub(crate) hub: Option<HubAccess>,
 }
 
 #[cfg(feature = "operator")]
@@ -1018,6 +1020,10 @@ impl Operator {
                 provider_api_url: args.provider_api_url.clone(),
             },
             log_level: args.log_level.clone(),
+            hub: args.hub.as_ref().map(|url| HubAccess {
+                url: url.clone(),
+                token_file: args.hub_token_file.clone(),
+            }),
         })
     }
 }
