@@ -667,7 +667,13 @@ impl WorkerState {
         let poll = match report {
             Some(report) => {
                 let poll = self.delivered(shared, name, revisions, report);
-                if rollout.delivered {
+                // A step counts once: in `pr` mode it repeats, into the same pull request,
+                // until that is merged.
+                let wrote = matches!(&poll, EnvPoll::Delivered(targets) if targets.iter().any(|t| matches!(
+                    t.delivery,
+                    Delivery::Committed { .. } | Delivery::PullRequest { created: true, .. }
+                )));
+                if rollout.delivered && wrote {
                     let result = match status {
                         Some(Status::Complete) => "complete",
                         Some(Status::Halted) => "halted",
@@ -748,7 +754,7 @@ impl WorkerState {
         if let Some((result, detail)) = result {
             self.last_result = Some((result.to_owned(), detail, Vec::new()));
         }
-        if failed && rollout.delivered {
+        if failed && rollout.delivered && !said_before {
             metrics
                 .failures
                 .get_or_create(&Metrics::env_result(name, "rollout"))
