@@ -624,3 +624,286 @@ fn a_killed_sync_loses_and_repeats_no_wave() {
         );
     }
 }
+
+/// `kalypso serve` in a child process, killed (SIGKILL) and reaped when dropped.
+struct Serve {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Serve {
+    /// GETs `path` from serve's HTTP server (its body; empty while it does not answer).
+    fn get(&self, path: &str) -> String {
+        use std::io::{Read, Write};
+        let Ok(mut stream) = std::net::TcpStream::connect(&self.addr) else {
+            return String::new();
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            self.addr
+        );
+        if stream.write_all(request.as_bytes()).is_err() {
+            return String::new();
+        }
+        let mut text = String::new();
+        let _ = stream.read_to_string(&mut text);
+        text.split_once("\r\n\r\n")
+            .map(|(_, body)| body.to_owned())
+            .unwrap_or_default()
+    }
+
+    /// `/status`'s entry of dev.
+    fn status(&self) -> serde_json::Value {
+        let body = self.get("/status");
+        serde_json::from_str::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| {
+                v.get("environments")
+                    .and_then(|e| e.get("dev"))
+                    .cloned()
+                    .or_else(|| v.get("dev").cloned())
+            })
+            .unwrap_or(serde_json::Value::Null)
+    }
+}
+
+impl Setup {
+    /// Writes serve's configuration (dev only, a one-second poll, its own cache; the hub
+    /// unless `without_hub`) and starts `kalypso serve`.
+    fn serve(&self, without_hub: bool) -> Serve {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut config = format!(
+            "controlPlane: {}\nenvironments: [dev]\ninterval: 1s\nlisten: {addr}\ncacheDir: {}\nlog:\n  format: text\n",
+            self.work.join("control-plane.git").display(),
+            self.work.join("serve-cache").display()
+        );
+        if !without_hub {
+            config.push_str(&format!("hub:\n  url: {}\n", self.url));
+        }
+        let path = self.work.join("kalypso.yaml");
+        std::fs::write(&path, config).unwrap();
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.work.join("serve.log"))
+            .unwrap();
+        let child = Command::new(KALYPSO)
+            .arg("serve")
+            .arg("--config")
+            .arg(&path)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        Serve { child, addr }
+    }
+
+    fn serve_log(&self) -> String {
+        std::fs::read_to_string(self.work.join("serve.log")).unwrap_or_default()
+    }
+
+    /// The rollout state on dev, `null` while there is none.
+    fn state_or_null(&self) -> serde_json::Value {
+        let out = Command::new("git")
+            .arg("-C")
+            .arg(self.gitops())
+            .args(["show", "dev:.github/tracking/Rollout_State"])
+            .output()
+            .unwrap();
+        if out.status.success() {
+            serde_json::from_slice(&out.stdout).unwrap()
+        } else {
+            serde_json::Value::Null
+        }
+    }
+
+    /// Waits (at most a minute) until dev's rollout state satisfies `done`.
+    fn wait_for(&self, what: &str, done: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+        for _ in 0..600 {
+            let state = self.state_or_null();
+            if done(&state) {
+                return state;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "serve never got to {what}: {}\n--- serve\n{}\n--- hub\n{}",
+            self.state_or_null(),
+            self.serve_log(),
+            self.hub_log()
+        );
+    }
+}
+
+/// The state's (change, delivered, status).
+fn step(state: &serde_json::Value) -> (String, u64, String) {
+    (
+        state["change"]["environment"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned(),
+        state["delivered"].as_u64().unwrap_or_default(),
+        state["status"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+#[test]
+fn serve_rolls_a_change_out_wave_by_wave_and_rolls_a_failing_canary_back() {
+    let setup = Setup::new("Rollback");
+    let fleet = setup.fleet();
+    let serve = setup.serve(false);
+    // The canary first; the rest waits for the canary's clusters and the soak.
+    let wave1 = setup.wait_for("wave 1", |s| s["delivered"] == 1);
+    assert_eq!(wave1["status"], "progressing");
+    assert!(setup.environment_value("small").is_some());
+    assert!(setup.environment_value("large").is_none());
+    let head = fleet.apply_head();
+    // Polls that change nothing write nothing: still the wave-1 commit during the soak.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(setup.head(), head, "{}", setup.serve_log());
+    let status = serve.status();
+    assert_eq!(status["rollout"]["status"], "progressing", "{status}");
+    assert_eq!(status["result"], "rollout_waiting", "{status}");
+    assert!(
+        status["rollout"]["message"].as_str().unwrap().contains("soaking"),
+        "{status}"
+    );
+    setup.wait_for("wave 2", |s| s["delivered"] == 2);
+    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
+    fleet.apply_head();
+    setup.wait_for("complete", |s| s["status"] == "complete");
+    // Complete: no more commits.
+    let complete = setup.head();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(setup.head(), complete);
+    let metrics = serve.get("/metrics");
+    assert!(
+        metrics.contains("kalypso_rollout_steps_total{environment=\"dev\",result=\"wave\"} 2")
+            && metrics.contains("kalypso_rollout_steps_total{environment=\"dev\",result=\"complete\"} 1"),
+        "{metrics}"
+    );
+
+    // A change whose canary fails: rolled back by itself, in a new commit.
+    let fleet = fleet.failing(Rule::ClusterType(
+        "small".to_owned(),
+        "HelmRelease/agent install failed".to_owned(),
+    ));
+    setup.change("Dev2");
+    setup.wait_for("wave 1 of Dev2", |s| {
+        s["delivered"] == 1 && s["change"] != wave1["change"]
+    });
+    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev2"));
+    let wave1 = fleet.apply_head();
+    let state = setup.wait_for("the rollback", |s| s["status"] == "rolled-back");
+    assert!(
+        state["failure"]
+            .as_str()
+            .unwrap()
+            .contains("small-1 (small): HelmRelease/agent install failed"),
+        "{state}"
+    );
+    assert_eq!(git(&setup.gitops(), &["rev-parse", "dev~1"]), wave1);
+    assert_eq!(setup.environment_value("small").as_deref(), Some("Dev"));
+    assert_eq!(setup.environment_value("large").as_deref(), Some("Dev"));
+    let mut status = serve.status();
+    for _ in 0..100 {
+        if status["result"] == "rollout_failed" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        status = serve.status();
+    }
+    assert_eq!(status["result"], "rollout_failed", "{status}");
+    assert!(
+        status["detail"].as_str().unwrap().contains("install failed"),
+        "{status}"
+    );
+    assert_eq!(status["rollout"]["status"], "rolled-back", "{status}");
+    assert!(
+        setup.serve_log().contains("rollout failed"),
+        "{}",
+        setup.serve_log()
+    );
+    // Stopped: the next polls write nothing.
+    let rolled_back = setup.head();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(setup.head(), rolled_back);
+}
+
+#[test]
+fn serve_without_a_hub_refuses_an_environment_with_a_rollout_policy() {
+    let setup = Setup::new("Halt");
+    let serve = setup.serve(true);
+    let mut status = serve.status();
+    for _ in 0..600 {
+        if status["result"] == "error" {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        status = serve.status();
+    }
+    assert_eq!(status["result"], "error", "{status}\n{}", setup.serve_log());
+    let detail = status["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("RolloutPolicy \"rings\"")
+            && detail.contains("hub")
+            && detail.contains("nothing was delivered"),
+        "{detail}"
+    );
+    // Nothing is delivered, not even a wave: the GitOps repository has no dev branch yet.
+    assert_eq!(git(&setup.gitops(), &["branch", "--list", "dev"]), "");
+    assert!(
+        setup.serve_log().contains("RolloutPolicy"),
+        "{}",
+        setup.serve_log()
+    );
+}
+
+/// kill -9 of serve mid-rollout: a restarted serve continues the same rollout, each step once.
+#[test]
+fn a_killed_serve_is_continued_by_the_next_one() {
+    let setup = Setup::new("Rollback");
+    let fleet = setup.fleet();
+    let serve = setup.serve(false);
+    let wave1 = setup.wait_for("wave 1", |s| s["delivered"] == 1);
+    drop(serve); // SIGKILL
+    fleet.apply_head();
+    std::thread::sleep(SOAK);
+    let serve = setup.serve(false);
+    setup.wait_for("wave 2", |s| s["delivered"] == 2);
+    // Killed again while the rest is waited for; the clusters apply it meanwhile.
+    std::thread::sleep(Duration::from_millis(500));
+    drop(serve);
+    fleet.apply_head();
+    let _serve = setup.serve(false);
+    let complete = setup.wait_for("complete", |s| s["status"] == "complete");
+    assert_eq!(complete["change"], wave1["change"]);
+    let steps: Vec<(String, u64, String)> = setup
+        .history()
+        .iter()
+        .filter(|(_, s)| !s.is_null())
+        .map(|(_, s)| step(s))
+        .collect();
+    let change = wave1["change"]["environment"].as_str().unwrap().to_owned();
+    assert_eq!(
+        steps,
+        [
+            (change.clone(), 1, "progressing".to_owned()),
+            (change.clone(), 2, "progressing".to_owned()),
+            (change, 2, "complete".to_owned()),
+        ]
+    );
+}

@@ -458,7 +458,8 @@ pub(crate) struct SyncArgs {
     pub(crate) message: String,
     /// The Deployment Observability Hub (`http://hub:8090`): environments with a
     /// RolloutPolicy get a change wave by wave, each wave once the hub reports every
-    /// registered cluster of the waves before it compliant with the change (docs/rollout.md).
+    /// registered cluster of the waves before it compliant with the change (docs/rollout.md);
+    /// without it, an environment with a RolloutPolicy is an error (nothing delivered).
     #[arg(long, env = "KALYPSO_HUB_URL", value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token.
@@ -546,6 +547,14 @@ pub(crate) struct ServeArgs {
     /// Listen on this address instead of the configured one (e.g. 127.0.0.1:8080).
     #[arg(long, value_name = "ADDR")]
     pub(crate) listen: Option<SocketAddr>,
+    /// The Deployment Observability Hub (`http://hub:8090`), instead of the configured
+    /// `hub.url`: environments with a RolloutPolicy get a change wave by wave, each poll
+    /// asking it whether the next wave may go (docs/rollout.md).
+    #[arg(long, value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token, instead of the configured `hub.tokenFile`.
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -905,6 +914,14 @@ pub(crate) struct OperatorArgs {
     /// Log level or filter (RUST_LOG wins).
     #[arg(long, env = "KALYPSO_LOG_LEVEL", value_name = "LEVEL")]
     pub(crate) log_level: Option<String>,
+    /// With --source git: the Deployment Observability Hub (`http://hub:8090`). Environments
+    /// with a RolloutPolicy get a change wave by wave, each reconcile asking it whether the
+    /// next wave may go (docs/rollout.md); without it they are an error.
+    #[arg(long, value_name = "URL")]
+    pub(crate) hub: Option<String>,
+    /// File holding the hub's API token (a mounted Secret).
+    #[arg(long, value_name = "FILE", requires = "hub")]
+    pub(crate) hub_token_file: Option<PathBuf>,
 }
 
 /// Which forge a repository is on, when its URL does not say (self-hosted hosts).

@@ -106,24 +106,6 @@ impl HubClient {
         self.get(&url, environment)
     }
 
-    /// How the clusters of `cluster_types` of `environment` run GitOps commit `commit` (a
-    /// progressive rollout's wave gate).
-    pub fn waves(
-        &self,
-        environment: &str,
-        commit: &str,
-        cluster_types: &[String],
-    ) -> Result<kalypso_hub_api::WaveGate, HubError> {
-        let url = format!(
-            "{}/api/v1/environments/{}/waves?commit={}&clusterTypes={}",
-            self.base,
-            encode(environment),
-            encode(commit),
-            encode(&cluster_types.join(","))
-        );
-        self.get(&url, environment)
-    }
-
     /// GETs `url`, an answer about `environment`, as `T`.
     fn get<T: serde::de::DeserializeOwned>(&self, url: &str, environment: &str) -> Result<T, HubError> {
         let mut request = self.agent.get(url).header("accept", "application/json");

@@ -260,6 +260,10 @@ impl CommandSettings {
             Command::Serve(a) => CommandSettings::Serve(Serve {
                 config: a.config.clone(),
                 listen: a.listen,
+                hub: a.hub.as_ref().map(|url| HubAccess {
+                    url: url.clone(),
+                    token_file: a.hub_token_file.clone(),
+                }),
             }),
             Command::Promote(a) => CommandSettings::Promote(Box::new(Promote::from_args(a)?)),
             Command::CheckPromote(a) => CommandSettings::CheckPromote(Box::new(CheckPromote::from_args(a)?)),
@@ -585,6 +589,8 @@ pub(crate) struct Serve {
     pub(crate) config: PathBuf,
     /// The listen address, instead of the configured one.
     pub(crate) listen: Option<SocketAddr>,
+    /// `--hub`, instead of the configured one.
+    pub(crate) hub: Option<HubAccess>,
 }
 
 /// `kalypso promote`.
@@ -950,6 +956,8 @@ pub(crate) struct Operator {
     pub(crate) publisher: kalypso_operator::runtime::PublisherSettings,
     /// The log level or filter (default `info`).
     pub(crate) log_level: Option<String>,
+    /// `--hub`: the gate of progressive rollouts (git source).
+    pub(crate) hub: Option<HubAccess>,
 }
 
 #[cfg(feature = "operator")]
@@ -1012,6 +1020,10 @@ impl Operator {
                 provider_api_url: args.provider_api_url.clone(),
             },
             log_level: args.log_level.clone(),
+            hub: args.hub.as_ref().map(|url| HubAccess {
+                url: url.clone(),
+                token_file: args.hub_token_file.clone(),
+            }),
         })
     }
 }

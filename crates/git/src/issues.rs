@@ -7,9 +7,14 @@
 //! it finds its issues by title among the open ones ([`title`], the original's words).
 //! [`actions`] decides, from the open issues and the current failures, what to create,
 //! update and close; [`apply`] carries it out.
+//!
+//! A progressive rollout that fails (halted or rolled back) is reported the same way, one
+//! issue per failed rollout ([`rollout_title`]: the environment and the change), which
+//! [`report_rollout_failure`] opens once and never closes: a person reads it.
 
 use crate::forge::{self, Forge, Issue};
 use crate::redact::redact;
+use kalypso_core::rollout::{RolloutState, Status};
 use kalypso_core::run::Failure;
 
 /// GitHub refuses longer issue texts (65,536 characters); keep a margin.
@@ -143,6 +148,94 @@ pub fn apply(
         }
     }
     Ok(report)
+}
+
+/// The title of the issue of the failed rollout `state` of `environment`: the change's
+/// environment-branch and main commits name it (a new failed rollout of another change gets
+/// its own issue). Not one of [`is_title_of`]'s: deliveries never close it.
+pub fn rollout_title(environment: &str, state: &RolloutState) -> String {
+    format!(
+        "Rollout of {} (main {}) failed in {environment} environment",
+        short(&state.change.environment),
+        short(&state.change.main)
+    )
+}
+
+/// The text of the issue of the failed rollout `state` of `environment`: the policy, the
+/// change, the waves, the failure (the wave, the failed clusters and Flux's messages) and
+/// what was done about it; redacted and bounded.
+pub fn rollout_body(environment: &str, state: &RolloutState) -> String {
+    let mut text = format!(
+        "The progressive rollout of environment {environment} (RolloutPolicy {}) is {}.\n\n",
+        state.policy,
+        state.status.as_str()
+    );
+    text.push_str(&format!(
+        "Failure: {}\n\n",
+        state.failure.as_deref().unwrap_or("(no message)")
+    ));
+    text.push_str(&format!(
+        "Change: environment branch commit {}, main commit {}",
+        state.change.environment, state.change.main
+    ));
+    for (name, commit) in state.change.bases.iter().chain(&state.change.workloads) {
+        text.push_str(&format!(", {name} {commit}"));
+    }
+    text.push_str("\n\nWaves:\n");
+    for (i, wave) in state.waves.iter().enumerate() {
+        let types: Vec<&str> = wave.cluster_types.iter().map(String::as_str).collect();
+        text.push_str(&format!(
+            "- {} ({}): {}\n",
+            wave.name,
+            types.join(", "),
+            if i < state.delivered {
+                "delivered"
+            } else {
+                "not delivered"
+            }
+        ));
+    }
+    text.push('\n');
+    text.push_str(match state.status {
+        Status::RolledBack => {
+            "The delivered waves were given the content they ran before the rollout. A newer change starts a new rollout."
+        }
+        _ => {
+            "The later waves keep their previous content. A newer change starts a new rollout; `kalypso rollout abort` gives the delivered waves their previous content back."
+        }
+    });
+    text.push('\n');
+    body(&Failure {
+        assignment: None,
+        message: text,
+    })
+}
+
+/// Opens the issue of the failed rollout `state` of `environment`, unless one with its title
+/// is open (its text is updated when it differs): a failure reported again (a pull request
+/// not merged yet, a restarted process) files nothing twice.
+pub fn report_rollout_failure(
+    forge: &dyn Forge,
+    environment: &str,
+    state: &RolloutState,
+) -> Result<IssueReport, forge::Error> {
+    let title = rollout_title(environment, state);
+    let body = rollout_body(environment, state);
+    let mut report = IssueReport::default();
+    match forge.open_issues()?.into_iter().find(|i| i.title == title) {
+        Some(issue) if issue.body.as_deref().map(str::trim) == Some(body.trim()) => {}
+        Some(issue) => {
+            forge.update_issue(issue.number, &body)?;
+            report.updated.push(issue.number);
+        }
+        None => report.created.push(create_once(forge, &title, &body)?),
+    }
+    Ok(report)
+}
+
+/// The first 12 characters of a commit id.
+fn short(commit: &str) -> &str {
+    commit.get(..12).unwrap_or(commit)
 }
 
 /// Creates an issue, retrying transient failures only after checking that the failed

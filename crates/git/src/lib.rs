@@ -23,7 +23,8 @@
 //!   listing per repository; [`delivered`]: the files each assignment was last delivered
 //!   with, so that a sync renders only what changed; [`promote`]: pinning a main commit on
 //!   an environment branch; [`rollout`]: an environment's change delivered wave by wave
-//!   (its RolloutPolicy), gated on the clusters' reports;
+//!   (its RolloutPolicy), gated on the clusters' reports as [`hub`] asks the Deployment
+//!   Observability Hub;
 //! - [`signature`]: HMAC signatures of webhooks (GitHub and Gitea pushes, Flux reports).
 
 pub mod auth;
@@ -33,6 +34,7 @@ pub mod delivered;
 pub mod extenders;
 pub mod forge;
 pub mod github;
+pub mod hub;
 pub mod issues;
 mod local_push;
 pub mod oci;

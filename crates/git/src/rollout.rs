@@ -67,6 +67,8 @@ pub struct RolloutReport {
     pub unchecked: Vec<String>,
     /// Whether the run delivered.
     pub delivered: bool,
+    /// The issue that reports the rollout's failure (`pr` mode, in the run that failed it).
+    pub issue: Option<crate::issues::IssueReport>,
 }
 
 impl RolloutReport {
@@ -254,7 +256,18 @@ impl Pass<'_> {
                 rollout: None,
             });
         };
-        let run = self.carry_out(resolved, plan.step, plan.branch.state, plan.unchecked)?;
+        let failing = matches!(&plan.step, Step::Deliver { state, .. }
+            if matches!(state.status, Status::Halted | Status::RolledBack));
+        let mut run = self.carry_out(resolved, plan.step, plan.branch.state, plan.unchecked)?;
+        // The run that fails the rollout reports it (in `pr` mode, as an issue). In `pr` mode
+        // that run repeats until its pull request is merged; the issue is opened once.
+        if failing
+            && let Some(rollout) = run.rollout.as_mut()
+            && rollout.delivered
+            && let Some(state) = &rollout.state
+        {
+            rollout.issue = self.report_rollout_failure(resolved, state)?;
+        }
         // A rollout in progress goes on without any input moving: the next sync must not
         // answer "nothing moved" from the delivery state.
         let progressing = run
@@ -269,8 +282,9 @@ impl Pass<'_> {
     }
 
     /// What the rollout of `resolved` does next: `None` when the environment has no (valid,
-    /// non-empty) RolloutPolicy. With `require_gate`, a progressing rollout without `gate` is
-    /// an error; without, its health is unknown (`kalypso rollout status` without `--hub`).
+    /// non-empty) RolloutPolicy. With `require_gate`, an environment with a policy and no
+    /// `gate` is an error (nothing is delivered, not even the first wave); without, its health
+    /// is unknown (`kalypso rollout status` without `--hub`).
     fn plan_rollout(
         &mut self,
         resolved: &Resolved,
@@ -290,6 +304,9 @@ impl Pass<'_> {
             environment: name.clone(),
             reason,
         };
+        if require_gate && gate.is_none() {
+            return Err(refuse(no_gate(&waves.policy)));
+        }
         let (repo, branch) = self.rollout_branch(resolved)?;
         let at = read_state(&repo, &branch).map_err(|error| Error::Delivery {
             environment: name.clone(),
@@ -301,13 +318,6 @@ impl Pass<'_> {
         let health = match (&at.state, at.wave_commit) {
             (Some(state), Some(commit)) if state.change == change && state.status == Status::Progressing => {
                 match gate {
-                    None if require_gate => {
-                        return Err(refuse(format!(
-                            "it has RolloutPolicy {:?}: its waves advance on the clusters' reports, so give the \
-                             Deployment Observability Hub (--hub URL --hub-token-file FILE)",
-                            waves.policy
-                        )));
-                    }
                     None => None,
                     Some(gate) => {
                         let asked: Vec<BTreeSet<String>> = state
@@ -506,6 +516,7 @@ impl Pass<'_> {
                     message: reason,
                     unchecked,
                     delivered: false,
+                    issue: None,
                 }),
             }),
             Step::Stopped { state } => {
@@ -528,6 +539,7 @@ impl Pass<'_> {
                         message,
                         unchecked,
                         delivered: false,
+                        issue: None,
                     }),
                 })
             }
@@ -570,11 +582,21 @@ impl Pass<'_> {
                         message: summary,
                         unchecked,
                         delivered,
+                        issue: None,
                     }),
                 })
             }
         }
     }
+}
+
+/// Why an environment with RolloutPolicy `policy` is not delivered without the hub.
+fn no_gate(policy: &str) -> String {
+    format!(
+        "it has RolloutPolicy {policy:?}: its waves advance on the clusters' reports, so give the Deployment \
+         Observability Hub (sync: --hub URL --hub-token-file FILE; serve: `hub` in its configuration or --hub; \
+         the operator: --hub); nothing was delivered"
+    )
 }
 
 /// The first 12 characters of a commit id.

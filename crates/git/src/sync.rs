@@ -909,6 +909,33 @@ impl Pass<'_> {
             })
     }
 
+    /// Reports the failed rollout `state` of `resolved` as an issue in its first GitOps
+    /// repository, in `pr` mode only, as [`Pass::report_issues`] does for render failures.
+    pub(crate) fn report_rollout_failure(
+        &self,
+        resolved: &Resolved,
+        state: &kalypso_core::rollout::RolloutState,
+    ) -> Result<Option<IssueReport>, Error> {
+        let name = &resolved.environment.name;
+        let targets = self.targets(resolved)?;
+        let Some((_, url, _, _)) = targets
+            .first()
+            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
+        else {
+            return Ok(None);
+        };
+        let forge = self.context().forge(url).map_err(|error| Error::Delivery {
+            environment: name.clone(),
+            error,
+        })?;
+        issues::report_rollout_failure(forge.as_ref(), name, state)
+            .map(Some)
+            .map_err(|error| Error::Issues {
+                environment: name.clone(),
+                error,
+            })
+    }
+
     /// Makes the next sync take the full path for `environment` (see
     /// [`Store::forget_environment`]).
     pub(crate) fn forget_delivery(&self, environment: &str) {

@@ -90,6 +90,8 @@ pub struct Config {
     pub poll: Duration,
     /// The Sprig version templates run with (the command line's `KALYPSO_SPRIG`).
     pub sprig: kalypso_template::SprigVersion,
+    /// The Deployment Observability Hub, the gate of progressive rollouts (git source).
+    pub hub: Option<Arc<kalypso_git::hub::HubGate>>,
 }
 
 impl Default for Config {
@@ -108,6 +110,7 @@ impl Default for Config {
             instance: None,
             poll: Duration::from_secs(60),
             sprig: kalypso_template::SprigVersion::default(),
+            hub: None,
         }
     }
 }
@@ -303,6 +306,7 @@ async fn controllers(
                 syncer,
                 poll: config.poll,
                 retry_after: config.retry_after,
+                hub: config.hub.clone(),
             });
             tasks.push(
                 Controller::new(

@@ -76,6 +76,10 @@ pub struct Config {
     /// may be left out for its default).
     #[serde(default, deserialize_with = "retry_with_defaults")]
     pub retry: Option<RetryPolicy>,
+    /// The Deployment Observability Hub, the gate of progressive rollouts: without it, an
+    /// environment with a RolloutPolicy is an error.
+    #[serde(default)]
+    pub hub: Option<HubConfig>,
     /// Logging.
     #[serde(default)]
     pub log: LogConfig,
@@ -182,6 +186,24 @@ impl RegistryConfig {
             token_env: self.token_env.clone().or(defaults.token_env),
             insecure: self.insecure.clone(),
         }
+    }
+}
+
+/// The `hub` section: the Deployment Observability Hub that gates rollouts' waves.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HubConfig {
+    /// Its URL (`http://hub:8090`).
+    pub url: String,
+    /// File holding its API token (read at start; never logged).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+impl HubConfig {
+    /// The hub as a wave gate; the error names the field and the file.
+    pub fn gate(&self) -> Result<kalypso_git::hub::HubGate, String> {
+        kalypso_git::hub::HubGate::new(&self.url, self.token_file.as_deref()).map_err(|e| format!("hub: {e}"))
     }
 }
 
@@ -313,6 +335,7 @@ impl Config {
             delivery: DeliveryConfig::default(),
             webhook: WebhookConfig::default(),
             retry: None,
+            hub: None,
             log: LogConfig::default(),
             sprig: kalypso_git::SprigVersion::default(),
         }
@@ -338,6 +361,15 @@ impl Config {
         }
         if config.interval.is_zero() {
             return Err("interval must be positive".to_owned());
+        }
+        if let Some(hub) = &config.hub {
+            let url = hub.url.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "hub.url: {:?} is not an http:// or https:// URL",
+                    kalypso_git::redact(url)
+                ));
+            }
         }
         Ok(config)
     }
@@ -500,6 +532,36 @@ log:
                 .unwrap_err()
                 .contains("initalBackoff")
         );
+    }
+
+    #[test]
+    fn the_hub_gates_rollouts_and_its_token_comes_from_a_file() {
+        assert!(Config::parse("controlPlane: x\n").unwrap().hub.is_none());
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("hub-token");
+        std::fs::write(&token, "hub-secret-token\n").unwrap();
+        let config = Config::parse(&format!(
+            "controlPlane: x\nhub:\n  url: http://hub:8090/\n  tokenFile: {}\n",
+            token.display()
+        ))
+        .unwrap();
+        let gate = config.hub.as_ref().unwrap().gate().unwrap();
+        assert_eq!(gate.base(), "http://hub:8090");
+        assert!(!format!("{gate:?}").contains("hub-secret-token"));
+        let missing =
+            Config::parse("controlPlane: x\nhub:\n  url: http://hub\n  tokenFile: /nonexistent/hub-token\n")
+                .unwrap()
+                .hub
+                .unwrap()
+                .gate()
+                .unwrap_err();
+        assert!(
+            missing.starts_with("hub: cannot read the hub token file /nonexistent/hub-token"),
+            "{missing}"
+        );
+        let scheme = Config::parse("controlPlane: x\nhub:\n  url: hub:8090\n").unwrap_err();
+        assert!(scheme.contains("hub.url"), "{scheme}");
+        assert!(Config::parse("controlPlane: x\nhub:\n  url: http://hub\n  token: x\n").is_err());
     }
 
     #[test]

@@ -14,7 +14,13 @@
 //!
 //! An environment's inputs are remembered after a delivery, and after a render failure too
 //! (the same commits would fail the same way; the failure is already reported); they are
-//! not remembered after an error, which is retried with backoff. On shutdown the tasks stop
+//! not remembered after an error, which is retried with backoff.
+//!
+//! An environment with a RolloutPolicy is delivered wave by wave ([`Pass::deliver_rollout`],
+//! the hub of the `hub` section as the gate): while its rollout progresses (or is paused),
+//! every poll reads its inputs and asks the hub, since the next wave depends on the clusters'
+//! reports and the clock, not on the inputs; a poll that changes nothing writes nothing.
+//! Without a hub such an environment is an error, retried with backoff. On shutdown the tasks stop
 //! at once when idle or backing off; a poll under way stops before its next step (reading,
 //! rendering and delivering are steps) and is given [`SHUTDOWN_GRACE`] to finish the one it
 //! is in. A step still running then is abandoned: a push has happened or not (the remote
@@ -32,7 +38,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kalypso_core::Diagnostics;
+use kalypso_core::rollout::Status;
 use kalypso_git::control_plane::{Resolved, short};
+use kalypso_git::hub::HubGate;
+use kalypso_git::rollout::{RolloutReport, RolloutRun, WaveGate};
 use kalypso_git::sync::TargetReport;
 use kalypso_git::{
     Check, Delivery, EnvReport, Outcome, Pass, RepoUrl, RetryPolicy, Revisions, Settings, Syncer, Unchanged,
@@ -43,7 +52,7 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use crate::config::Config;
-use crate::http::{AppState, EnvStatus, LastFailure, app};
+use crate::http::{AppState, EnvStatus, LastFailure, RolloutView, app};
 use crate::metrics::Metrics;
 
 /// How long a poll under way at shutdown may take to finish its step before it is
@@ -79,6 +88,9 @@ pub enum Error {
     /// The mirrors' folder cannot be locked (another daemon uses it) or repaired.
     #[error("{0}")]
     Mirrors(String),
+    /// The hub's section is unusable (its token file cannot be read).
+    #[error("{0}")]
+    Hub(String),
 }
 
 /// What one poll did to one environment.
@@ -94,6 +106,9 @@ pub enum EnvPoll {
     Error(String),
     /// The daemon is shutting down: the poll stopped before its next step.
     Stopped,
+    /// A progressive rollout delivered nothing: it waits (for the clusters, a soak, a
+    /// freeze), is paused, or has stopped (halted, rolled back); what it says.
+    Rollout(String),
 }
 
 /// What one poll did.
@@ -116,6 +131,8 @@ struct Shared {
     interval: Duration,
     runtime: Handle,
     state: AppState,
+    /// The gate of progressive rollouts.
+    hub: Option<HubGate>,
     /// Set at shutdown: polls stop before their next step.
     stopping: AtomicBool,
 }
@@ -141,6 +158,11 @@ struct WorkerState {
     /// again when a passing error is followed by unchanged inputs.
     last_result: Option<(String, String, Vec<String>)>,
     failures: u32,
+    /// The environment's rollout progresses or is paused: each poll asks the hub (or reads
+    /// the GitOps branch) even when no input moved.
+    rollout_active: bool,
+    /// What the rollout said at the last poll (logged when it changes).
+    rollout_message: Option<String>,
 }
 
 /// The daemon.
@@ -207,6 +229,12 @@ impl Daemon {
             },
             runtime.clone(),
         )?;
+        let hub = config
+            .hub
+            .as_ref()
+            .map(|h| h.gate())
+            .transpose()
+            .map_err(Error::Hub)?;
         let secret = config.webhook_secret()?;
         if secret.is_none() {
             tracing::warn!("no webhook secret configured: webhook requests are not authenticated");
@@ -219,6 +247,7 @@ impl Daemon {
                 interval: config.interval,
                 runtime,
                 state: AppState::new(secret),
+                hub,
                 stopping: AtomicBool::new(false),
             }),
             environments: config.environments.clone(),
@@ -534,7 +563,9 @@ impl WorkerState {
         // One branch listing per repository: when nothing the environment was last
         // delivered from moved, the poll ends here, without a fetch.
         let check = syncer.check(&shared.control_plane, std::slice::from_ref(&worker.name));
-        if let Some(unchanged) = check.unchanged(name) {
+        if let Some(unchanged) = check.unchanged(name)
+            && !self.rollout_active
+        {
             tracing::debug!(environment = name, remotes = check.remotes, "no branch moved");
             return self.unchanged(shared, name, Some(unchanged));
         }
@@ -543,7 +574,7 @@ impl WorkerState {
             Err(Step::Stopped) => return EnvPoll::Stopped,
             Err(Step::Failed(error)) => return input_failed(&mut self.failures, shared, name, error),
         };
-        if self.last.as_ref() == Some(&resolved.revisions) {
+        if self.last.as_ref() == Some(&resolved.revisions) && !self.rollout_active {
             tracing::debug!(environment = name, revisions = %resolved.revisions, "inputs unchanged");
             return self.unchanged(shared, name, None);
         }
@@ -552,7 +583,9 @@ impl WorkerState {
         }
         let labels = Metrics::env(name);
         let started = Instant::now();
-        let result = pass.deliver(&resolved);
+        let mut pass = pass;
+        let gate = shared.hub.as_ref().map(|h| h as &dyn WaveGate);
+        let result = pass.deliver_rollout(&resolved, gate, kalypso_git::hub::now_ms());
         shared
             .state
             .metrics()
@@ -560,16 +593,174 @@ impl WorkerState {
             .get_or_create(&labels)
             .observe(started.elapsed().as_secs_f64());
         match result {
-            Ok(report) => self.delivered(shared, name, &resolved.revisions, report),
-            Err(e) => failed(
-                &mut self.failures,
-                shared,
-                name,
-                "delivery",
-                &resolved.revisions.to_string(),
-                e.to_string(),
-            ),
+            Ok(RolloutRun {
+                report: Some(report),
+                rollout: None,
+            }) => {
+                self.rollout_active = false;
+                self.delivered(shared, name, &resolved.revisions, report)
+            }
+            Ok(RolloutRun {
+                report,
+                rollout: Some(rollout),
+            }) => self.rolled_out(shared, name, &resolved.revisions, report, rollout),
+            Ok(RolloutRun {
+                report: None,
+                rollout: None,
+            }) => self.unchanged(shared, name, None),
+            Err(e) => {
+                let reason = if matches!(e, kalypso_git::sync::Error::Rollout { .. }) {
+                    "rollout"
+                } else {
+                    "delivery"
+                };
+                failed(
+                    &mut self.failures,
+                    shared,
+                    name,
+                    reason,
+                    &resolved.revisions.to_string(),
+                    e.to_string(),
+                )
+            }
         }
+    }
+
+    /// Records a step of the environment's progressive rollout: the delivery it made, if any
+    /// (as [`WorkerState::delivered`]), the rollout's metrics, logs and `/status`.
+    fn rolled_out(
+        &mut self,
+        shared: &Shared,
+        name: &str,
+        revisions: &Revisions,
+        report: Option<EnvReport>,
+        rollout: RolloutReport,
+    ) -> EnvPoll {
+        let metrics = shared.state.metrics();
+        let labels = Metrics::env(name);
+        let status = rollout.state.as_ref().map(|s| s.status);
+        let message = kalypso_git::redact(&rollout.message);
+        let failed = rollout.failed();
+        // A wave whose render failed is not retried until the inputs change, as any render.
+        self.rollout_active = matches!(status, Some(Status::Progressing | Status::Paused))
+            && (report.is_none() || rollout.delivered);
+        if let Some(state) = &rollout.state {
+            metrics
+                .rollout_waves_delivered
+                .get_or_create(&labels)
+                .set(i64::try_from(state.delivered).unwrap_or(i64::MAX));
+        }
+        let said_before = self.rollout_message.replace(message.clone()).as_deref() == Some(&message);
+        if !said_before {
+            for ct in &rollout.unchecked {
+                tracing::warn!(environment = name, cluster_type = %ct, "cluster type of a delivered wave has no registered cluster: nothing checks it");
+            }
+        }
+        let issue = rollout.issue.as_ref().map(|i| {
+            i.created
+                .iter()
+                .chain(&i.updated)
+                .map(|n| format!("#{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        });
+        let poll = match report {
+            Some(report) => {
+                let poll = self.delivered(shared, name, revisions, report);
+                // A step counts once: in `pr` mode it repeats, into the same pull request,
+                // until that is merged.
+                let wrote = matches!(&poll, EnvPoll::Delivered(targets) if targets.iter().any(|t| matches!(
+                    t.delivery,
+                    Delivery::Committed { .. } | Delivery::PullRequest { created: true, .. }
+                )));
+                if rollout.delivered && wrote {
+                    let result = match status {
+                        Some(Status::Complete) => "complete",
+                        Some(Status::Halted) => "halted",
+                        Some(Status::RolledBack) => "rolled-back",
+                        _ => "wave",
+                    };
+                    metrics
+                        .rollout_steps
+                        .get_or_create(&Metrics::env_result(name, result))
+                        .inc();
+                    if failed {
+                        tracing::error!(environment = name, revisions = %revisions, issue = ?issue, "rollout failed: {message}");
+                    } else {
+                        tracing::info!(environment = name, revisions = %revisions, "{message}");
+                    }
+                }
+                poll
+            }
+            None => {
+                self.failures = 0;
+                self.last = Some(revisions.clone());
+                if !said_before {
+                    if failed {
+                        tracing::error!(environment = name, revisions = %revisions, "{message}");
+                    } else {
+                        tracing::info!(environment = name, revisions = %revisions, "rollout: {message}");
+                    }
+                }
+                EnvPoll::Rollout(message.clone())
+            }
+        };
+        let view = rollout.state.as_ref().map(|s| RolloutView {
+            policy: s.policy.clone(),
+            status: s.status.as_str().to_owned(),
+            change: s.change.environment.clone(),
+            delivered: s.delivered,
+            waves: s.waves.iter().map(|w| w.name.clone()).collect(),
+            message: message.clone(),
+            failure: s.failure.as_deref().map(kalypso_git::redact),
+        });
+        let now = now_unix();
+        let delivered_now = matches!(poll, EnvPoll::Delivered(_));
+        let result = if failed {
+            let mut detail = format!("rollout {}: {message}", status.map_or("", Status::as_str));
+            if let Some(issue) = &issue
+                && !issue.is_empty()
+            {
+                detail.push_str(&format!(" (reported in issue {issue})"));
+            }
+            Some(("rollout_failed", detail))
+        } else if delivered_now {
+            None
+        } else if matches!(poll, EnvPoll::Rollout(_)) {
+            Some(("rollout_waiting", message.clone()))
+        } else {
+            None
+        };
+        let revisions_text = revisions.to_string();
+        shared.state.update_status(name, |s| {
+            s.rollout = view;
+            s.revisions = revisions_text;
+            if let Some((result, detail)) = &result {
+                s.result = (*result).to_owned();
+                s.detail = detail.clone();
+                s.diagnostics = Vec::new();
+                if failed && s.last_failure.as_ref().is_none_or(|f| f.detail != *detail) {
+                    s.last_failure = Some(LastFailure {
+                        at: now,
+                        result: (*result).to_owned(),
+                        detail: detail.clone(),
+                        diagnostics: Vec::new(),
+                    });
+                }
+            } else if delivered_now {
+                s.detail = format!("{}; {message}", s.detail);
+            }
+        });
+        if let Some((result, detail)) = result {
+            self.last_result = Some((result.to_owned(), detail, Vec::new()));
+        }
+        if failed && rollout.delivered && !said_before {
+            metrics
+                .failures
+                .get_or_create(&Metrics::env_result(name, "rollout"))
+                .inc();
+        }
+        poll
     }
 
     /// Makes the environment's syncer at its first poll, with the lock on its mirrors.

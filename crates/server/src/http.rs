@@ -52,6 +52,30 @@ pub struct EnvStatus {
     /// The last failure, kept after later successes.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub last_failure: Option<LastFailure>,
+    /// The environment's progressive rollout, when it has a RolloutPolicy.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<RolloutView>,
+}
+
+/// An environment's progressive rollout, as `/status` shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutView {
+    /// The RolloutPolicy.
+    pub policy: String,
+    /// `progressing`, `paused`, `complete`, `halted`, `rolled-back`.
+    pub status: String,
+    /// The environment-branch commit of the change rolled out.
+    pub change: String,
+    /// The waves that run the change.
+    pub delivered: usize,
+    /// The policy's waves, in order.
+    pub waves: Vec<String>,
+    /// What the last poll did or waits for.
+    pub message: String,
+    /// Why it failed (the wave, the clusters, Flux's messages).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
 }
 
 /// An environment's last failure, as `/status` shows it.

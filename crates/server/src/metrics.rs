@@ -66,6 +66,10 @@ pub struct Metrics {
     pub retries: Counter,
     /// Webhook requests by result.
     pub webhooks: Family<WebhookLabels, Counter>,
+    /// Steps of progressive rollouts by result (`wave`, `complete`, `halted`, `rolled-back`).
+    pub rollout_steps: Family<EnvResultLabels, Counter>,
+    /// Waves that run the change of the environment's rollout (of those its policy has).
+    pub rollout_waves_delivered: Family<EnvLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -90,6 +94,8 @@ impl Metrics {
         let poll_errors = Counter::default();
         let retries = Counter::default();
         let webhooks = Family::<WebhookLabels, Counter>::default();
+        let rollout_steps = Family::<EnvResultLabels, Counter>::default();
+        let rollout_waves_delivered = Family::<EnvLabels, Gauge>::default();
         registry.register("renders", "Environments rendered", renders.clone());
         registry.register(
             "assignments",
@@ -124,6 +130,16 @@ impl Metrics {
         );
         registry.register("git_retries", "Network operations retried", retries.clone());
         registry.register("webhooks", "Webhook requests by result", webhooks.clone());
+        registry.register(
+            "rollout_steps",
+            "Steps of progressive rollouts delivered, by result (wave, complete, halted, rolled-back)",
+            rollout_steps.clone(),
+        );
+        registry.register(
+            "rollout_waves_delivered",
+            "Waves that run the change of the environment's progressive rollout",
+            rollout_waves_delivered.clone(),
+        );
         Metrics {
             registry,
             renders,
@@ -136,6 +152,8 @@ impl Metrics {
             poll_errors,
             retries,
             webhooks,
+            rollout_steps,
+            rollout_waves_delivered,
         }
     }
 

@@ -22,6 +22,18 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .unwrap_or_else(|| "kalypso-scheduler".to_owned());
+    let hub = match &settings.hub {
+        Some(access) => Some(std::sync::Arc::new(
+            kalypso_git::hub::HubGate::new(&access.url, access.token_file.as_deref())
+                .map_err(|e| anyhow!("--hub: {e}"))?,
+        )),
+        None => None,
+    };
+    if hub.is_some() && settings.source != kalypso_operator::ControlPlaneFeed::Git {
+        anyhow::bail!(
+            "--hub: progressive rollouts run with --source git only (the Flux and external sources deliver environments whole)"
+        );
+    }
     let config = kalypso_operator::Config {
         source: settings.source,
         health_addr: settings.health_addr,
@@ -48,6 +60,7 @@ pub(crate) fn operator(settings: &Operator, global: &Global) -> Result<ExitCode>
         instance: Some(identity),
         poll: settings.poll,
         sprig: global.sprig,
+        hub,
     };
     let format = global.log_format(LogFormat::Json);
     init_logs(

@@ -14,6 +14,12 @@ pub(crate) fn serve(args: &Serve, global: &Global) -> Result<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    if let Some(hub) = &args.hub {
+        config.hub = Some(kalypso_server::config::HubConfig {
+            url: hub.url.clone(),
+            token_file: hub.token_file.clone(),
+        });
+    }
     config.sprig = global.sprig;
     let format = global.log_format(config.log.format);
     init_logs(

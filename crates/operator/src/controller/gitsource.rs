@@ -7,11 +7,21 @@
 //! becomes Kubernetes objects, so the scheduler controller has nothing to watch and does not
 //! run. What the Environment gains is Kubernetes' own leader election, status, Events and
 //! scaling of the daemon.
+//!
+//! An Environment whose branch has a RolloutPolicy is delivered wave by wave, as `kalypso
+//! serve` does ([`kalypso_git::Pass::deliver_rollout`], the hub of `--hub` as the gate): each
+//! reconcile is one step, requeued every poll period while the rollout progresses; its
+//! `Ready` condition says where the rollout is (`RolloutProgressing`, `RolloutPaused`,
+//! `RolloutComplete`, or `RolloutFailed` naming the wave, the clusters and Flux's messages).
+//! Without `--hub` such an Environment is an error (nothing is delivered).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use kalypso_api::Environment;
+use kalypso_core::rollout::Status;
+use kalypso_git::hub::HubGate;
+use kalypso_git::rollout::{RolloutRun, WaveGate};
 use kalypso_git::sync::{Error as SyncError, Outcome, Syncer};
 use kalypso_git::{EnvReport, EnvironmentRef, RepoUrl};
 use kube::ResourceExt;
@@ -82,6 +92,8 @@ pub struct Context {
     pub poll: Duration,
     /// How long to wait after a failure.
     pub retry_after: Duration,
+    /// The gate of progressive rollouts (`--hub`).
+    pub hub: Option<Arc<HubGate>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -150,6 +162,66 @@ fn plural(n: usize, one: &str) -> String {
     }
 }
 
+/// The `Ready` condition of one step of an Environment with a RolloutPolicy, or of a whole
+/// delivery without one.
+pub fn run_condition(run: &RolloutRun) -> Desired {
+    let Some(rollout) = &run.rollout else {
+        return match &run.report {
+            Some(report) => condition(report),
+            None => Desired::ready("Delivered", "nothing to deliver"),
+        };
+    };
+    // A wave whose delivery failed (a render error, a held deletion) says so.
+    if let Some(report) = &run.report
+        && !report.is_success()
+    {
+        return condition(report);
+    }
+    let message = kalypso_git::redact(&rollout.message);
+    let status = rollout.state.as_ref().map(|s| s.status);
+    let waves = rollout
+        .state
+        .as_ref()
+        .map(|s| format!(" ({} of {} waves delivered)", s.delivered, s.waves.len()))
+        .unwrap_or_default();
+    let delivery = run
+        .report
+        .as_ref()
+        .map(|r| format!(" {}", condition(r).message))
+        .unwrap_or_default();
+    match status {
+        Some(Status::Halted | Status::RolledBack) => {
+            let mut text = format!("Rollout {}{waves}: {message}", status.map_or("", Status::as_str));
+            if let Some(issue) = &rollout.issue {
+                for n in issue.created.iter().chain(&issue.updated) {
+                    text.push_str(&format!(" (reported in issue #{n})"));
+                }
+            }
+            Desired::not_ready("RolloutFailed", text)
+        }
+        Some(Status::Paused) => Desired::ready("RolloutPaused", format!("{message}{waves}.{delivery}")),
+        Some(Status::Complete) => Desired::ready("RolloutComplete", format!("{message}{waves}.{delivery}")),
+        _ => Desired::ready("RolloutProgressing", format!("{message}{waves}.{delivery}")),
+    }
+}
+
+/// One reconcile's blocking work: read `env`'s control plane and deliver it, wave by wave
+/// when it has a RolloutPolicy (asking `hub`; `now`, Unix ms, is the rollout's clock).
+pub fn sync_environment(
+    syncer: &Syncer,
+    url: &RepoUrl,
+    env: &EnvironmentRef,
+    allow_mass_deletion: bool,
+    hub: Option<&dyn WaveGate>,
+    now: i64,
+) -> Result<RolloutRun, SyncError> {
+    let mut pass = syncer.pass(url)?;
+    if allow_mass_deletion {
+        pass.allow_mass_deletion(&env.name);
+    }
+    pass.sync_rollout(env, hub, now)
+}
+
 /// Synchronises one Environment.
 pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Context>) -> Result<Action, Error> {
     let _timer = ctx.shared.metrics.reconcile(CONTROLLER);
@@ -161,18 +233,24 @@ pub async fn reconcile(env: Arc<Environment>, ctx: Arc<Context>) -> Result<Actio
     let env_ref = environment_ref(&env);
     let syncer = ctx.syncer.clone();
     let allowed = crate::desired::allows_mass_deletion(&env);
+    let hub = ctx.hub.clone();
     let result = tokio::task::spawn_blocking(move || {
-        let mut pass = syncer.pass(&url)?;
-        if allowed {
-            pass.allow_mass_deletion(&env_ref.name);
-        }
-        pass.sync(&env_ref)
+        let gate = hub.as_deref().map(|h| h as &dyn WaveGate);
+        sync_environment(&syncer, &url, &env_ref, allowed, gate, kalypso_git::hub::now_ms())
     })
     .await
     .map_err(|_| Error::Thread { name: name.clone() })?;
     let current = env.status.clone().unwrap_or_default().conditions;
     let (desired, outcome) = match result {
-        Ok(report) => (condition(&report), Ok(())),
+        Ok(run) => {
+            if let Some(rollout) = &run.rollout
+                && rollout.failed()
+                && rollout.delivered
+            {
+                tracing::error!(environment = %name, "rollout failed: {}", kalypso_git::redact(&rollout.message));
+            }
+            (run_condition(&run), Ok(()))
+        }
         Err(source) => (
             Desired::failed(source.to_string()),
             Err(Error::Sync {

@@ -314,5 +314,8 @@ pub(super) fn rollout_json(rollout: &kalypso_git::rollout::RolloutReport) -> ser
         "delivered": rollout.delivered,
         "uncheckedClusterTypes": rollout.unchecked,
         "state": rollout.state,
+        "issue": rollout.issue.as_ref().map(|i| serde_json::json!({
+            "created": i.created, "updated": i.updated,
+        })),
     })
 }

@@ -5,11 +5,9 @@
 use std::process::ExitCode;
 
 use anyhow::{Context, Result, anyhow};
-use kalypso_core::rollout::WaveHealth;
-use kalypso_git::rollout::{GateAnswer, RolloutRun, WaveGate};
+use kalypso_git::hub::{HubGate, now_ms};
+use kalypso_git::rollout::{RolloutRun, WaveGate};
 use kalypso_git::{Settings, Syncer, redact};
-
-use crate::hub_client::HubClient;
 
 use crate::progress::Progress;
 use crate::settings::{self, Global};
@@ -109,7 +107,9 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
     }
     .map_err(|e| anyhow!("{e}"))?;
     let hub = match &args.hub {
-        Some(access) => Some(HubClient::new(&access.url, access.token_file.as_deref())?),
+        Some(access) => {
+            Some(HubGate::new(&access.url, access.token_file.as_deref()).map_err(|e| anyhow!("--hub: {e}"))?)
+        }
         None => None,
     };
     let total = environments.len();
@@ -122,8 +122,7 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
         let started = std::time::Instant::now();
         progress.stage_of(subject.clone(), "reading the inputs", None);
         let now = now_ms();
-        let waves = hub.as_ref().map(|client| HubWaves { client, now });
-        let gate = waves.as_ref().map(|w| w as &dyn WaveGate);
+        let gate = hub.as_ref().map(|h| h as &dyn WaveGate);
         let mut result = pass.resolve(env).and_then(|resolved| {
             progress.stage_of(subject.clone(), "rendering", Some("writing the tree"));
             pass.deliver_rollout(&resolved, gate, now)
@@ -156,6 +155,11 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
                         ok = false;
                         only_held = false;
                         eprintln!("error: environment {}: {}", rollout.environment, redact(&rollout.message));
+                        if let Some(issue) = &rollout.issue {
+                            for number in issue.created.iter().chain(&issue.updated) {
+                                eprintln!("environment {}: the failure is reported in issue #{number}", rollout.environment);
+                            }
+                        }
                     } else if !global.quiet && !args.json {
                         println!("{}: {}", rollout.environment, redact(&rollout.message));
                     }
@@ -227,104 +231,6 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
     })
 }
 
-/// Unix milliseconds now.
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-        .unwrap_or_default()
-}
-
-/// The longest cluster type list one wave-gate question carries (the hub takes 4096
-/// characters).
-const MAX_WAVE_QUESTION: usize = 4000;
-
-/// The hub as the gate of a rollout's waves: its per-cluster-type answer summed per wave.
-struct HubWaves<'a> {
-    client: &'a HubClient,
-    /// The time the rollout decides with (the hub's "compliant for" is turned into a time).
-    now: i64,
-}
-
-impl WaveGate for HubWaves<'_> {
-    fn health(
-        &self,
-        environment: &str,
-        commit: &str,
-        waves: &[std::collections::BTreeSet<String>],
-    ) -> Result<GateAnswer, String> {
-        let all: Vec<String> = waves.iter().flatten().cloned().collect();
-        // The hub takes a list of at most MAX_WAVE_QUESTION characters per question.
-        let mut answered: Vec<kalypso_hub_api::WaveClusterType> = Vec::new();
-        let mut frozen = None;
-        let mut chunk: Vec<String> = Vec::new();
-        let mut length = 0;
-        for (i, ct) in all.iter().enumerate() {
-            chunk.push(ct.clone());
-            length += ct.chars().count() + 1;
-            let next = all.get(i + 1).map_or(usize::MAX, |n| n.chars().count() + 1);
-            if i + 1 == all.len() || length + next > MAX_WAVE_QUESTION {
-                let answer = self
-                    .client
-                    .waves(environment, commit, &chunk)
-                    .map_err(|e| e.to_string())?;
-                frozen = answer.freezes.first().map(|f| {
-                    format!(
-                        "frozen by {} since {}{}: {}",
-                        f.actor,
-                        f.frozen_at,
-                        f.until
-                            .as_ref()
-                            .map(|u| format!(" until {u}"))
-                            .unwrap_or_default(),
-                        f.reason
-                    )
-                });
-                if answer.gitops_commit.is_none() {
-                    return Ok(GateAnswer { waves: None, frozen });
-                }
-                answered.extend(answer.cluster_types);
-                chunk.clear();
-                length = 0;
-            }
-        }
-        let by_type: std::collections::BTreeMap<&str, &kalypso_hub_api::WaveClusterType> =
-            answered.iter().map(|t| (t.cluster_type.as_str(), t)).collect();
-        let health = waves
-            .iter()
-            .map(|cluster_types| {
-                let mut h = WaveHealth::default();
-                for ct in cluster_types {
-                    let Some(t) = by_type.get(ct.as_str()) else {
-                        h.without_clusters.push(ct.clone());
-                        continue;
-                    };
-                    if t.registered == 0 {
-                        h.without_clusters.push(ct.clone());
-                    }
-                    h.registered += t.registered;
-                    h.compliant += t.compliant;
-                    h.failed.extend(
-                        t.failed
-                            .iter()
-                            .map(|c| (c.name.clone(), ct.clone(), c.message.clone())),
-                    );
-                    // Failed clusters beyond the hub's list still count.
-                    h.failed_count += t.failed_count.max(t.failed.len() as u64);
-                    if let Some(for_ms) = t.compliant_for_ms {
-                        let since = self.now.saturating_sub(i64::try_from(for_ms).unwrap_or(i64::MAX));
-                        h.compliant_since = Some(h.compliant_since.map_or(since, |s: i64| s.max(since)));
-                    }
-                }
-                h
-            })
-            .collect();
-        Ok(GateAnswer {
-            waves: Some(health),
-            frozen,
-        })
-    }
-}
 /// The exit code of a sync whose only failures are deliveries held by the mass-deletion
 /// guard (a person decides; nothing is broken).
 pub(crate) const HELD: u8 = 3;

@@ -6,11 +6,11 @@ use std::process::ExitCode;
 
 use anyhow::{Result, anyhow};
 use kalypso_core::rollout::{RolloutState, Status, WaveHealth};
+use kalypso_git::hub::{HubGate, now_ms};
 use kalypso_git::rollout::{RolloutStatus, WaveGate};
 use kalypso_git::{Settings, Syncer, redact};
 
-use super::{HubWaves, format, now_ms, runtime};
-use crate::hub_client::HubClient;
+use super::{format, runtime};
 use crate::settings::{self, Global, RolloutAction};
 
 pub(crate) fn rollout(args: &settings::Rollout, global: &Global) -> Result<ExitCode> {
@@ -44,12 +44,14 @@ pub(crate) fn rollout(args: &settings::Rollout, global: &Global) -> Result<ExitC
     match args.action {
         RolloutAction::Status => {
             let hub = match &sync.hub {
-                Some(access) => Some(HubClient::new(&access.url, access.token_file.as_deref())?),
+                Some(access) => Some(
+                    HubGate::new(&access.url, access.token_file.as_deref())
+                        .map_err(|e| anyhow!("--hub: {e}"))?,
+                ),
                 None => None,
             };
             let now = now_ms();
-            let waves = hub.as_ref().map(|client| HubWaves { client, now });
-            let gate = waves.as_ref().map(|w| w as &dyn WaveGate);
+            let gate = hub.as_ref().map(|h| h as &dyn WaveGate);
             let status = pass
                 .rollout_status(&env, gate, now)
                 .map_err(|e| anyhow!("{}", redact(&e.to_string())))?;
