@@ -880,6 +880,28 @@ impl Pass<'_> {
         }
     }
 
+    /// The forge of the first GitOps repository of `targets` when issues are filed there: in
+    /// `pr` mode only (as the original), never in a dry run.
+    fn issue_forge(
+        &self,
+        name: &str,
+        targets: &[GitTarget],
+    ) -> Result<Option<Box<dyn crate::forge::Forge>>, Error> {
+        let Some(target) = targets
+            .first()
+            .filter(|t| t.mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
+        else {
+            return Ok(None);
+        };
+        self.context()
+            .forge(&target.url, &target.providers)
+            .map(Some)
+            .map_err(|error| Error::Delivery {
+                environment: name.to_owned(),
+                error,
+            })
+    }
+
     /// Opens, updates and closes the issues of environment `name` to match `failures`, in
     /// the first GitOps repository of `targets`, in `pr` mode only (as the original).
     fn report_issues(
@@ -888,19 +910,9 @@ impl Pass<'_> {
         targets: &[GitTarget],
         failures: &[Failure],
     ) -> Result<Option<IssueReport>, Error> {
-        let Some(target) = targets
-            .first()
-            .filter(|t| t.mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
-        else {
+        let Some(forge) = self.issue_forge(name, targets)? else {
             return Ok(None);
         };
-        let forge = self
-            .context()
-            .forge(&target.url, &target.providers)
-            .map_err(|error| Error::Delivery {
-                environment: name.to_owned(),
-                error,
-            })?;
         issues::apply(forge.as_ref(), name, failures)
             .map(Some)
             .map_err(|error| Error::Issues {
@@ -917,17 +929,9 @@ impl Pass<'_> {
         state: &kalypso_core::rollout::RolloutState,
     ) -> Result<Option<IssueReport>, Error> {
         let name = &resolved.environment.name;
-        let targets = self.targets(resolved)?;
-        let Some((_, url, _, _)) = targets
-            .first()
-            .filter(|(_, _, _, mode)| *mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
-        else {
+        let Some(forge) = self.issue_forge(name, &self.targets(resolved)?)? else {
             return Ok(None);
         };
-        let forge = self.context().forge(url).map_err(|error| Error::Delivery {
-            environment: name.clone(),
-            error,
-        })?;
         issues::report_rollout_failure(forge.as_ref(), name, state)
             .map(Some)
             .map_err(|error| Error::Issues {
