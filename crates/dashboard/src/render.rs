@@ -137,7 +137,7 @@ pub fn duration(seconds: u64) -> String {
     }
 }
 
-fn commit(id: Option<&str>) -> Markup {
+pub(crate) fn commit(id: Option<&str>) -> Markup {
     match id {
         Some(id) => html! { code.sha title=(id) { (short(id)) } },
         None => html! { span.muted { "none" } },
@@ -345,6 +345,7 @@ pub fn fleet_page(map: &FleetMap, filter: &FleetFilter, version: u64) -> Markup 
                             dt { "GitOps" } dd { (commit(env.gitops_commit.as_deref())) " " (time(env.gitops_commit_at)) }
                             dt { "Clusters" } dd { (breakdown(&env.counts)) }
                         }
+                        p.env-links { a href=(crate::rollout::rollout_url(&env.name)) { "Rollout of " (env.name) } }
                     }
                 }
             }

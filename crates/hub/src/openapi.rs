@@ -59,6 +59,7 @@ const SESSION: &str = "sessionCookie";
         http::get_environment,
         http::get_gate,
         http::waves::get_waves,
+        http::waves::get_rollout,
         http::get_commit,
         http::get_workload,
         crate::http::actions::approve,
