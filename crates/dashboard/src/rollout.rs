@@ -124,12 +124,12 @@ fn rollout_body(environment: &str, r: &Rollout, labels_unavailable: Option<&str>
             }
         }
         @if let Some(failure) = &r.failure { p.state-text-failed.failure { (failure) } }
-        section.blockers aria-labelledby="blockers-h" {
+        section.rollout-blockers aria-labelledby="blockers-h" {
             h2 #blockers-h { "What blocks" }
             @if r.blockers.is_empty() {
                 p.nothing-blocks { "Nothing blocks." }
             } @else {
-                ul.blockers {
+                ul.blocker-list {
                     @for b in &r.blockers {
                         li class={"blocker blocker-" (b.kind.as_str())} {
                             strong { (blocker_word(b.kind)) } ": " span.summary { (b.summary) }
