@@ -317,6 +317,7 @@ mod tests {
                 "/api/v1/environments",
                 "/api/v1/environments/{environment}",
                 "/api/v1/environments/{environment}/gate",
+                "/api/v1/environments/{environment}/rollout",
                 "/api/v1/environments/{environment}/waves",
                 "/api/v1/events/flux",
                 "/api/v1/freezes",
