@@ -555,3 +555,165 @@ fn blockers(
     });
     (out, next)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::time::Duration;
+
+    use kalypso_core::rollout::{Revision, WavePlan, WaveState};
+
+    use super::*;
+
+    fn state(status: Status, delivered: usize) -> RolloutState {
+        RolloutState {
+            format: kalypso_core::rollout::STATE_FORMAT,
+            policy: "rings".to_owned(),
+            change: Revision::default(),
+            waves: ["canary", "rest"]
+                .iter()
+                .map(|name| WaveState {
+                    name: (*name).to_owned(),
+                    cluster_types: BTreeSet::from([format!("{name}-type")]),
+                    min_success_ms: 0,
+                })
+                .collect(),
+            delivered,
+            status,
+            before: BTreeMap::new(),
+            failure: (status == Status::Halted).then(|| "wave \"canary\": 1 failed".to_owned()),
+        }
+    }
+
+    fn policy(on_failure: kalypso_api::OnFailure) -> Waves {
+        Waves {
+            policy: "rings".to_owned(),
+            waves: vec![WavePlan {
+                name: "canary".to_owned(),
+                cluster_types: BTreeSet::new(),
+                min_success_time: Duration::ZERO,
+            }],
+            max_failures: MaxFailures::Count(0),
+            progress_deadline: Some(Duration::from_secs(600)),
+            on_failure,
+        }
+    }
+
+    fn wave(name: &str, registered: u64, compliant: u64) -> RolloutWave {
+        RolloutWave {
+            name: name.to_owned(),
+            status: WaveStatus::Progressing,
+            min_success_ms: 0,
+            soak_remaining_ms: None,
+            clusters: RolloutCounts {
+                registered,
+                compliant,
+                waiting: registered - compliant,
+                ..RolloutCounts::default()
+            },
+            cluster_types: Vec::new(),
+        }
+    }
+
+    fn read(deadline_from: i64) -> crate::control_plane::RolloutRead {
+        crate::control_plane::RolloutRead {
+            state: state(Status::Progressing, 1),
+            wave_commit: Some("abc".to_owned()),
+            deadline_from: Some(deadline_from),
+        }
+    }
+
+    fn kinds(blockers: &[RolloutBlocker]) -> Vec<BlockerKind> {
+        blockers.iter().map(|b| b.kind).collect()
+    }
+
+    #[test]
+    fn a_wave_past_its_progress_deadline_is_said_to_fail_the_rollout() {
+        let waves = [wave("canary", 3, 1), wave("rest", 2, 0)];
+        let p = policy(kalypso_api::OnFailure::Rollback);
+        let s = state(Status::Progressing, 1);
+        // Within the deadline: waited for, with the time left.
+        let (b, next) = blockers(&s, &read(0), true, &waves, &[], &[], Some(&p), 60_000);
+        assert_eq!(kinds(&b), [BlockerKind::Waiting]);
+        assert!(b[0].summary.contains("2 cluster(s) not yet compliant"), "{b:?}");
+        assert!(b[0].summary.contains("progress deadline in 9m"), "{b:?}");
+        assert_eq!(next, "wave \"canary\" waits for its clusters");
+        // Past it.
+        let (b, next) = blockers(&s, &read(0), true, &waves, &[], &[], Some(&p), 601_000);
+        assert_eq!(kinds(&b), [BlockerKind::Waiting, BlockerKind::Deadline]);
+        assert!(
+            next.starts_with("the next sync rolls the delivered waves back"),
+            "{next}"
+        );
+    }
+
+    #[test]
+    fn paused_stopped_complete_and_unread_rollouts_say_so() {
+        let waves = [wave("canary", 1, 1), wave("rest", 1, 0)];
+        let (b, next) = blockers(
+            &state(Status::Paused, 1),
+            &read(0),
+            true,
+            &waves,
+            &[],
+            &[],
+            None,
+            0,
+        );
+        assert_eq!(
+            (kinds(&b), next.as_str()),
+            (vec![BlockerKind::Paused], "nothing: the rollout is paused")
+        );
+        let (b, next) = blockers(
+            &state(Status::Halted, 1),
+            &read(0),
+            true,
+            &waves,
+            &[],
+            &[],
+            None,
+            0,
+        );
+        assert_eq!(kinds(&b), [BlockerKind::Stopped]);
+        assert!(
+            b[0].summary.contains("halted: wave \"canary\": 1 failed"),
+            "{b:?}"
+        );
+        assert!(next.contains("is halted"), "{next}");
+        let (b, _) = blockers(
+            &state(Status::Complete, 2),
+            &read(0),
+            true,
+            &waves,
+            &[],
+            &[],
+            None,
+            0,
+        );
+        assert!(b.is_empty());
+        let (b, _) = blockers(
+            &state(Status::Progressing, 1),
+            &read(0),
+            false,
+            &waves,
+            &[],
+            &[],
+            None,
+            0,
+        );
+        assert_eq!(kinds(&b), [BlockerKind::Unknown]);
+        // Compliant, nothing else: the next sync delivers the next wave.
+        let (b, next) = blockers(
+            &state(Status::Progressing, 1),
+            &read(0),
+            true,
+            &waves,
+            &[],
+            &[],
+            None,
+            0,
+        );
+        assert!(b.is_empty(), "{b:?}");
+        assert_eq!(next, "the next sync delivers wave 2/2 (rest)");
+    }
+}
