@@ -214,7 +214,7 @@ impl HubSource {
 
     /// Cluster type `name` of `environment` as the control plane defines it, or why the hub
     /// cannot say.
-    fn from_control_plane(&self, environment: &str, name: &str) -> FromControlPlane {
+    fn defined_in_control_plane(&self, environment: &str, name: &str) -> FromControlPlane {
         let Some(refresher) = self.refresher.as_ref().filter(|r| r.enabled()) else {
             return FromControlPlane::unavailable(crate::control_plane::NO_CONTROL_PLANE);
         };
@@ -608,7 +608,7 @@ impl HubSource {
         })
         .collect();
         tx.commit().await?;
-        let defined = self.from_control_plane(environment, name);
+        let defined = self.defined_in_control_plane(environment, name);
         Ok(Some(ClusterTypePage {
             environment: environment.to_owned(),
             name: name.to_owned(),

@@ -468,6 +468,7 @@ fn git_dir(url: &RepoUrl, cache: &Cache) -> PathBuf {
 fn read_all(
     settings: &GitSettings,
     known: &HashMap<String, HashMap<String, i64>>,
+    stored_heads: &HashMap<String, (String, Option<String>)>,
     observed: &crate::control_plane::Observed,
 ) -> Result<Vec<EnvHistory>, RefreshError> {
     let fail = |e: &dyn std::fmt::Display| RefreshError::ControlPlane(kalypso_git::redact(&e.to_string()));
@@ -493,14 +494,18 @@ fn read_all(
         let known_here = known.get(&env.name).unwrap_or(&empty);
         let history = if crate::oci::is_oci(&target.repo) {
             let history = read_oci_history(settings, &target.repo, &target.branch, known_here);
-            if let Ok(Some(h)) = &history
-                && let Some(newest) = h.commits.last()
-            {
+            // The newest index: a new one, else the newest stored.
+            let newest = match &history {
+                Ok(Some(h)) => h.commits.last().map(|c| (c.sha.clone(), c.promoted.clone())),
+                _ => None,
+            }
+            .or_else(|| stored_heads.get(&env.name).cloned());
+            if let Some((sha, promoted)) = newest {
                 crate::control_plane::observe_promoted(
                     &cp,
                     &env,
-                    Some(&newest.sha),
-                    newest.promoted.as_deref(),
+                    Some(&sha),
+                    promoted.as_deref(),
                     &cache,
                     &transport,
                     observed,
@@ -672,12 +677,34 @@ pub async fn refresh_and_observe(
         let position: i64 = row.try_get(2).map_err(DbError::from)?;
         known.entry(env).or_default().insert(sha, position);
     }
+    // Each environment's newest stored commit and the control-plane commit it carries (what
+    // an OCI environment without a new index runs).
+    let mut stored_heads: HashMap<String, (String, Option<String>)> = HashMap::new();
+    for row in sqlx::query(
+        "SELECT g.environment, g.sha, g.promoted_commit FROM gitops_commits g \
+         JOIN (SELECT environment, MAX(position) AS top FROM gitops_commits GROUP BY environment) h \
+         ON h.environment = g.environment AND h.top = g.position",
+    )
+    .fetch_all(db.pool())
+    .await
+    .map_err(DbError::from)?
+    {
+        stored_heads.insert(
+            row.try_get(0).map_err(DbError::from)?,
+            (
+                row.try_get(1).map_err(DbError::from)?,
+                row.try_get(2).map_err(DbError::from)?,
+            ),
+        );
+    }
     let settings_owned = settings.clone();
     let known_owned = known;
     let observed_owned = observed.clone();
-    let envs = tokio::task::spawn_blocking(move || read_all(&settings_owned, &known_owned, &observed_owned))
-        .await
-        .map_err(|e| RefreshError::ControlPlane(format!("the git reader stopped: {e}")))??;
+    let envs = tokio::task::spawn_blocking(move || {
+        read_all(&settings_owned, &known_owned, &stored_heads, &observed_owned)
+    })
+    .await
+    .map_err(|e| RefreshError::ControlPlane(format!("the git reader stopped: {e}")))??;
     let mut report = RefreshReport {
         environments: envs.len(),
         ..RefreshReport::default()
