@@ -56,6 +56,11 @@ pub fn cluster_url(environment: &str, name: &str) -> String {
     )
 }
 
+/// The URL of environment `env`'s rollout page ([`crate::rollout`]).
+pub fn rollout_url(env: &str) -> String {
+    format!("/environments/{}/rollout", segment(env))
+}
+
 /// The URL of a workload's page.
 pub fn workload_url(name: &str) -> String {
     format!("/workloads/{}", segment(name))
@@ -345,7 +350,7 @@ pub fn fleet_page(map: &FleetMap, filter: &FleetFilter, version: u64) -> Markup 
                             dt { "GitOps" } dd { (commit(env.gitops_commit.as_deref())) " " (time(env.gitops_commit_at)) }
                             dt { "Clusters" } dd { (breakdown(&env.counts)) }
                         }
-                        p.env-links { a href=(crate::rollout::rollout_url(&env.name)) { "Rollout of " (env.name) } }
+                        p.env-links { a href=(rollout_url(&env.name)) { "Rollout of " (env.name) } }
                     }
                 }
             }

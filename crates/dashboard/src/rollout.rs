@@ -11,12 +11,9 @@ use kalypso_hub_api::{
 use maud::{Markup, html};
 
 use crate::model::State;
-use crate::render::{Nav, cluster_type_url, cluster_url, commit, layout, number, segment};
+use crate::render::{Nav, cluster_type_url, cluster_url, commit, layout, number};
 
-/// The URL of environment `env`'s rollout page.
-pub fn rollout_url(env: &str) -> String {
-    format!("/environments/{}/rollout", segment(env))
-}
+pub use crate::render::rollout_url;
 
 fn tone_of_rollout(status: RolloutStatus) -> State {
     match status {
