@@ -482,3 +482,145 @@ pub fn conflicts(config: &ConfigData) -> Vec<Conflict> {
     }
     out
 }
+
+/// A config value as YAML, as `toYaml` would print it (and `kalypso explain --config` shows it).
+pub fn value_yaml(value: &Value) -> String {
+    let bytes = kalypso_goyaml::marshal_v3(value).unwrap_or_default();
+    String::from_utf8_lossy(&bytes).trim_end_matches('\n').to_owned()
+}
+
+/// One platform config value of a cluster type and the ConfigMaps that gave it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ClusterTypeConfig {
+    /// The config key.
+    pub key: String,
+    /// The value as the templates see it, as YAML.
+    pub value: String,
+    /// The source that decided the value: the last applying one (for a scalar it wins; a list
+    /// or a map is merged into what the earlier ones gave).
+    pub source: String,
+    /// The earlier applying sources that have the key too, in merge order (replaced by, or
+    /// merged into, `source`).
+    pub overridden: Vec<String>,
+}
+
+/// A source as the cluster type's config names it: the ConfigMap (and, for an Azure export,
+/// its key).
+fn source_name(source: &crate::config::ConfigSource) -> String {
+    match source {
+        crate::config::ConfigSource::ConfigMap { name } => name.clone(),
+        crate::config::ConfigSource::AzureAppConfig { map, key } => format!("{map} key {key}"),
+    }
+}
+
+/// The platform config of cluster type `ct` of `ns` on its own — what a deployment target
+/// without labels of its own gets there (a ConfigMap that selects on a target's labels, its
+/// workload or its name applies to some targets only; `kalypso explain TARGET --config KEY`
+/// answers for one assignment) — with the ConfigMap that set each value and the ones it
+/// overrides, by the same merge the renderer runs. Sorted by key.
+pub fn cluster_type_config(
+    ns: &crate::model::Namespace,
+    ct: &Object<ClusterTypeSpec>,
+) -> Vec<ClusterTypeConfig> {
+    let sources = crate::config::ConfigSources::new(ns, kalypso_template::config_value);
+    let target = DeploymentTarget {
+        name: String::new(),
+        workload: String::new(),
+        workspace: String::new(),
+        labels: Labels::new(),
+        spec: kalypso_api::DeploymentTargetSpec {
+            environment: ns.name.clone(),
+            manifests: Labels::new(),
+            config_schemas: Vec::new(),
+        },
+        origin: crate::diag::Origin::new("", 0),
+    };
+    let merged = sources.merge_for(ct, &target);
+    merged
+        .values
+        .iter()
+        .map(|(key, value)| {
+            let contributions = merged.provenance.get(key).map(Vec::as_slice).unwrap_or_default();
+            let (last, earlier) =
+                contributions
+                    .split_last()
+                    .map_or((String::new(), Vec::new()), |(last, earlier)| {
+                        (
+                            source_name(&last.source),
+                            earlier.iter().map(|c| source_name(&c.source)).collect(),
+                        )
+                    });
+            ClusterTypeConfig {
+                key: key.clone(),
+                value: value_yaml(value),
+                source: last,
+                overridden: earlier,
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::source::{SourceFile, SourceTree};
+
+    const CONFIG: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: NAME\n  labels:\n    platform-config: \"true\"\nLABELS\ndata:\nDATA";
+
+    fn config_map(name: &str, labels: &str, data: &str) -> String {
+        CONFIG
+            .replace("NAME", name)
+            .replace("LABELS", labels)
+            .replace("DATA", data)
+    }
+
+    #[test]
+    fn a_cluster_type_config_names_the_config_map_of_each_value_and_the_ones_it_overrides() {
+        let files = vec![
+            SourceFile::new(
+                "cluster-types/small.yaml",
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ClusterType\nmetadata:\n  name: small\n  labels:\n    size: small\nspec:\n  reconciler: arc-flux\n  namespaceService: default\n  configType: configmap\n"
+                    .as_bytes()
+                    .to_vec(),
+            ),
+            SourceFile::new(
+                "configs/a.yaml",
+                config_map("a-all", "", "  REGION: west\n  DB: shared\n").into_bytes(),
+            ),
+            SourceFile::new(
+                "configs/b.yaml",
+                config_map("b-small", "    size: small", "  DB: small-db\n").into_bytes(),
+            ),
+            SourceFile::new(
+                "configs/c.yaml",
+                config_map("c-large", "    size: large", "  DB: large-db\n").into_bytes(),
+            ),
+        ];
+        let inputs = crate::pipeline::Inputs {
+            environment: SourceTree::new("dev", files),
+            ..crate::pipeline::Inputs::default()
+        };
+        let mut diagnostics = crate::Diagnostics::new();
+        let ns = crate::load_namespace("dev", &inputs, &mut diagnostics);
+        assert!(ns.cluster_types.contains_key("small"), "{diagnostics:?}");
+        let config = cluster_type_config(&ns, &ns.cluster_types["small"]);
+        let rows: Vec<(&str, &str, &str, Vec<&str>)> = config
+            .iter()
+            .map(|c| {
+                (
+                    c.key.as_str(),
+                    c.value.as_str(),
+                    c.source.as_str(),
+                    c.overridden.iter().map(String::as_str).collect(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("DB", "small-db", "b-small", vec!["a-all"]),
+                ("REGION", "west", "a-all", vec![]),
+            ]
+        );
+    }
+}

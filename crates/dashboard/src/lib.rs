@@ -15,7 +15,9 @@
 //! - `/environments/{env}/cluster-types/{name}`: labels, deployment targets, platform config
 //!   with provenance, clusters (`?state=`, `?page=`);
 //! - `/workloads/{name}`: where a workload runs;
-//! - `/environments/{env}/clusters/{name}`: a cluster's reports.
+//! - `/environments/{env}/clusters/{name}`: a cluster's reports;
+//! - `/environments/{env}/rollout`: the environment's progressive rollout ([`rollout`]): its
+//!   waves, their cluster types and clusters, the soak and what blocks.
 //!
 //! The hub adds the release pages ([`release`]: `/releases`, `/environments/{env}/promotion`,
 //! `/audit`), rendered here from view models it builds.
@@ -31,6 +33,7 @@ pub mod memory;
 pub mod model;
 pub mod release;
 pub mod render;
+pub mod rollout;
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -119,6 +122,7 @@ pub fn router_with<S: FleetSource>(source: Arc<S>, options: Options) -> Router {
         .route("/environments/{env}", get(environment))
         .route("/environments/{env}/cluster-types/{name}", get(cluster_type::<S>))
         .route("/environments/{env}/clusters/{name}", get(cluster::<S>))
+        .route("/environments/{env}/rollout", get(rollout_page::<S>))
         .route("/workloads/{name}", get(workload::<S>))
         .route("/events", get(events::<S>))
         .route("/assets/dashboard.css", get(css))
@@ -360,6 +364,21 @@ async fn cluster<S: FleetSource>(
             not_found_page(&format!("There is no environment {env:?}."))
         }
         Ok(None) => not_found_page(&format!("There is no cluster {name:?} in environment {env:?}.")),
+        Err(e) => source_error(&e),
+    }
+}
+
+async fn rollout_page<S: FleetSource>(
+    AxumState(app): AxumState<Shared<S>>,
+    Path(env): Path<String>,
+) -> Response {
+    let version = match version(&app).await {
+        Ok(v) => v,
+        Err(response) => return response,
+    };
+    match app.source.rollout(&env).await {
+        Ok(Some(view)) => page(StatusCode::OK, rollout::rollout_page(&view, version)),
+        Ok(None) => not_found_page(&format!("There is no environment {env:?}.")),
         Err(e) => source_error(&e),
     }
 }

@@ -499,6 +499,25 @@ impl FleetSource for MemorySource {
         Ok(self.cluster_now(environment, name, page))
     }
 
+    async fn rollout(
+        &self,
+        environment: &str,
+    ) -> Result<Option<kalypso_hub_api::EnvironmentRollout>, SourceError> {
+        // The memory source's environments are delivered whole: none tracks a rollout.
+        Ok(self.read(|data| {
+            data.environments.iter().find(|e| e.name == environment).map(|e| {
+                kalypso_hub_api::EnvironmentRollout {
+                    environment: e.name.clone(),
+                    gitops_commit: e.gitops_commit.clone(),
+                    rollout: None,
+                    unavailable: None,
+                    labels_unavailable: None,
+                    freezes: Vec::new(),
+                }
+            })
+        }))
+    }
+
     async fn version(&self) -> Result<u64, SourceError> {
         Ok(self.version.load(Ordering::SeqCst))
     }

@@ -778,6 +778,14 @@ pub trait FleetSource: Send + Sync + 'static {
         page: Page,
     ) -> impl Future<Output = Result<Option<ClusterPage>, SourceError>> + Send;
 
+    /// Environment `environment`'s progressive rollout: its waves, their cluster types and
+    /// clusters, the soak and what blocks (the hub's `GET /api/v1/environments/{env}/rollout`
+    /// answer). `None`: no such environment.
+    fn rollout(
+        &self,
+        environment: &str,
+    ) -> impl Future<Output = Result<Option<kalypso_hub_api::EnvironmentRollout>, SourceError>> + Send;
+
     /// A number that changes whenever any answer would change: the pages update themselves
     /// when it does.
     fn version(&self) -> impl Future<Output = Result<u64, SourceError>> + Send;

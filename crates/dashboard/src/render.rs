@@ -56,6 +56,11 @@ pub fn cluster_url(environment: &str, name: &str) -> String {
     )
 }
 
+/// The URL of environment `env`'s rollout page ([`crate::rollout`]).
+pub fn rollout_url(env: &str) -> String {
+    format!("/environments/{}/rollout", segment(env))
+}
+
 /// The URL of a workload's page.
 pub fn workload_url(name: &str) -> String {
     format!("/workloads/{}", segment(name))
@@ -137,7 +142,7 @@ pub fn duration(seconds: u64) -> String {
     }
 }
 
-fn commit(id: Option<&str>) -> Markup {
+pub(crate) fn commit(id: Option<&str>) -> Markup {
     match id {
         Some(id) => html! { code.sha title=(id) { (short(id)) } },
         None => html! { span.muted { "none" } },
@@ -345,6 +350,7 @@ pub fn fleet_page(map: &FleetMap, filter: &FleetFilter, version: u64) -> Markup 
                             dt { "GitOps" } dd { (commit(env.gitops_commit.as_deref())) " " (time(env.gitops_commit_at)) }
                             dt { "Clusters" } dd { (breakdown(&env.counts)) }
                         }
+                        p.env-links { a href=(rollout_url(&env.name)) { "Rollout of " (env.name) } }
                     }
                 }
             }

@@ -322,6 +322,9 @@ impl FleetSource for Down {
     async fn cluster(&self, _: &str, _: &str, _: Page) -> Result<Option<ClusterPage>, SourceError> {
         Err(SourceError::Unavailable("database is starting".to_owned()))
     }
+    async fn rollout(&self, _: &str) -> Result<Option<kalypso_hub_api::EnvironmentRollout>, SourceError> {
+        Err(SourceError::Unavailable("database is starting".to_owned()))
+    }
     async fn version(&self) -> Result<u64, SourceError> {
         Ok(1)
     }
@@ -330,7 +333,13 @@ impl FleetSource for Down {
 #[tokio::test]
 async fn an_unavailable_source_gives_503() {
     let app = router(Arc::new(Down));
-    for uri in ["/", "/promotions", "/workloads/x", "/environments/a/clusters/b"] {
+    for uri in [
+        "/",
+        "/promotions",
+        "/workloads/x",
+        "/environments/a/clusters/b",
+        "/environments/a/rollout",
+    ] {
         let (status, _, html) = get(&app, uri).await;
         assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "{uri}");
         assert!(html.contains("database is starting"));
@@ -463,4 +472,21 @@ async fn the_dashboard_merges_into_a_hub_router() {
     let (status, _, html) = get(&hub, "/api/v1/nope").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(html.contains("There is no page at this address."));
+}
+
+#[tokio::test]
+async fn the_rollout_page_is_served_per_environment_and_unknown_ones_are_404() {
+    let source = Arc::new(MemorySource::new(demo_fleet()));
+    let app = router(source);
+    let env = demo_fleet().environments[0].name.clone();
+    let (status, _, html) = get(&app, &format!("/environments/{env}/rollout")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(html.contains("No progressive rollout"), "{html}");
+    assert!(html.contains("data-version="));
+    let (status, _, html) = get(&app, "/environments/nowhere/rollout").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(html.contains("nowhere"));
+    // The fleet map links each environment's rollout.
+    let (_, _, html) = get(&app, "/").await;
+    assert!(html.contains(&format!("href=\"/environments/{env}/rollout\"")));
 }

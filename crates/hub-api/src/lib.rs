@@ -1155,6 +1155,258 @@ pub struct WaveClusterType {
     pub failed_count: u64,
 }
 
+// ---------------------------------------------------------------------------------------
+// A progressive rollout, as the dashboard shows it
+
+/// Reads a kebab-case enum value, `other` for a value this version does not know (a newer hub
+/// may add some).
+macro_rules! tolerant_enum {
+    ($name:ident, $other:ident, $($text:literal => $variant:ident),+ $(,)?) => {
+        impl $name {
+            /// The value as the API writes it.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text,)+
+                }
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<$name, D::Error> {
+                Ok(match &*std::borrow::Cow::<'de, str>::deserialize(d)? {
+                    $($text => $name::$variant,)+
+                    _ => $name::$other,
+                })
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+    };
+}
+
+/// Where a progressive rollout is, as the state on the GitOps branch says. One this version
+/// does not know is read as `progressing`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum RolloutStatus {
+    /// Waves are being delivered.
+    Progressing,
+    /// Stopped by `kalypso rollout pause` until `resume`.
+    Paused,
+    /// A failure stopped it (`onFailure: Halt`): the later waves keep the old content.
+    Halted,
+    /// A failure (`onFailure: Rollback`) or `kalypso rollout abort` gave the delivered waves
+    /// their previous content back.
+    RolledBack,
+    /// Every wave runs the change.
+    Complete,
+}
+
+tolerant_enum!(RolloutStatus, Progressing,
+    "progressing" => Progressing, "paused" => Paused, "halted" => Halted,
+    "rolled-back" => RolledBack, "complete" => Complete);
+
+/// Where one wave of a rollout is. One this version does not know is read as `waiting`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum WaveStatus {
+    /// Not delivered yet: its cluster types keep the content they had.
+    Waiting,
+    /// Delivered; its clusters are applying the change (none failed).
+    Progressing,
+    /// Delivered, and some of its clusters failed to apply the change.
+    Failed,
+    /// Delivered, every registered cluster compliant, for less than its `minSuccessTime`.
+    Soaking,
+    /// Delivered, and every registered cluster compliant for its `minSuccessTime` (or the
+    /// rollout went past it).
+    Done,
+    /// Delivered, then given its previous content back.
+    RolledBack,
+}
+
+tolerant_enum!(WaveStatus, Waiting,
+    "waiting" => Waiting, "progressing" => Progressing, "failed" => Failed,
+    "soaking" => Soaking, "done" => Done, "rolled-back" => RolledBack);
+
+/// What keeps a rollout from going on. One this version does not know is read as `waiting`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum BlockerKind {
+    /// Clusters of the delivered waves failed to apply the change (`clusters` names the first,
+    /// with their reconciler's message).
+    Failed,
+    /// Clusters of the delivered waves do not run the change yet (applying it, or still on
+    /// an earlier commit, or not reported).
+    Waiting,
+    /// The last wave delivered is compliant and soaking for its `minSuccessTime`.
+    Soak,
+    /// The last wave delivered was not compliant within the policy's `progressDeadline`: the
+    /// next sync fails the rollout.
+    Deadline,
+    /// The environment is frozen: no next wave is delivered.
+    Freeze,
+    /// The rollout is paused.
+    Paused,
+    /// The rollout stopped on a failure (halted or rolled back).
+    Stopped,
+    /// The hub does not know the GitOps commit that delivered the last wave yet.
+    Unknown,
+}
+
+tolerant_enum!(BlockerKind, Waiting,
+    "failed" => Failed, "waiting" => Waiting, "soak" => Soak, "deadline" => Deadline,
+    "freeze" => Freeze, "paused" => Paused, "stopped" => Stopped, "unknown" => Unknown);
+
+/// A rollout's clusters of a cluster type or a wave, relative to the GitOps commit that
+/// delivered the last wave reached.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutCounts {
+    /// Registered clusters that are not stale: the ones the rollout waits for.
+    pub registered: u64,
+    /// Compliant with the commit or a later one (which contains it).
+    pub compliant: u64,
+    /// Failed on the commit or a later one.
+    pub failed: u64,
+    /// Applying the commit or a later one.
+    pub reconciling: u64,
+    /// On an earlier commit, or with no platform report yet; for a wave not delivered, every
+    /// registered cluster.
+    pub waiting: u64,
+    /// Silent for longer than `--stale-after` (not waited for).
+    pub stale: u64,
+}
+
+impl RolloutCounts {
+    /// Adds another group's counts.
+    pub fn merge(&mut self, other: &RolloutCounts) {
+        self.registered += other.registered;
+        self.compliant += other.compliant;
+        self.failed += other.failed;
+        self.reconciling += other.reconciling;
+        self.waiting += other.waiting;
+        self.stale += other.stale;
+    }
+}
+
+/// A cluster type of a rollout's wave.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutClusterType {
+    /// The cluster type.
+    pub name: String,
+    /// Its labels (what the waves select on), as the control plane has them at the rollout's
+    /// change; empty when the hub cannot read them (`EnvironmentRollout.labelsUnavailable`).
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// Its clusters.
+    pub clusters: RolloutCounts,
+    /// Its failed clusters, by name, at most 20, with their reconciler's message.
+    #[serde(default)]
+    pub failed: Vec<GateCluster>,
+}
+
+/// One wave of a rollout.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutWave {
+    /// The wave's name.
+    pub name: String,
+    /// Where it is.
+    pub status: WaveStatus,
+    /// Its `minSuccessTime`, in milliseconds.
+    pub min_success_ms: u64,
+    /// How much of the soak is left (milliseconds, by the hub's clock) while it is soaking;
+    /// `null` otherwise.
+    pub soak_remaining_ms: Option<u64>,
+    /// Its clusters, all cluster types together.
+    pub clusters: RolloutCounts,
+    /// Its cluster types, by name, as frozen when the rollout started.
+    pub cluster_types: Vec<RolloutClusterType>,
+}
+
+/// Something that keeps a rollout from going on.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutBlocker {
+    /// What kind of thing.
+    pub kind: BlockerKind,
+    /// What it is, for people (`wave "canary": 1 failed cluster(s), 0 allowed`, `frozen by
+    /// ana@contoso.com since ...: incident 42`, `wave "canary": compliant, soaking for 4m more`).
+    pub summary: String,
+    /// The clusters it is about (failed ones first, with their reconciler's message), at most 20.
+    #[serde(default)]
+    pub clusters: Vec<GateCluster>,
+}
+
+/// An environment's progressive rollout, as its GitOps branch tracks it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Rollout {
+    /// The RolloutPolicy.
+    pub policy: String,
+    /// Where the rollout is.
+    pub status: RolloutStatus,
+    /// The control-plane `main` commit of the change rolled out.
+    pub main_commit: String,
+    /// The environment branch's commit of the change.
+    pub environment_commit: String,
+    /// The GitOps commit that delivered the last wave reached (counts are relative to it);
+    /// `null` while the hub has not read it.
+    pub wave_commit: Option<String>,
+    /// When that commit was made (RFC 3339).
+    pub wave_committed_at: Option<String>,
+    /// How many waves run the change (the first `delivered`).
+    pub delivered: u64,
+    /// The waves, in order.
+    pub waves: Vec<RolloutWave>,
+    /// What keeps the rollout from going on now (empty: the next sync delivers the next wave
+    /// or completes the rollout, or it is complete).
+    pub blockers: Vec<RolloutBlocker>,
+    /// What the next sync does, for people.
+    pub next: String,
+    /// Why the rollout failed, when it did.
+    pub failure: Option<String>,
+    /// The policy's `maxFailures` (`0`, `10%`), when the hub read the policy.
+    pub max_failures: Option<String>,
+    /// The policy's `progressDeadline` in milliseconds (`null`: none, or not read).
+    pub progress_deadline_ms: Option<u64>,
+    /// The policy's `onFailure` (`Halt` or `Rollback`), when the hub read the policy.
+    pub on_failure: Option<String>,
+}
+
+/// `GET /api/v1/environments/{environment}/rollout`: the environment's progressive rollout,
+/// for people (the dashboard shows it): its waves with their cluster types and clusters,
+/// soak, and what blocks.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvironmentRollout {
+    /// The environment.
+    pub environment: String,
+    /// The head of its GitOps branch, as the hub read it (`null`: none yet).
+    pub gitops_commit: Option<String>,
+    /// The rollout its GitOps branch tracks at the head; `null` when it tracks none (the
+    /// environment is delivered whole) or the hub cannot tell (`unavailable` says why).
+    pub rollout: Option<Rollout>,
+    /// Why the hub cannot show the rollout (no control plane configured, or its GitOps
+    /// branch not read yet); `null` when it can.
+    pub unavailable: Option<String>,
+    /// Why the cluster types' labels and the policy are not shown (the control plane at the
+    /// rollout's change could not be read); `null` when they are.
+    pub labels_unavailable: Option<String>,
+    /// The environment's freezes in force.
+    #[serde(default)]
+    pub freezes: Vec<Freeze>,
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -37,7 +37,7 @@ pub enum DashboardMode {
 
 /// The dashboard's data source over the hub's state.
 pub fn source(state: &HubState) -> HubSource {
-    HubSource::new(state.db().clone(), state.stale_after())
+    HubSource::new(state.db().clone(), state.stale_after()).with_control_plane(state.refresher().clone())
 }
 
 /// The dashboard's router over `state` with `options`, behind the API's credentials unless

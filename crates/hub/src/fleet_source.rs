@@ -12,11 +12,13 @@
 //! lists of clusters are merges of name-ordered index ranges stopped after the page
 //! ([`counts::list`]); nothing reads the whole `clusters` table.
 //!
-//! What the hub cannot show: it reads the *rendered* GitOps tree, which carries neither the
-//! cluster types' labels nor the provenance of platform config values (which ConfigMap set a
-//! key), and it does not read the control-plane repository's commit messages, authors or the
-//! time an environment was pinned. Those fields stay empty and the dashboard says so; lead
-//! times are measured from the first GitOps commit that carried a control-plane commit.
+//! The cluster types' labels and platform config values (with the ConfigMap that set each) are
+//! not in the rendered GitOps tree: they come from the control plane, as the refresher read it
+//! at the commits each environment runs ([`crate::control_plane`]); without a control plane, or
+//! before it could be read, the page says why. The hub does not read the control-plane
+//! repository's commit messages, authors or the time an environment was pinned: those fields
+//! stay empty and the dashboard says so; lead times are measured from the first GitOps commit
+//! that carried a control-plane commit.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -36,20 +38,44 @@ use crate::counts::{self, Group, Scope, Snapshot, Staleness};
 use crate::db::{Db, DbError, searchable};
 use crate::query::{self, CommitRow};
 
-/// What the cluster-type page says instead of labels.
-pub const LABELS_UNAVAILABLE: &str = "Not known to the hub: the GitOps tree it reads does not carry \
-     cluster-type labels (they live in the control plane's ClusterType resources; see kalypso explain).";
+/// What the cluster-type page says instead of labels and platform config before the hub has
+/// read the environment from the control plane.
+pub const NOT_READ_YET: &str = "Not known to the hub yet: it reads the control plane at the \
+     commits each environment runs on its next refresh.";
 
-/// What the cluster-type page says instead of platform config values.
-pub const CONFIG_UNAVAILABLE: &str = "Not known to the hub: it does not store the platform config \
-     values of the GitOps tree, and the tree does not say which ConfigMap set each value \
-     (kalypso explain --config KEY on the control plane does).";
+/// What the cluster-type page says when the environment's GitOps branch names no control-plane
+/// commit.
+pub const NO_PROMOTED_COMMIT: &str = "Not known to the hub: the environment's GitOps branch names \
+     no control-plane commit (.github/tracking/Promoted_Commit_Id), so it does not know which \
+     control plane to read.";
 
 /// The dashboard's [`FleetSource`] over the hub's database.
 #[derive(Clone, Debug)]
 pub struct HubSource {
     db: Db,
     stale_after: Duration,
+    /// The refresher, whose readings of the control plane give the cluster types' labels and
+    /// platform config ([`crate::control_plane`]).
+    refresher: Option<crate::gitops::Refresher>,
+}
+
+/// A cluster type's labels and platform config as the control plane gives them, or why not.
+struct FromControlPlane {
+    labels: BTreeMap<String, String>,
+    labels_unavailable: Option<String>,
+    config: Vec<kalypso_dashboard::model::ConfigValue>,
+    config_unavailable: Option<String>,
+}
+
+impl FromControlPlane {
+    fn unavailable(why: &str) -> FromControlPlane {
+        FromControlPlane {
+            labels: BTreeMap::new(),
+            labels_unavailable: Some(why.to_owned()),
+            config: Vec::new(),
+            config_unavailable: Some(why.to_owned()),
+        }
+    }
 }
 
 impl From<DbError> for SourceErrorWrap {
@@ -172,7 +198,55 @@ fn blocking_first(state: ClusterState) -> Option<usize> {
 impl HubSource {
     /// A source over `db`; a cluster silent for longer than `stale_after` is stale.
     pub fn new(db: Db, stale_after: Duration) -> HubSource {
-        HubSource { db, stale_after }
+        HubSource {
+            db,
+            stale_after,
+            refresher: None,
+        }
+    }
+
+    /// The same source, showing the cluster types' labels and platform config as `refresher`
+    /// reads them from the control plane.
+    pub fn with_control_plane(mut self, refresher: crate::gitops::Refresher) -> HubSource {
+        self.refresher = Some(refresher);
+        self
+    }
+
+    /// Cluster type `name` of `environment` as the control plane defines it, or why the hub
+    /// cannot say.
+    fn defined_in_control_plane(&self, environment: &str, name: &str) -> FromControlPlane {
+        let Some(refresher) = self.refresher.as_ref().filter(|r| r.enabled()) else {
+            return FromControlPlane::unavailable(crate::control_plane::NO_CONTROL_PLANE);
+        };
+        let Some(view) = refresher.observed().get(environment) else {
+            return FromControlPlane::unavailable(NOT_READ_YET);
+        };
+        let model = match view.model.as_deref() {
+            None => return FromControlPlane::unavailable(NO_PROMOTED_COMMIT),
+            Some(Err(why)) => return FromControlPlane::unavailable(&format!("Not known to the hub: {why}.")),
+            Some(Ok(model)) => model,
+        };
+        let Some(ct) = model.cluster_types.get(name) else {
+            return FromControlPlane::unavailable(&format!(
+                "Not known to the hub: the control plane at main {} defines no cluster type {name:?} in {environment}.",
+                kalypso_git::control_plane::short(&model.main_commit)
+            ));
+        };
+        FromControlPlane {
+            labels: ct.labels.clone(),
+            labels_unavailable: None,
+            config: ct
+                .config
+                .iter()
+                .map(|c| kalypso_dashboard::model::ConfigValue {
+                    key: c.key.clone(),
+                    value: c.value.clone(),
+                    config_map: c.source.clone(),
+                    overridden: c.overridden.clone(),
+                })
+                .collect(),
+            config_unavailable: None,
+        }
     }
 
     fn staleness(&self) -> Staleness {
@@ -534,17 +608,18 @@ impl HubSource {
         })
         .collect();
         tx.commit().await?;
+        let defined = self.defined_in_control_plane(environment, name);
         Ok(Some(ClusterTypePage {
             environment: environment.to_owned(),
             name: name.to_owned(),
-            labels: BTreeMap::new(),
-            labels_unavailable: Some(LABELS_UNAVAILABLE.to_owned()),
+            labels: defined.labels,
+            labels_unavailable: defined.labels_unavailable,
             reconciler: (!reconcilers.is_empty())
                 .then(|| reconcilers.into_iter().collect::<Vec<_>>().join(", ")),
             gitops_commit: head.map(|h| h.sha),
             deployment_targets,
-            config: Vec::new(),
-            config_unavailable: Some(CONFIG_UNAVAILABLE.to_owned()),
+            config: defined.config,
+            config_unavailable: defined.config_unavailable,
             counts,
             clusters,
             total_clusters,
@@ -742,6 +817,22 @@ impl FleetSource for HubSource {
         page: Page,
     ) -> std::result::Result<Option<ClusterPage>, SourceError> {
         unwrap_err(self.cluster_page(environment, name, page).await)
+    }
+
+    async fn rollout(
+        &self,
+        environment: &str,
+    ) -> std::result::Result<Option<kalypso_hub_api::EnvironmentRollout>, SourceError> {
+        let observed = crate::control_plane::Observed::default();
+        let (observed, reads) = match &self.refresher {
+            Some(r) => (r.observed(), r.enabled()),
+            None => (&observed, false),
+        };
+        unwrap_err(
+            crate::rollout::environment_rollout(&self.db, observed, reads, environment, self.staleness())
+                .await
+                .map_err(SourceErrorWrap::from),
+        )
     }
 
     async fn version(&self) -> std::result::Result<u64, SourceError> {

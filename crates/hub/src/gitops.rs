@@ -364,6 +364,8 @@ pub struct Refresher {
     started: Arc<AtomicU64>,
     finished: watch::Sender<u64>,
     enabled: bool,
+    /// What the refreshes read of the control plane and the rollouts ([`crate::control_plane`]).
+    observed: Arc<crate::control_plane::Observed>,
 }
 
 impl Refresher {
@@ -374,7 +376,13 @@ impl Refresher {
             started: Arc::new(AtomicU64::new(0)),
             finished: watch::channel(0).0,
             enabled,
+            observed: Arc::default(),
         }
+    }
+
+    /// What the refreshes read of the control plane and the rollouts.
+    pub fn observed(&self) -> &crate::control_plane::Observed {
+        &self.observed
     }
 
     /// Whether a control plane is configured.
@@ -394,7 +402,7 @@ impl Refresher {
         tokio::spawn(async move {
             loop {
                 me.started.fetch_add(1, Ordering::SeqCst);
-                match refresh_and_observe(&db, &settings, &notifier).await {
+                match refresh_and_observe(&db, &settings, &notifier, &me.observed).await {
                     Ok(report) => {
                         if !report.errors.is_empty() || report.commits > 0 {
                             tracing::info!(
@@ -460,6 +468,8 @@ fn git_dir(url: &RepoUrl, cache: &Cache) -> PathBuf {
 fn read_all(
     settings: &GitSettings,
     known: &HashMap<String, HashMap<String, i64>>,
+    stored_heads: &HashMap<String, (String, Option<String>)>,
+    observed: &crate::control_plane::Observed,
 ) -> Result<Vec<EnvHistory>, RefreshError> {
     let fail = |e: &dyn std::fmt::Display| RefreshError::ControlPlane(kalypso_git::redact(&e.to_string()));
     let credentials = Credentials::load(&settings.auth).map_err(|e| fail(&e))?;
@@ -483,13 +493,40 @@ fn read_all(
         let empty = HashMap::new();
         let known_here = known.get(&env.name).unwrap_or(&empty);
         let history = if crate::oci::is_oci(&target.repo) {
-            read_oci_history(settings, &target.repo, &target.branch, known_here)
+            let history = read_oci_history(settings, &target.repo, &target.branch, known_here);
+            // The newest index: a new one, else the newest stored.
+            let newest = match &history {
+                Ok(Some(h)) => h.commits.last().map(|c| (c.sha.clone(), c.promoted.clone())),
+                _ => None,
+            }
+            .or_else(|| stored_heads.get(&env.name).cloned());
+            if let Some((sha, promoted)) = newest {
+                crate::control_plane::observe_promoted(
+                    &cp,
+                    &env,
+                    Some(&sha),
+                    promoted.as_deref(),
+                    &cache,
+                    &transport,
+                    observed,
+                );
+            }
+            history
         } else {
             (|| -> Result<Option<History>, String> {
                 let url = RepoUrl::parse(&target.repo).map_err(|e| e.to_string())?;
                 let repo = Repo::open_source(&url, &cache).map_err(|e| e.to_string())?;
                 repo.fetch_branches(&transport, &[target.branch.as_str()], &[])
                     .map_err(|e| e.to_string())?;
+                crate::control_plane::observe_git(
+                    &cp,
+                    &env,
+                    &repo,
+                    &target.branch,
+                    &cache,
+                    &transport,
+                    observed,
+                );
                 let Some(head) = repo.branch(&target.branch).map_err(|e| e.to_string())? else {
                     return Ok(None);
                 };
@@ -616,15 +653,18 @@ fn now_ms() -> i64 {
 
 /// One refresh pass: reads every environment's new GitOps commits and stores them.
 pub async fn refresh(db: &Db, settings: &GitSettings) -> Result<RefreshReport, RefreshError> {
-    refresh_and_observe(db, settings, &crate::notify::Notifier::none()).await
+    let observed = Arc::default();
+    refresh_and_observe(db, settings, &crate::notify::Notifier::none(), &observed).await
 }
 
-/// [`refresh`], which also stores each environment's PromotionPolicy and records (and
-/// notifies) the promotions it sees.
+/// [`refresh`], which also stores each environment's PromotionPolicy, records (and notifies)
+/// the promotions it sees, and reads into `observed` the rollout each GitOps branch tracks and
+/// the control plane at the commits each environment runs ([`crate::control_plane`]).
 pub async fn refresh_and_observe(
     db: &Db,
     settings: &GitSettings,
     notifier: &crate::notify::Notifier,
+    observed: &Arc<crate::control_plane::Observed>,
 ) -> Result<RefreshReport, RefreshError> {
     let mut known: HashMap<String, HashMap<String, i64>> = HashMap::new();
     for row in sqlx::query("SELECT environment, sha, position FROM gitops_commits")
@@ -637,11 +677,34 @@ pub async fn refresh_and_observe(
         let position: i64 = row.try_get(2).map_err(DbError::from)?;
         known.entry(env).or_default().insert(sha, position);
     }
+    // Each environment's newest stored commit and the control-plane commit it carries (what
+    // an OCI environment without a new index runs).
+    let mut stored_heads: HashMap<String, (String, Option<String>)> = HashMap::new();
+    for row in sqlx::query(
+        "SELECT g.environment, g.sha, g.promoted_commit FROM gitops_commits g \
+         JOIN (SELECT environment, MAX(position) AS top FROM gitops_commits GROUP BY environment) h \
+         ON h.environment = g.environment AND h.top = g.position",
+    )
+    .fetch_all(db.pool())
+    .await
+    .map_err(DbError::from)?
+    {
+        stored_heads.insert(
+            row.try_get(0).map_err(DbError::from)?,
+            (
+                row.try_get(1).map_err(DbError::from)?,
+                row.try_get(2).map_err(DbError::from)?,
+            ),
+        );
+    }
     let settings_owned = settings.clone();
     let known_owned = known;
-    let envs = tokio::task::spawn_blocking(move || read_all(&settings_owned, &known_owned))
-        .await
-        .map_err(|e| RefreshError::ControlPlane(format!("the git reader stopped: {e}")))??;
+    let observed_owned = observed.clone();
+    let envs = tokio::task::spawn_blocking(move || {
+        read_all(&settings_owned, &known_owned, &stored_heads, &observed_owned)
+    })
+    .await
+    .map_err(|e| RefreshError::ControlPlane(format!("the git reader stopped: {e}")))??;
     let mut report = RefreshReport {
         environments: envs.len(),
         ..RefreshReport::default()

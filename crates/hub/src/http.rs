@@ -182,6 +182,10 @@ pub fn app(state: HubState) -> Router {
         .route("/api/v1/environments/{environment}", get(get_environment))
         .route("/api/v1/environments/{environment}/gate", get(get_gate))
         .route("/api/v1/environments/{environment}/waves", get(waves::get_waves))
+        .route(
+            "/api/v1/environments/{environment}/rollout",
+            get(waves::get_rollout),
+        )
         .route("/api/v1/commits/{sha}", get(get_commit))
         .route("/api/v1/workloads/{name}", get(get_workload))
         .route("/api/v1/approvals", post(actions::approve))

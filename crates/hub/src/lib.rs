@@ -14,7 +14,9 @@
 //! - [`db`]: the connection, migrations and error classes; [`ingest`]: group commit;
 //! - [`counts`]: the incremental aggregates every count is read from, their staleness sweep
 //!   and their check on start;
-//! - [`gitops`]: reading the GitOps branches' history; [`oci`]: the history of environments
+//! - [`gitops`]: reading the GitOps branches' history; [`control_plane`]: the cluster types'
+//!   labels and platform config, the RolloutPolicy and the rollout at the commits each
+//!   environment runs; [`oci`]: the history of environments
 //!   delivered to OCI registries, and what their clusters' artifact digests stand for;
 //!   [`query`]: the correlation queries; [`rollout`]: the gate of a progressive rollout's waves;
 //! - [`auth`]: who a request comes from and what it may do (API tokens, OIDC sign-in,
@@ -32,6 +34,7 @@ pub mod audit;
 pub mod auth;
 pub mod client;
 pub mod config;
+pub mod control_plane;
 pub mod counts;
 pub mod dashboard;
 pub mod db;

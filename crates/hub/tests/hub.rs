@@ -411,6 +411,8 @@ async fn security_scenario(url: &str) {
         "/api/v1/environments",
         "/api/v1/environments/dev",
         "/api/v1/environments/dev/gate?commit=6f1e9c2a",
+        "/api/v1/environments/dev/waves?commit=6f1e9c2a&clusterTypes=drone",
+        "/api/v1/environments/dev/rollout",
         "/api/v1/commits/6f1e9c2a",
         "/api/v1/workloads/hello",
     ] {

@@ -40,6 +40,8 @@ pub struct Fleet {
     environment: String,
     clusters: Vec<Cluster>,
     rules: Vec<Rule>,
+    /// The bearer token its questions to the hub carry, when the hub needs one to read.
+    token: Option<String>,
 }
 
 impl Fleet {
@@ -53,7 +55,15 @@ impl Fleet {
             environment: environment.to_owned(),
             clusters: Vec::new(),
             rules: Vec::new(),
+            token: None,
         }
+    }
+
+    /// The same fleet, asking the hub its questions with bearer token `token` (a hub with
+    /// `--api-token-file` or a read token needs one to answer).
+    pub fn with_token(mut self, token: &str) -> Fleet {
+        self.token = Some(token.to_owned());
+        self
     }
 
     /// Adds `count` clusters of `cluster_type`, named `<cluster_type>-<n>`.
@@ -128,7 +138,11 @@ impl Fleet {
             self.hub, self.environment
         );
         for _ in 0..300 {
-            if let Ok(mut r) = ureq::get(&url).call()
+            let mut request = ureq::get(&url);
+            if let Some(token) = &self.token {
+                request = request.header("authorization", &format!("Bearer {token}"));
+            }
+            if let Ok(mut r) = request.call()
                 && let Ok(body) = r.body_mut().read_to_string()
                 && body.contains(&format!("\"gitopsCommit\":\"{commit}\""))
             {

@@ -1,14 +1,15 @@
-//! The HTTP side of a progressive rollout's wave gate
-//! (`GET /api/v1/environments/{env}/waves`): its parameters checked, the answer from
-//! [`crate::rollout::waves`].
+//! The HTTP side of a progressive rollout: the wave gate
+//! (`GET /api/v1/environments/{env}/waves`, its parameters checked, the answer from
+//! [`crate::rollout::waves`]) and the rollout for people
+//! (`GET /api/v1/environments/{env}/rollout`, from [`crate::rollout::environment_rollout`]).
 
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
-use kalypso_hub_api::WaveGate;
+use kalypso_hub_api::{EnvironmentRollout, WaveGate};
 
-use super::{ApiError, ApiResult, HubState, ON_DEMAND_REFRESH, int_param, ok};
+use super::{ApiError, ApiResult, HubState, ON_DEMAND_REFRESH, int_param, not_found, ok};
 use crate::auth::{Action, authorize};
 use crate::query::resolve_commit;
 use crate::rollout::waves;
@@ -103,6 +104,39 @@ pub async fn get_waves(
         limit,
     )
     .await?)
+}
+
+/// `GET /api/v1/environments/{environment}/rollout`.
+#[utoipa::path(get, path = "/api/v1/environments/{environment}/rollout", tag = "queries",
+    summary = "An environment's progressive rollout: waves, cluster types, clusters, soak and what blocks",
+    description = "The rollout the environment's GitOps branch tracks at its head (as the hub's last refresh read it): \
+        each wave with its cluster types (and their labels, read from the control plane at the rollout's change) and \
+        their clusters' counts relative to the GitOps commit that delivered the last wave reached, the soak left, the \
+        status, and what keeps the rollout from going on. `rollout` is null when the branch tracks none (the \
+        environment is delivered whole), or when the hub cannot tell (`unavailable` says why).",
+    params(("environment" = String, Path, example = "prod", description = "The environment.")),
+    responses(
+        (status = 200, description = "The environment's rollout.", body = EnvironmentRollout),
+        (status = 404, description = "No such environment.", body = kalypso_hub_api::ErrorBody),
+    ))]
+pub async fn get_rollout(
+    State(state): State<HubState>,
+    headers: HeaderMap,
+    Path(environment): Path<String>,
+) -> ApiResult {
+    authorize(&state, &headers, Action::Read)?;
+    match crate::rollout::environment_rollout(
+        state.db(),
+        state.refresher().observed(),
+        state.refresher().enabled(),
+        &environment,
+        state.staleness(),
+    )
+    .await?
+    {
+        Some(answer) => ok(answer),
+        None => Err(not_found(format!("no environment {environment:?}"))),
+    }
 }
 
 #[cfg(test)]
