@@ -224,7 +224,9 @@ pub fn current_assignment(registry: &Registry, target: &OciTarget) -> CurrentAss
             return Ok(CurrentAssignment::new());
         };
         if let Some(folders) = snapshot.index.folders() {
-            return Ok(current_from_folders(folders));
+            return Ok(current_from_folders(
+                folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
+            ));
         }
         // An index from before the folders were recorded: its layers say.
         Ok(match kalypso_oci::read::tree(registry, location, tag)? {

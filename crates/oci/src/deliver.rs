@@ -432,7 +432,8 @@ struct Built {
     manifest: Vec<u8>,
     manifest_digest: Digest,
     content: String,
-    deployment_targets: Vec<String>,
+    /// [`Entry::deployment_targets`].
+    deployment_targets: String,
 }
 
 /// Delivers `content` to `dest`: see the module's documentation.
@@ -481,7 +482,7 @@ pub fn deliver(
             Some(entry) if entry.content == id => {
                 // An index written before the folders were recorded gets them now.
                 let mut entry = entry.clone();
-                entry.deployment_targets = Some(folders(&files));
+                entry.deployment_targets = Some(artifact::encode_folders(&folders(&files)));
                 entries.insert(ct, entry);
             }
             _ => changed.push((ct, files, id)),
@@ -566,7 +567,7 @@ pub fn deliver(
     let pushed: Mutex<Vec<(Pushed, Entry)>> = Mutex::new(Vec::new());
     let build = |(ct, mut files, id): (String, Vec<File>, String)| -> Result<Built, Error> {
         complete(&ct, &mut files, &previous)?;
-        let deployment_targets = folders(&files);
+        let deployment_targets = artifact::encode_folders(&folders(&files));
         let layer = archive::build(
             files
                 .iter()

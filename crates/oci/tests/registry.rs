@@ -249,13 +249,8 @@ fn kalypso_reads_back_what_it_delivered() {
             }
         })
         .collect();
-    let from_index: BTreeSet<(String, String)> = snapshot
-        .index
-        .folders()
-        .expect("recorded")
-        .into_iter()
-        .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
-        .collect();
+    let from_index: BTreeSet<(String, String)> =
+        snapshot.index.folders().expect("recorded").into_iter().collect();
     assert!(!from_index.is_empty());
     assert_eq!(from_index, from_layers);
     // An index written before the folders were recorded says nothing (the layers then do).
