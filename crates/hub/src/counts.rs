@@ -367,6 +367,19 @@ pub struct Listed {
     pub last_seen: i64,
 }
 
+impl From<Listed> for kalypso_hub_api::GateCluster {
+    /// A listed cluster as the gates answer it (without a message: an empty one).
+    fn from(c: Listed) -> Self {
+        kalypso_hub_api::GateCluster {
+            name: c.name,
+            cluster_type: c.cluster_type,
+            state: c.state,
+            revision: c.commit,
+            message: c.message.unwrap_or_default(),
+        }
+    }
+}
+
 /// Clusters of one group key within a scope, read as one name-ordered index range.
 #[derive(Clone, Debug)]
 struct Stream {

@@ -315,16 +315,7 @@ pub async fn gate(
         control_plane_commit: commit.promoted,
         compliant: counts.compliant,
         total: counts.required(),
-        clusters: listed
-            .into_iter()
-            .map(|c| GateCluster {
-                name: c.name,
-                cluster_type: c.cluster_type,
-                state: c.state,
-                revision: c.commit,
-                message: c.message.unwrap_or_default(),
-            })
-            .collect(),
+        clusters: listed.into_iter().map(GateCluster::from).collect(),
         cluster_types_without_clusters: without,
         rollout,
         promotion: None,

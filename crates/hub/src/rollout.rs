@@ -31,6 +31,32 @@ fn failed_only(state: ClusterState) -> Option<usize> {
     (state == ClusterState::Failed).then_some(0)
 }
 
+/// The first `limit` failed clusters of cluster type `ct` relative to the commit at
+/// `position`, with their reconciler's message.
+async fn list_failed(
+    conn: &mut sqlx::AnyConnection,
+    snapshot: &Snapshot,
+    environment: &str,
+    ct: &str,
+    position: i64,
+    limit: u64,
+) -> Result<Vec<GateCluster>, DbError> {
+    Ok(counts::list(
+        conn,
+        snapshot,
+        environment,
+        Scope::Type(ct),
+        Some(position),
+        &failed_only,
+        0,
+        limit,
+    )
+    .await?
+    .into_iter()
+    .map(GateCluster::from)
+    .collect())
+}
+
 /// The wave gate of `environment` for GitOps commit `sha` and `cluster_types` (see the module
 /// docs), all read from one snapshot of the database.
 pub async fn waves(
@@ -78,26 +104,8 @@ pub async fn waves(
             None
         };
         let failed = if counts.failed > 0 && failed_limit > 0 {
-            counts::list(
-                &mut tx,
-                &snapshot,
-                environment,
-                Scope::Type(ct),
-                Some(commit.position),
-                &failed_only,
-                0,
-                u64::try_from(failed_limit).unwrap_or_default(),
-            )
-            .await?
-            .into_iter()
-            .map(|c| GateCluster {
-                name: c.name,
-                cluster_type: c.cluster_type,
-                state: c.state,
-                revision: c.commit,
-                message: c.message.unwrap_or_default(),
-            })
-            .collect()
+            let limit = u64::try_from(failed_limit).unwrap_or_default();
+            list_failed(&mut tx, &snapshot, environment, ct, commit.position, limit).await?
         } else {
             Vec::new()
         };
@@ -253,26 +261,9 @@ pub async fn environment_rollout(
                 }
             };
             let failed = match position {
-                Some(position) if reached && c.failed > 0 => counts::list(
-                    &mut tx,
-                    &snapshot,
-                    environment,
-                    Scope::Type(ct),
-                    Some(position),
-                    &failed_only,
-                    0,
-                    VIEW_FAILED_LIMIT,
-                )
-                .await?
-                .into_iter()
-                .map(|c| GateCluster {
-                    name: c.name,
-                    cluster_type: c.cluster_type,
-                    state: c.state,
-                    revision: c.commit,
-                    message: c.message.unwrap_or_default(),
-                })
-                .collect(),
+                Some(position) if reached && c.failed > 0 => {
+                    list_failed(&mut tx, &snapshot, environment, ct, position, VIEW_FAILED_LIMIT).await?
+                }
                 _ => Vec::new(),
             };
             failed_here.extend(failed.iter().cloned());
