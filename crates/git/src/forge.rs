@@ -142,24 +142,28 @@ impl ProviderSettings {
     /// The settings of one GitOpsRepo: its `spec.provider` and `spec.providerApiUrl` over
     /// these (the run's). A GitOpsRepo that names its provider is not touched by the run's
     /// `--provider` or `--provider-api-url` (they may be another forge's); one that does not
-    /// takes the run's provider, and its own API URL before the run's. `Err`: the field and
-    /// why, for an unknown provider or an API URL that is not http(s).
+    /// takes the run's provider, and its own API URL before the run's. `Err` names the field
+    /// and says why, for an unknown provider or an API URL that is not http(s).
     pub fn for_gitops_repo(
         &self,
         provider: Option<&str>,
         api_url: Option<&str>,
-    ) -> Result<ProviderSettings, (&'static str, String)> {
+    ) -> Result<ProviderSettings, String> {
         let api_url = api_url.map(str::trim).filter(|a| !a.is_empty());
         if let Some(api) = api_url
             && !(api.starts_with("https://") || api.starts_with("http://"))
         {
-            return Err((
-                "spec.providerApiUrl",
-                format!("{:?} is not an http(s) URL", crate::redact::redact(api)),
+            return Err(format!(
+                "spec.providerApiUrl: {:?} is not an http(s) URL",
+                crate::redact::redact(api)
             ));
         }
         let own = provider
-            .map(|p| p.trim().parse::<Provider>().map_err(|e| ("spec.provider", e)))
+            .map(|p| {
+                p.trim()
+                    .parse::<Provider>()
+                    .map_err(|e| format!("spec.provider: {e}"))
+            })
             .transpose()?;
         Ok(ProviderSettings {
             provider: own.or(self.provider),
@@ -435,11 +439,11 @@ mod tests {
             .for_gitops_repo(Some("github"), Some("https://github.contoso.com/api/v3"))
             .unwrap();
         assert_eq!(github.github_api_url, "https://github.contoso.com/api/v3");
-        let (field, why) = run.for_gitops_repo(Some("bitbucket"), None).unwrap_err();
-        assert_eq!(field, "spec.provider");
+        let why = run.for_gitops_repo(Some("bitbucket"), None).unwrap_err();
+        assert!(why.starts_with("spec.provider: "), "{why}");
         assert!(why.contains("bitbucket") && why.contains("azure-devops"), "{why}");
-        let (field, _) = run.for_gitops_repo(None, Some("gitlab.contoso.com")).unwrap_err();
-        assert_eq!(field, "spec.providerApiUrl");
+        let why = run.for_gitops_repo(None, Some("gitlab.contoso.com")).unwrap_err();
+        assert!(why.starts_with("spec.providerApiUrl: "), "{why}");
     }
 
     #[test]

@@ -1110,7 +1110,7 @@ impl Pass<'_> {
                     .delivery
                     .providers()
                     .for_gitops_repo(g.provider.as_deref(), g.provider_api_url.as_deref())
-                    .map_err(|(field, reason)| invalid(format!("{field}: {reason}")))?;
+                    .map_err(invalid)?;
                 Ok(GitTarget {
                     name: g.name.clone(),
                     url,

@@ -13,6 +13,7 @@ use kalypso_api::GitOpsRepoSpec;
 use kalypso_core::placement::CurrentAssignment;
 use kalypso_git::auth::Credentials;
 use kalypso_git::deliver::{self, Context, Delivery, DeliverySettings, Destination, Mode};
+use kalypso_git::forge::ProviderSettings;
 use kalypso_git::issues;
 use kalypso_git::repo::{Cache, Transport};
 use kalypso_git::{AuthSettings, RepoUrl, RetryPolicy};
@@ -100,6 +101,13 @@ impl GitPublisher {
     }
 }
 
+/// The forge `spec`'s repository is on, as the GitOpsRepo and the operator's flags say.
+fn providers_of(settings: &DeliverySettings, spec: &GitOpsRepoSpec) -> Result<ProviderSettings, String> {
+    settings
+        .providers()
+        .for_gitops_repo(spec.provider.as_deref(), spec.provider_api_url.as_deref())
+}
+
 impl Publisher for GitPublisher {
     fn publish(&self, request: PublishRequest) -> BoxFuture<'static, Result<Published, PublishError>> {
         let inner = self.inner.clone();
@@ -115,14 +123,7 @@ impl Publisher for GitPublisher {
                 return Err(failure("spec.branch is empty".to_owned(), false));
             }
             let mode = inner.settings.mode.resolve(&url);
-            let providers = inner
-                .settings
-                .providers()
-                .for_gitops_repo(
-                    request.spec.provider.as_deref(),
-                    request.spec.provider_api_url.as_deref(),
-                )
-                .map_err(|(field, reason)| failure(format!("{field}: {reason}"), false))?;
+            let providers = providers_of(&inner.settings, &request.spec).map_err(|e| failure(e, false))?;
             let branch = request.spec.branch.clone();
             let content = request.content.clone();
             let publisher = GitPublisher { inner };
@@ -179,15 +180,8 @@ impl Publisher for GitPublisher {
             if publisher.inner.settings.mode.resolve(&url) != Mode::Pr || publisher.inner.settings.dry_run {
                 return Ok(());
             }
-            let providers = publisher
-                .inner
-                .settings
-                .providers()
-                .for_gitops_repo(
-                    request.spec.provider.as_deref(),
-                    request.spec.provider_api_url.as_deref(),
-                )
-                .map_err(|(field, reason)| failure(format!("{field}: {reason}"), false))?;
+            let providers =
+                providers_of(&publisher.inner.settings, &request.spec).map_err(|e| failure(e, false))?;
             let (environment, failures) = (request.environment.clone(), request.failures.clone());
             let result = publisher
                 .blocking(move |ctx| -> Result<(), String> {
@@ -207,11 +201,11 @@ impl Publisher for GitPublisher {
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn invalid_destinations_fail_before_any_git_work() {
-        let dir = std::env::temp_dir().join("kalypso-operator-git-test");
+    /// What publishing empty content to `spec` fails with, from a publisher with default
+    /// settings whose cache is `dir` under the temporary folder.
+    async fn publish_error(dir: &str, spec: GitOpsRepoSpec) -> PublishError {
         let publisher = GitPublisher::new(
-            dir,
+            std::env::temp_dir().join(dir),
             &AuthSettings::default(),
             DeliverySettings::default(),
             Handle::current(),
@@ -220,41 +214,37 @@ mod tests {
         let request = PublishRequest {
             environment: "dev".into(),
             gitops_repo: "dev".into(),
-            spec: GitOpsRepoSpec {
-                repo: "https://github.com/org/gitops".into(),
-                branch: " ".into(),
-                path: String::new(),
-                ..GitOpsRepoSpec::default()
-            },
+            spec,
             content: Default::default(),
         };
-        let err = publisher.publish(request).await.expect_err("empty branch");
+        publisher
+            .publish(request)
+            .await
+            .expect_err("a refused destination")
+    }
+
+    #[tokio::test]
+    async fn invalid_destinations_fail_before_any_git_work() {
+        let spec = GitOpsRepoSpec {
+            repo: "https://github.com/org/gitops".into(),
+            branch: " ".into(),
+            path: String::new(),
+            ..GitOpsRepoSpec::default()
+        };
+        let err = publish_error("kalypso-operator-git-test", spec).await;
         assert!(err.to_string().contains("spec.branch is empty"), "{err}");
         assert!(!err.transient);
     }
 
     #[tokio::test]
     async fn an_unknown_provider_fails_naming_the_field() {
-        let dir = std::env::temp_dir().join("kalypso-operator-git-test-provider");
-        let publisher = GitPublisher::new(
-            dir,
-            &AuthSettings::default(),
-            DeliverySettings::default(),
-            Handle::current(),
-        )
-        .expect("publisher");
-        let request = PublishRequest {
-            environment: "dev".into(),
-            gitops_repo: "dev".into(),
-            spec: GitOpsRepoSpec {
-                repo: "https://git.contoso.com/org/gitops".into(),
-                branch: "dev".into(),
-                provider: Some("bitbucket".into()),
-                ..GitOpsRepoSpec::default()
-            },
-            content: Default::default(),
+        let spec = GitOpsRepoSpec {
+            repo: "https://git.contoso.com/org/gitops".into(),
+            branch: "dev".into(),
+            provider: Some("bitbucket".into()),
+            ..GitOpsRepoSpec::default()
         };
-        let err = publisher.publish(request).await.expect_err("unknown provider");
+        let err = publish_error("kalypso-operator-git-test-provider", spec).await;
         assert!(
             err.to_string()
                 .contains("spec.provider: unknown provider \"bitbucket\""),
