@@ -480,9 +480,12 @@ pub fn deliver(
     for (ct, files, id) in planned {
         match before_index.and_then(|i| i.cluster_types.get(&ct)) {
             Some(entry) if entry.content == id => {
-                // An index written before the folders were recorded gets them now.
+                // The same content id is the same paths, so the same folders; an index written
+                // before the folders were recorded gets them now.
                 let mut entry = entry.clone();
-                entry.deployment_targets = Some(artifact::encode_folders(&folders(&files)));
+                if entry.deployment_targets.is_none() {
+                    entry.deployment_targets = Some(artifact::encode_folders(&folders(&files)));
+                }
                 entries.insert(ct, entry);
             }
             _ => changed.push((ct, files, id)),

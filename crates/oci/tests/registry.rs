@@ -357,6 +357,15 @@ fn a_change_pushes_only_the_cluster_types_it_touches() {
         .unwrap();
     assert_eq!(snapshot.parent(), first.index);
     assert_eq!(snapshot.digest, second.index.clone().unwrap());
+    // The unchanged cluster types keep their recorded folders: every target is still known.
+    let folders: BTreeSet<(String, String)> =
+        snapshot.index.folders().expect("recorded").into_iter().collect();
+    let expected: BTreeSet<(String, String)> =
+        [("drone", "app-dev"), ("drone", "svc-dev"), ("large", "app-dev")]
+            .into_iter()
+            .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
+            .collect();
+    assert_eq!(folders, expected);
     let history = read::history(&client, &location, "dev", &|_| false, 10).unwrap();
     assert_eq!(history.len(), 2);
     assert_eq!(Some(history[1].digest.clone()), first.index);
