@@ -65,10 +65,16 @@ fn none(_: &str, _: &str) -> Option<Vec<(&'static str, GitId)>> {
 /// Registry access that reads nothing of the machine's user: an empty Docker config, no
 /// token variable.
 fn hermetic() -> AuthSettings {
-    let path = std::env::temp_dir().join(format!("kalypso-oci-test-{}-docker.json", std::process::id()));
-    std::fs::write(&path, "{}").unwrap();
+    // Written once: tests run in parallel threads, and rewriting the file while another
+    // thread reads it let that one read it empty (and fail to parse it).
+    static EMPTY: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    let path = EMPTY.get_or_init(|| {
+        let path = std::env::temp_dir().join(format!("kalypso-oci-test-{}-docker.json", std::process::id()));
+        std::fs::write(&path, "{}").unwrap();
+        path
+    });
     AuthSettings {
-        docker_config: Some(path),
+        docker_config: Some(path.clone()),
         token_env: None,
         ..AuthSettings::default()
     }
