@@ -32,27 +32,6 @@ struct Job {
     reply: oneshot::Sender<Result<IngestResult, DbError>>,
 }
 
-/// Binds the ten columns of a report row (`cluster_id, object, drives, state, revision,
-/// commit_sha, message, reason, event_time, received_at`), as both the latest-state upsert
-/// and the history insert write them.
-fn bind_report<'q>(
-    q: sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>>,
-    cluster: i64,
-    job: &'q Job,
-) -> sqlx::query::Query<'q, Any, sqlx::any::AnyArguments<'q>> {
-    let r = &job.report;
-    q.bind(cluster)
-        .bind(&r.object)
-        .bind(i64::from(r.drives))
-        .bind(r.state.as_str())
-        .bind(&r.revision)
-        .bind(&r.commit)
-        .bind(&r.message)
-        .bind(&r.reason)
-        .bind(r.event_time)
-        .bind(job.received_at)
-}
-
 /// The writers' queues.
 #[derive(Clone, Debug)]
 pub struct Ingest {
@@ -197,18 +176,32 @@ async fn release(held: Option<Held>) {
     }
 }
 
-/// The rows of a multi-row statement whose only parameters they are, written for `backend`:
-/// PostgreSQL's `$1, $2, …`, SQLite's anonymous `?` (bound in the same order). SQLite keeps
-/// `$N` parameters as names, and the driver looks each one up by its number through a list
-/// of them all, which made binding a batch of 1,024 rows quadratic.
-pub(crate) fn values_in(backend: Backend, rows: usize, columns: usize) -> String {
-    match backend {
-        Backend::Postgres => values(rows, columns),
-        Backend::Sqlite => {
-            let row = format!("({})", vec!["?"; columns].join(", "));
-            vec![row; rows].join(", ")
+/// A column of a batch's rows: its name, and whether it is an integer (PostgreSQL reads every
+/// JSON value as text and casts it).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Column(pub &'static str, pub bool);
+
+/// A batch's rows as a table `b` with `columns`, read from the statement's one parameter: a
+/// JSON array of rows, each an array of the columns' values in order (`null` for NULL). A
+/// batch is then one statement of one shape whatever its size: one round trip to the database
+/// (on SQLite, one hop to the driver's thread) instead of one per run of rows, prepared once
+/// per connection, and one parameter to bind instead of thirteen a row.
+pub(crate) fn batch_rows(backend: Backend, columns: &[Column]) -> String {
+    let mut out = String::from("(SELECT ");
+    for (i, &Column(name, integer)) in columns.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
         }
+        out.push_str(&match (backend, integer) {
+            (Backend::Postgres, true) => format!("(value ->> {i})::BIGINT AS {name}"),
+            _ => format!("value ->> {i} AS {name}"),
+        });
     }
+    out.push_str(match backend {
+        Backend::Sqlite => " FROM json_each(?)) AS b",
+        Backend::Postgres => " FROM json_array_elements($1::json) AS e (value)) AS b",
+    });
+    out
 }
 
 /// `($1, $2, …), (…)`: `rows` rows of `columns` placeholders, numbered from `$1`.
@@ -229,24 +222,6 @@ pub(crate) fn values(rows: usize, columns: usize) -> String {
         out.push(')');
     }
     out
-}
-
-/// The rows of a multi-row statement, cut into runs whose lengths are powers of two, longest
-/// first (27 rows: 16, 8, 2, 1). A batch's statements then have a dozen shapes whatever its
-/// size, which each connection prepares once and keeps (a statement per batch size would
-/// outgrow the driver's cache of prepared statements, and PostgreSQL would plan each anew).
-pub(crate) fn runs(rows: usize) -> impl Iterator<Item = std::ops::Range<usize>> {
-    let mut start = 0;
-    std::iter::from_fn(move || {
-        let left = rows - start;
-        if left == 0 {
-            return None;
-        }
-        let len = 1 << left.ilog2();
-        let run = start..start + len;
-        start += len;
-        Some(run)
-    })
 }
 
 /// The latest state of an object, as far as this batch knows.
@@ -270,32 +245,62 @@ struct Entry<'a> {
     /// The report that becomes its platform state (subject to the stored one being older),
     /// and its commit's position.
     platform: Option<(usize, i64)>,
+    /// Its id, once known (stored before this batch, or registered by it).
+    id: Option<i64>,
 }
-
-/// The columns of the clusters upsert, in order.
-const CLUSTER_COLUMNS: usize = 13;
 
 /// A platform state replaces the stored one unless that one is of a later event.
 const APPLY: &str = "excluded.reported_at IS NOT NULL AND (clusters.reported_at IS NULL OR clusters.reported_at <= excluded.reported_at)";
 
+/// The columns of a batch's clusters (see [`clusters_upsert`]).
+const CLUSTER_ROW: [Column; 10] = [
+    Column("environment", false),
+    Column("name", false),
+    Column("cluster_type", false),
+    Column("seen", true),
+    Column("state", false),
+    Column("revision", false),
+    Column("commit_sha", false),
+    Column("position", true),
+    Column("message", false),
+    Column("reported_at", true),
+];
+
+/// A cluster of a batch as [`clusters_upsert`] reads it: environment, name, cluster type,
+/// receipt, then the platform state (state, revision, commit, position, message, event
+/// time), all NULL when the batch does not set it.
+type ClusterRow<'a> = (
+    &'a str,
+    &'a str,
+    &'a str,
+    i64,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<&'a str>,
+    Option<i64>,
+    Option<&'a str>,
+    Option<i64>,
+);
+
 /// Registers the batch's clusters or updates them (last seen, cluster type, fresh again,
 /// platform state) in one statement: a new cluster costs one insert, as an update costs one
 /// update; the triggers move them between their groups.
-fn clusters_upsert(backend: Backend, rows: usize) -> String {
+pub(crate) fn clusters_upsert(backend: Backend) -> String {
     let platform = |column: &str| {
         format!("{column} = CASE WHEN {APPLY} THEN excluded.{column} ELSE clusters.{column} END")
     };
     format!(
         "INSERT INTO clusters (environment, name, cluster_type, first_seen, last_seen, changed_at, \
-         state, revision, commit_sha, position, message, reported_at, since) VALUES {} \
+         state, revision, commit_sha, position, message, reported_at, since) \
+         SELECT environment, name, cluster_type, seen, seen, seen, state, revision, commit_sha, position, \
+         message, reported_at, reported_at FROM {} WHERE true \
          ON CONFLICT (environment, name) DO UPDATE SET cluster_type = excluded.cluster_type, \
          last_seen = CASE WHEN excluded.last_seen > clusters.last_seen THEN excluded.last_seen ELSE clusters.last_seen END, \
          changed_at = excluded.changed_at, stale = 0, {}, {}, {}, {}, {}, \
          since = CASE WHEN {APPLY} THEN CASE WHEN clusters.state = excluded.state AND clusters.commit_sha = excluded.commit_sha \
          THEN clusters.since ELSE excluded.reported_at END ELSE clusters.since END, \
-         reported_at = CASE WHEN {APPLY} THEN excluded.reported_at ELSE clusters.reported_at END \
-         RETURNING id, environment, name",
-        values_in(backend, rows, CLUSTER_COLUMNS),
+         reported_at = CASE WHEN {APPLY} THEN excluded.reported_at ELSE clusters.reported_at END",
+        batch_rows(backend, &CLUSTER_ROW),
         platform("state"),
         platform("revision"),
         platform("commit_sha"),
@@ -304,23 +309,134 @@ fn clusters_upsert(backend: Backend, rows: usize) -> String {
     )
 }
 
-/// Reads the latest states of the objects of `clusters` clusters, given as (environment,
-/// name) pairs, through the clusters' unique index and the latest states' key.
-pub(crate) fn stored_latest(backend: Backend, clusters: usize) -> String {
+/// The batch's stored clusters with the latest states of their objects, as one JSON text:
+/// an array of `[entry, cluster id, object, state, commit, message, event time]` (the object's
+/// fields `null` for a cluster without one), read through the clusters' unique index and the
+/// latest states' key. The batch is rows of (entry, environment, name).
+pub(crate) fn stored_latest(backend: Backend) -> String {
+    let rows = batch_rows(
+        backend,
+        &[
+            Column("entry", true),
+            Column("environment", false),
+            Column("name", false),
+        ],
+    );
+    let fields = "b.entry, c.id, l.object, l.state, l.commit_sha, l.message, l.event_time";
+    let aggregate = match backend {
+        Backend::Sqlite => format!("json_group_array(json_array({fields}))"),
+        Backend::Postgres => format!("COALESCE(json_agg(json_build_array({fields}))::TEXT, '[]')"),
+    };
     format!(
-        "WITH batch (environment, name) AS (VALUES {}) \
-         SELECT c.environment, c.name, l.object, l.state, l.commit_sha, l.message, l.event_time \
-         FROM batch JOIN clusters c ON c.environment = batch.environment AND c.name = batch.name \
-         JOIN latest l ON l.cluster_id = c.id",
-        values_in(backend, clusters, 2)
+        "SELECT {aggregate} FROM {rows} \
+         JOIN clusters c ON c.environment = b.environment AND c.name = b.name \
+         LEFT JOIN latest l ON l.cluster_id = c.id"
     )
 }
 
-/// Stores a batch in one transaction with four multi-row statements (each cut into [`runs`]
-/// of rows): read the batch's stored
-/// clusters with their objects' latest states; decide each report in order (so that several
-/// reports of one object in a batch behave as if sent one by one); upsert the clusters (with
-/// their platform states); write the latest states and the history rows.
+/// What [`stored_latest`] gives per row.
+type StoredRow = (
+    usize,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    Option<i64>,
+);
+
+/// The columns of a report row, as the latest states and the history store them.
+const REPORT_ROW: [Column; 10] = [
+    Column("cluster_id", true),
+    Column("object", false),
+    Column("drives", true),
+    Column("state", false),
+    Column("revision", false),
+    Column("commit_sha", false),
+    Column("message", false),
+    Column("reason", false),
+    Column("event_time", true),
+    Column("received_at", true),
+];
+
+/// A report row (see [`REPORT_ROW`]).
+type ReportRow<'a> = (
+    i64,
+    &'a str,
+    i64,
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    &'a str,
+    i64,
+    i64,
+);
+
+fn report_row(cluster: i64, job: &Job) -> ReportRow<'_> {
+    let r = &job.report;
+    (
+        cluster,
+        &r.object,
+        i64::from(r.drives),
+        r.state.as_str(),
+        &r.revision,
+        &r.commit,
+        &r.message,
+        &r.reason,
+        r.event_time,
+        job.received_at,
+    )
+}
+
+const REPORT_COLUMNS: &str =
+    "cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at";
+
+/// Writes the latest states of a batch's objects, each unless a later one is stored.
+pub(crate) fn latest_upsert(backend: Backend) -> String {
+    format!(
+        "INSERT INTO latest ({REPORT_COLUMNS}) SELECT {REPORT_COLUMNS} FROM {} WHERE true \
+         ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
+         revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
+         reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
+         WHERE excluded.event_time >= latest.event_time",
+        batch_rows(backend, &REPORT_ROW)
+    )
+}
+
+/// Adds a batch's history rows (an identical row again adds nothing).
+pub(crate) fn history_insert(backend: Backend) -> String {
+    format!(
+        "INSERT INTO reports ({REPORT_COLUMNS}) SELECT {REPORT_COLUMNS} FROM {} WHERE true \
+         ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
+        batch_rows(backend, &REPORT_ROW)
+    )
+}
+
+/// The rows of a batch as the JSON text its statement reads.
+fn json_rows<T: serde::Serialize>(rows: &[T]) -> Result<String, DbError> {
+    serde_json::to_string(rows).map_err(|e| DbError::Other(format!("encoding a batch: {e}")))
+}
+
+/// Reads [`stored_latest`] for `entries` (index, environment, name).
+async fn read_stored(
+    backend: Backend,
+    tx: &mut sqlx::AnyConnection,
+    entries: &[(usize, &str, &str)],
+) -> Result<Vec<StoredRow>, DbError> {
+    let text: String = sqlx::query(&stored_latest(backend))
+        .bind(json_rows(entries)?)
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+    serde_json::from_str(&text).map_err(|e| DbError::Other(format!("reading the stored clusters: {e}")))
+}
+
+/// Stores a batch in one transaction with four statements, each taking the batch's rows as one
+/// JSON parameter (see [`batch_rows`]): read the batch's stored clusters with their objects'
+/// latest states; decide each report in order (so that several reports of one object in a
+/// batch behave as if sent one by one); upsert the clusters (with their platform states), and
+/// read the ids of the ones it registered; write the latest states and the history rows.
 ///
 /// The transaction holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
 /// a share lock on `gitops_commits` before a commit's position is looked up), so that a GitOps
@@ -374,8 +490,6 @@ async fn store_on(
     batch: &[Job],
     positions: &mut Positions,
 ) -> Result<Vec<IngestResult>, DbError> {
-    // Bound parameters stay under SQLite's 32,766 (13 a row at most).
-    const _: () = assert!(MAX_BATCH * CLUSTER_COLUMNS < 32_766);
     let mut tx = db.begin_write(connection).await?;
 
     // 1. The batch's clusters, once each.
@@ -392,6 +506,7 @@ async fn store_on(
                 cluster_type: &r.cluster_type,
                 seen: job.received_at,
                 platform: None,
+                id: None,
             });
             entries.len() - 1
         });
@@ -402,31 +517,31 @@ async fn store_on(
     }
 
     // 2. The stored latest states of their objects.
+    let backend = db.backend();
+    let keys: Vec<(usize, &str, &str)> = entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| (i, e.environment, e.name))
+        .collect();
     let mut current: HashMap<(usize, String), Latest> = HashMap::new();
-    let mut rows = Vec::new();
-    for run in runs(entries.len()) {
-        let sql = stored_latest(db.backend(), run.len());
-        let mut q = sqlx::query(&sql);
-        for e in &entries[run] {
-            q = q.bind(e.environment).bind(e.name);
-        }
-        rows.extend(q.fetch_all(&mut *tx).await?);
-    }
-    for row in rows {
-        let environment: String = row.try_get(0)?;
-        let name: String = row.try_get(1)?;
-        let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) else {
+    for (index, id, object, state, commit, message, time) in read_stored(backend, &mut tx, &keys).await? {
+        let Some(entry) = entries.get_mut(index) else {
             continue;
         };
-        current.insert(
-            (index, row.try_get(2)?),
-            Latest {
-                state: row.try_get(3)?,
-                commit: row.try_get(4)?,
-                message: row.try_get(5)?,
-                time: row.try_get(6)?,
-            },
-        );
+        entry.id = Some(id);
+        if let (Some(object), Some(state), Some(commit), Some(message), Some(time)) =
+            (object, state, commit, message, time)
+        {
+            current.insert(
+                (index, object),
+                Latest {
+                    state,
+                    commit,
+                    message,
+                    time,
+                },
+            );
+        }
     }
 
     // 3. Decide, report by report.
@@ -554,55 +669,49 @@ async fn store_on(
         }
     }
 
-    // 5. The clusters, in a stable order (concurrent writers lock them in the same order).
+    // 5. The clusters, in a stable order (concurrent writers lock them in the same order);
+    // then the ids of the ones registered now.
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_unstable_by_key(|&i| (entries[i].environment, entries[i].name));
-    let mut rows = Vec::new();
-    for run in runs(order.len()) {
-        let sql = clusters_upsert(db.backend(), run.len());
-        let mut q = sqlx::query(&sql);
-        for &i in &order[run] {
+    let rows: Vec<ClusterRow<'_>> = order
+        .iter()
+        .map(|&i| {
             let e = &entries[i];
-            q = q
-                .bind(e.environment)
-                .bind(e.name)
-                .bind(e.cluster_type)
-                .bind(e.seen)
-                .bind(e.seen)
-                .bind(e.seen);
-            q = match e.platform {
-                Some((index, position)) => {
-                    let r = &batch[index].report;
-                    q.bind(Some(r.state.as_str()))
-                        .bind(Some(r.revision.as_str()))
-                        .bind(Some(r.commit.as_str()))
-                        .bind(Some(position))
-                        .bind(Some(r.message.as_str()))
-                        .bind(Some(r.event_time))
-                        .bind(Some(r.event_time))
-                }
-                None => q
-                    .bind(None::<&str>)
-                    .bind(None::<&str>)
-                    .bind(None::<&str>)
-                    .bind(None::<i64>)
-                    .bind(None::<&str>)
-                    .bind(None::<i64>)
-                    .bind(None::<i64>),
-            };
-        }
-        rows.extend(q.fetch_all(&mut *tx).await?);
-    }
-    let mut ids: Vec<Option<i64>> = vec![None; entries.len()];
-    for row in rows {
-        let environment: String = row.try_get(1)?;
-        let name: String = row.try_get(2)?;
-        if let Some(&index) = entry_of.get(&(environment.as_str(), name.as_str())) {
-            ids[index] = Some(row.try_get(0)?);
+            let platform = e
+                .platform
+                .map(|(index, position)| (&batch[index].report, position));
+            (
+                e.environment,
+                e.name,
+                e.cluster_type,
+                e.seen,
+                platform.map(|(r, _)| r.state.as_str()),
+                platform.map(|(r, _)| r.revision.as_str()),
+                platform.map(|(r, _)| r.commit.as_str()),
+                platform.map(|(_, position)| position),
+                platform.map(|(r, _)| r.message.as_str()),
+                platform.map(|(r, _)| r.event_time),
+            )
+        })
+        .collect();
+    sqlx::query(&clusters_upsert(backend))
+        .bind(json_rows(&rows)?)
+        .execute(&mut *tx)
+        .await?;
+    let registered: Vec<(usize, &str, &str)> = keys
+        .iter()
+        .filter(|&&(i, _, _)| entries[i].id.is_none())
+        .copied()
+        .collect();
+    if !registered.is_empty() {
+        for (index, id, ..) in read_stored(backend, &mut tx, &registered).await? {
+            if let Some(entry) = entries.get_mut(index) {
+                entry.id = Some(id);
+            }
         }
     }
     let id_of = |entry: usize| -> Result<i64, DbError> {
-        ids[entry].ok_or_else(|| {
+        entries[entry].id.ok_or_else(|| {
             DbError::Other(format!(
                 "cluster {} of {} was not registered",
                 entries[entry].name, entries[entry].environment
@@ -611,34 +720,27 @@ async fn store_on(
     };
 
     // 6. Latest states.
-    for run in runs(dirty.len()) {
-        let sql = format!(
-            "INSERT INTO latest (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
-             VALUES {} ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
-             revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
-             reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
-             WHERE excluded.event_time >= latest.event_time",
-            values_in(db.backend(), run.len(), 10)
-        );
-        let mut q = sqlx::query(&sql);
-        for key in &dirty[run] {
-            q = bind_report(q, id_of(key.0)?, &batch[newest[key]]);
-        }
-        q.execute(&mut *tx).await?;
+    if !dirty.is_empty() {
+        let rows = dirty
+            .iter()
+            .map(|key| Ok(report_row(id_of(key.0)?, &batch[newest[key]])))
+            .collect::<Result<Vec<_>, DbError>>()?;
+        sqlx::query(&latest_upsert(backend))
+            .bind(json_rows(&rows)?)
+            .execute(&mut *tx)
+            .await?;
     }
 
     // 7. History.
-    for run in runs(history.len()) {
-        let sql = format!(
-            "INSERT INTO reports (cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at) \
-             VALUES {} ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
-            values_in(db.backend(), run.len(), 10)
-        );
-        let mut q = sqlx::query(&sql);
-        for &index in &history[run] {
-            q = bind_report(q, id_of(cluster_of[index])?, &batch[index]);
-        }
-        q.execute(&mut *tx).await?;
+    if !history.is_empty() {
+        let rows = history
+            .iter()
+            .map(|&index| Ok(report_row(id_of(cluster_of[index])?, &batch[index])))
+            .collect::<Result<Vec<_>, DbError>>()?;
+        sqlx::query(&history_insert(backend))
+            .bind(json_rows(&rows)?)
+            .execute(&mut *tx)
+            .await?;
     }
     tx.commit().await?;
     Ok(outcomes)
@@ -689,23 +791,6 @@ pub(crate) async fn set_platform_states(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rows_are_numbered_for_postgres_and_anonymous_for_sqlite() {
-        assert_eq!(values_in(Backend::Postgres, 2, 2), "($1, $2), ($3, $4)");
-        assert_eq!(values_in(Backend::Sqlite, 2, 2), "(?, ?), (?, ?)");
-    }
-
-    #[test]
-    fn runs_are_powers_of_two_longest_first() {
-        let lens = |n| runs(n).map(|r| r.len()).collect::<Vec<_>>();
-        assert_eq!(lens(0), Vec::<usize>::new());
-        assert_eq!(lens(1), vec![1]);
-        assert_eq!(lens(27), vec![16, 8, 2, 1]);
-        assert_eq!(lens(1024), vec![1024]);
-        let covered: Vec<usize> = runs(1000).flatten().collect();
-        assert_eq!(covered, (0..1000).collect::<Vec<_>>());
-    }
 
     #[test]
     fn shards_are_stable_and_in_range() {

@@ -105,8 +105,35 @@ fn cases(backend: Backend) -> Vec<Case> {
         },
         Case {
             what: "the ingest batch's stored clusters",
-            sql: crate::ingest::stored_latest(backend, 2),
-            binds: vec![Text("dev"), Text("c-00001"), Text("dev"), Text("c-00002")],
+            sql: crate::ingest::stored_latest(backend),
+            binds: vec![Text(r#"[[0,"dev","c-1"],[1,"dev","c-2"],[2,"dev","new"]]"#)],
+            index: None,
+            ordered: false,
+        },
+        Case {
+            what: "the ingest batch's clusters upsert",
+            sql: crate::ingest::clusters_upsert(backend),
+            binds: vec![Text(
+                r#"[["dev","c-1","t-1",5,"compliant","dev@sha1:c","cccccccccccccccccccccccccccccccccccccccc",2,"",5],["dev","new","t-1",5,null,null,null,null,null,null]]"#,
+            )],
+            index: None,
+            ordered: false,
+        },
+        Case {
+            what: "the ingest batch's latest states",
+            sql: crate::ingest::latest_upsert(backend),
+            binds: vec![Text(
+                r#"[[1,"Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+            )],
+            index: None,
+            ordered: false,
+        },
+        Case {
+            what: "the ingest batch's history",
+            sql: crate::ingest::history_insert(backend),
+            binds: vec![Text(
+                r#"[[1,"Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+            )],
             index: None,
             ordered: false,
         },
