@@ -792,6 +792,185 @@ pub(crate) async fn set_platform_states(
 mod tests {
     use super::*;
 
+    use kalypso_hub_api::ClusterState;
+    use sqlx::Connection;
+
+    use crate::db::DbOptions;
+
+    const OLD: &str = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+    const NEW: &str = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb";
+    const UNREAD: &str = "cccccccccccccccccccccccccccccccccccccccc";
+
+    /// A report of `object` (a Kustomization unless it names a source) of `cluster` of `dev`.
+    fn job(
+        cluster: &str,
+        cluster_type: &str,
+        object: &str,
+        state: ClusterState,
+        commit: &str,
+        time: i64,
+    ) -> Job {
+        let (reply, _) = oneshot::channel();
+        Job {
+            report: Report {
+                environment: "dev".to_owned(),
+                cluster: cluster.to_owned(),
+                cluster_type: cluster_type.to_owned(),
+                object: object.to_owned(),
+                drives: !object.starts_with("GitRepository"),
+                state,
+                revision: format!("dev@sha1:{commit}"),
+                commit: commit.to_owned(),
+                message: format!("{} at {commit}", state.as_str()),
+                reason: String::new(),
+                event_time: time,
+            },
+            received_at: 1_000 + time,
+            reply,
+        }
+    }
+
+    async fn store_batch(db: &Db, batch: &[Job]) -> Vec<IngestResult> {
+        let mut connection = db.pool().acquire().await.unwrap();
+        store_on(db, &mut connection, batch, &mut Positions::new())
+            .await
+            .unwrap()
+    }
+
+    /// (name, cluster type, state, position) of every cluster, by name.
+    async fn clusters(db: &Db) -> Vec<(String, String, Option<String>, Option<i64>)> {
+        sqlx::query("SELECT name, cluster_type, state, position FROM clusters ORDER BY name")
+            .fetch_all(db.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
+    }
+
+    async fn count(db: &Db, sql: &str) -> i64 {
+        sqlx::query(sql).fetch_one(db.pool()).await.unwrap().get(0)
+    }
+
+    fn own(
+        name: &str,
+        cluster_type: &str,
+        state: Option<&str>,
+        position: Option<i64>,
+    ) -> (String, String, Option<String>, Option<i64>) {
+        (
+            name.to_owned(),
+            cluster_type.to_owned(),
+            state.map(str::to_owned),
+            position,
+        )
+    }
+
+    /// Batches that register clusters and update them, with several reports of one object, a
+    /// retry, an older report, a source, a change of cluster type and an unread commit in one
+    /// batch, are decided as if sent one by one, and leave the counts equal to a recount.
+    async fn batches_decide_as_one_by_one(url: &str) {
+        use ClusterState::{Compliant, Failed, Reconciling};
+        const K: &str = "Kustomization/flux-system/platform";
+        const S: &str = "GitRepository/flux-system/platform";
+        let db = Db::connect(url, &DbOptions::default()).await.unwrap();
+        sqlx::query("INSERT INTO environments (name, gitops_repo, branch, refreshed_at) VALUES ('dev', 'r', 'dev', 0)")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        for (position, sha) in [(0_i64, OLD), (1, NEW)] {
+            sqlx::query(
+                "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit) \
+                 VALUES ('dev', $1, NULL, $2, 0, NULL)",
+            )
+            .bind(sha)
+            .bind(position)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        }
+
+        let first = [
+            job("c1", "t1", K, Reconciling, NEW, 10),
+            job("c1", "t1", K, Compliant, NEW, 11),
+            job("c1", "t1", K, Compliant, NEW, 11),
+            job("c2", "t1", K, Failed, OLD, 10),
+            job("c2", "t1", K, Compliant, OLD, 5),
+            job("c1", "t1", S, Compliant, NEW, 12),
+        ];
+        use IngestResult::{Duplicate, Older, Stored};
+        assert_eq!(
+            store_batch(&db, &first).await,
+            [Stored, Stored, Duplicate, Stored, Older, Stored]
+        );
+        assert_eq!(
+            clusters(&db).await,
+            [
+                own("c1", "t1", Some("compliant"), Some(1)),
+                own("c2", "t1", Some("failed"), Some(0))
+            ]
+        );
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM latest").await, 3);
+        // Every report but the retry is history (the older one too).
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM reports").await, 5);
+        assert_eq!(crate::counts::check(&db, 0).await.unwrap().repaired, 0);
+
+        let second = [
+            job("c2", "t2", K, Compliant, NEW, 20),
+            job("c3", "t1", K, Reconciling, UNREAD, 20),
+            job("c1", "t1", K, Compliant, NEW, 11),
+            job("c1", "t1", K, Reconciling, OLD, 9),
+        ];
+        assert_eq!(
+            store_batch(&db, &second).await,
+            [Stored, Stored, Duplicate, Older]
+        );
+        assert_eq!(
+            clusters(&db).await,
+            [
+                own("c1", "t1", Some("compliant"), Some(1)),
+                own("c2", "t2", Some("compliant"), Some(1)),
+                own("c3", "t1", None, None),
+            ]
+        );
+        assert_eq!(
+            count(&db, "SELECT event_time FROM latest l JOIN clusters c ON c.id = l.cluster_id WHERE c.name = 'c1' AND l.object LIKE 'Kustomization%'").await,
+            11
+        );
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM latest").await, 4);
+        assert_eq!(count(&db, "SELECT COUNT(*) FROM reports").await, 8);
+        assert_eq!(crate::counts::check(&db, 0).await.unwrap().repaired, 0);
+        db.close().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_batch_is_decided_as_its_reports_one_by_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        batches_decide_as_one_by_one(&format!("sqlite://{}", tmp.path().join("ingest.db").display())).await;
+        if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
+            && !base.trim().is_empty()
+        {
+            sqlx::any::install_default_drivers();
+            let name = format!("kalypso_hub_ingest_{}", std::process::id());
+            let mut admin = sqlx::AnyConnection::connect(base.trim()).await.unwrap();
+            sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            sqlx::query(&format!("CREATE DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+            let (head, tail) = base.trim().split_once("://").unwrap();
+            let host = tail.split(['/', '?']).next().unwrap();
+            batches_decide_as_one_by_one(&format!("{head}://{host}/{name}")).await;
+            sqlx::query(&format!("DROP DATABASE {name}"))
+                .execute(&mut admin)
+                .await
+                .unwrap();
+        }
+    }
+
     #[test]
     fn shards_are_stable_and_in_range() {
         for n in 1..5 {
