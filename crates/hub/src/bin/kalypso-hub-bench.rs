@@ -338,17 +338,44 @@ impl Drop for Cleanup {
                     .enable_all()
                     .build()
                     .unwrap()
-                    .block_on(postgres_admin(
-                        &base,
-                        &format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
-                    ));
+                    .block_on(drop_database(&base, &name))
             })
             .join();
-            if dropped.is_err() {
-                eprintln!("could not drop the bench database");
+            match dropped {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => eprintln!("could not drop the bench database: {e}"),
+                Err(_) => eprintln!("could not drop the bench database"),
             }
         }
     }
+}
+
+/// Drops the bench's database once the hub is gone. Not `WITH (FORCE)`: that must be allowed
+/// to terminate every session on it, and the server's own autovacuum workers (busy on a
+/// freshly written database) are not the bench role's to terminate, so it failed ("must be a
+/// member of the role whose process is being terminated"); a plain drop cancels them itself.
+/// It is retried while the killed hub's sessions are still closing.
+async fn drop_database(base: &str, name: &str) -> Result<(), sqlx::Error> {
+    sqlx::any::install_default_drivers();
+    let mut conn = sqlx::AnyConnection::connect(base).await?;
+    let mut attempt = 0;
+    let result = loop {
+        attempt += 1;
+        match sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+            .execute(&mut conn)
+            .await
+        {
+            Err(e) if attempt < 30 => {
+                if attempt == 1 {
+                    eprintln!("dropping the bench database: {e}; retrying");
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            other => break other.map(|_| ()),
+        }
+    };
+    conn.close().await?;
+    result
 }
 
 async fn drive(args: &[String]) {
