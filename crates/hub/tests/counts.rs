@@ -1,12 +1,13 @@
 //! The incremental aggregates against a full recount: random report sequences (sequential and
-//! concurrent, duplicated, out of order, for unknown commits and for commits the hub reads
-//! later, from clusters that change cluster type or environment, and clusters that go stale
-//! and come back) are posted to a hub over HTTP, and after each stretch every aggregate is
-//! compared with a recount of the `clusters` table: the stored counts, the counts as readers
-//! correct them for staleness, every gate of every commit (counts, verdict and the list of
-//! clusters), every environment's status, the cluster-type lists page by page, and when each
-//! gate last became compliant. Then the counts are corrupted by hand and the check on start
-//! repairs them. Runs on SQLite, and on PostgreSQL when `KALYPSO_TEST_POSTGRES_URL` is set.
+//! concurrent, registrations in batches, duplicated, out of order, for unknown commits and for
+//! commits the hub reads later, from clusters that change cluster type or environment, and
+//! clusters that go stale and come back) are posted to a hub over HTTP, and after each stretch
+//! every aggregate is compared with a recount of the `clusters` table: the stored counts, the
+//! counts as readers correct them for staleness, every gate of every commit (counts, verdict
+//! and the list of clusters), every environment's status, the cluster-type lists page by page,
+//! and when each gate last became compliant. Then the counts are corrupted by hand and the
+//! check on start repairs them. Runs on SQLite, and on PostgreSQL when
+//! `KALYPSO_TEST_POSTGRES_URL` is set.
 //!
 //! The sequences come from a fixed list of seeds; a failure names its seed.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::too_many_lines)]
@@ -624,6 +625,26 @@ async fn scenario(url: &str, dir: &Path, seed: u64) {
     };
     let mut fleet = Fleet::new(seed, repos.commits.clone());
     let mut c = Client::new(hub.addr);
+
+    // 0. Registration in batches: the first reports arrive together from 12 connections, so
+    //    that one group commit registers several clusters, some with several reports of one
+    //    object, next to clusters it only updates.
+    let bodies: Vec<(String, Vec<u8>)> = (0..96).map(|_| fleet.report()).collect();
+    let mut tasks = Vec::new();
+    for chunk in bodies.chunks(8) {
+        let chunk = chunk.to_vec();
+        let addr = hub.addr;
+        tasks.push(tokio::spawn(async move {
+            let mut c = Client::new(addr);
+            for (path, body) in chunk {
+                post(&mut c, &path, &body).await;
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    check_all(&db, staleness(hour), seed, "registered concurrently").await;
 
     // 1. One by one; after each report, when each gate last became compliant must lie within
     //    the report's round trip if the report made it so.
