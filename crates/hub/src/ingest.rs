@@ -96,6 +96,14 @@ type Positions = HashMap<String, HashMap<String, i64>>;
 /// batch descends through stay in memory between batches instead of being read again.
 const WRITER_CACHE_KIB: u32 = 64 * 1024;
 
+/// SQLite's statement journal on a writer's connection in memory, not in a temporary file: a
+/// batch's statements each change hundreds of pages, and SQLite keeps their old contents
+/// until the statement ends (to undo just that statement if it fails), spilling past 64 KiB
+/// to a new file in `/var/tmp` per statement: on the disk, about one page written there for
+/// every two written to the WAL, and an open and unlink per batch. (The transaction's own
+/// durability is the WAL's, not this journal's.)
+const WRITER_PRAGMAS: &str = "PRAGMA temp_store = MEMORY";
+
 /// How long a writer keeps its connection without a report to store: then it gives it back to
 /// the pool (which closing the database waits for).
 const IDLE_RELEASE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -163,14 +171,22 @@ async fn writer(db: Db, mut queue: mpsc::Receiver<Job>) {
     release(connection.take()).await;
 }
 
-/// Gives a writer's connection back to the pool, with the page cache it had there.
+/// Gives a writer's connection back to the pool, with the page cache and temporary store it
+/// had there.
 async fn release(held: Option<Held>) {
     let Some(mut held) = held else { return };
     if let Some(size) = held.pooled_cache {
-        let reset = sqlx::query(&format!("PRAGMA cache_size = {size}"))
+        let mut reset = sqlx::query(&format!("PRAGMA cache_size = {size}"))
             .execute(&mut *held.connection)
-            .await;
-        if reset.is_err() {
+            .await
+            .is_ok();
+        if reset {
+            reset = sqlx::query("PRAGMA temp_store = DEFAULT")
+                .execute(&mut *held.connection)
+                .await
+                .is_ok();
+        }
+        if !reset {
             held.connection.close_on_drop();
         }
     }
@@ -245,7 +261,7 @@ struct Entry<'a> {
     /// The report that becomes its platform state (subject to the stored one being older),
     /// and its commit's position.
     platform: Option<(usize, i64)>,
-    /// Its id, once known (stored before this batch, or registered by it).
+    /// Its id, when it was stored before this batch.
     id: Option<i64>,
 }
 
@@ -345,9 +361,12 @@ type StoredRow = (
     Option<i64>,
 );
 
-/// The columns of a report row, as the latest states and the history store them.
-const REPORT_ROW: [Column; 10] = [
+/// The columns of a report row: its cluster's id when the batch knows it (the cluster was
+/// stored before), else its environment and name (the batch registers it), then the report.
+const REPORT_ROW: [Column; 12] = [
     Column("cluster_id", true),
+    Column("environment", false),
+    Column("name", false),
     Column("object", false),
     Column("drives", true),
     Column("state", false),
@@ -361,7 +380,9 @@ const REPORT_ROW: [Column; 10] = [
 
 /// A report row (see [`REPORT_ROW`]).
 type ReportRow<'a> = (
-    i64,
+    Option<i64>,
+    &'a str,
+    &'a str,
     &'a str,
     i64,
     &'a str,
@@ -373,10 +394,12 @@ type ReportRow<'a> = (
     i64,
 );
 
-fn report_row(cluster: i64, job: &Job) -> ReportRow<'_> {
+fn report_row(cluster: Option<i64>, job: &Job) -> ReportRow<'_> {
     let r = &job.report;
     (
         cluster,
+        &r.environment,
+        &r.cluster,
         &r.object,
         i64::from(r.drives),
         r.state.as_str(),
@@ -392,10 +415,17 @@ fn report_row(cluster: i64, job: &Job) -> ReportRow<'_> {
 const REPORT_COLUMNS: &str =
     "cluster_id, object, drives, state, revision, commit_sha, message, reason, event_time, received_at";
 
+/// [`REPORT_COLUMNS`] from a batch's report rows: a cluster the batch registered is found by
+/// its key (the clusters' unique index, whose pages the upsert just wrote), so that the batch
+/// needs no statement to read the new ids back.
+const REPORT_VALUES: &str = "COALESCE(cluster_id, (SELECT c.id FROM clusters c \
+     WHERE c.environment = b.environment AND c.name = b.name)), \
+     object, drives, state, revision, commit_sha, message, reason, event_time, received_at";
+
 /// Writes the latest states of a batch's objects, each unless a later one is stored.
 pub(crate) fn latest_upsert(backend: Backend) -> String {
     format!(
-        "INSERT INTO latest ({REPORT_COLUMNS}) SELECT {REPORT_COLUMNS} FROM {} WHERE true \
+        "INSERT INTO latest ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true \
          ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
          revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
          reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
@@ -407,9 +437,21 @@ pub(crate) fn latest_upsert(backend: Backend) -> String {
 /// Adds a batch's history rows (an identical row again adds nothing).
 pub(crate) fn history_insert(backend: Backend) -> String {
     format!(
-        "INSERT INTO reports ({REPORT_COLUMNS}) SELECT {REPORT_COLUMNS} FROM {} WHERE true \
+        "INSERT INTO reports ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true \
          ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
         batch_rows(backend, &REPORT_ROW)
+    )
+}
+
+/// A batch's writes on SQLite: the clusters upsert, the latest states and the history as one
+/// query of three statements (each with its own JSON parameter, `[]` for no rows), which the
+/// driver's thread runs in a row: one hop to it and back instead of three.
+pub(crate) fn sqlite_writes() -> String {
+    format!(
+        "{}; {}; {}",
+        clusters_upsert(Backend::Sqlite),
+        latest_upsert(Backend::Sqlite),
+        history_insert(Backend::Sqlite)
     )
 }
 
@@ -436,7 +478,7 @@ async fn read_stored(
 /// JSON parameter (see [`batch_rows`]): read the batch's stored clusters with their objects'
 /// latest states; decide each report in order (so that several reports of one object in a
 /// batch behave as if sent one by one); upsert the clusters (with their platform states), and
-/// read the ids of the ones it registered; write the latest states and the history rows.
+/// write the latest states and the history rows (on SQLite, the three writes are one query).
 ///
 /// The transaction holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
 /// a share lock on `gitops_commits` before a commit's position is looked up), so that a GitOps
@@ -463,6 +505,7 @@ async fn store(
                 sqlx::query(&format!("PRAGMA cache_size = -{WRITER_CACHE_KIB}"))
                     .execute(&mut *connection)
                     .await?;
+                sqlx::query(WRITER_PRAGMAS).execute(&mut *connection).await?;
             }
             Held {
                 connection,
@@ -670,7 +713,7 @@ async fn store_on(
     }
 
     // 5. The clusters, in a stable order (concurrent writers lock them in the same order);
-    // then the ids of the ones registered now.
+    // 6. the latest states; 7. the history.
     let mut order: Vec<usize> = (0..entries.len()).collect();
     order.sort_unstable_by_key(|&i| (entries[i].environment, entries[i].name));
     let rows: Vec<ClusterRow<'_>> = order
@@ -694,53 +737,37 @@ async fn store_on(
             )
         })
         .collect();
-    sqlx::query(&clusters_upsert(backend))
-        .bind(json_rows(&rows)?)
-        .execute(&mut *tx)
-        .await?;
-    let registered: Vec<(usize, &str, &str)> = keys
+    let latest: Vec<ReportRow<'_>> = dirty
         .iter()
-        .filter(|&&(i, _, _)| entries[i].id.is_none())
-        .copied()
+        .map(|key| report_row(entries[key.0].id, &batch[newest[key]]))
         .collect();
-    if !registered.is_empty() {
-        for (index, id, ..) in read_stored(backend, &mut tx, &registered).await? {
-            if let Some(entry) = entries.get_mut(index) {
-                entry.id = Some(id);
+    let history: Vec<ReportRow<'_>> = history
+        .iter()
+        .map(|&index| report_row(entries[cluster_of[index]].id, &batch[index]))
+        .collect();
+    match backend {
+        Backend::Sqlite => {
+            sqlx::query(&sqlite_writes())
+                .bind(json_rows(&rows)?)
+                .bind(json_rows(&latest)?)
+                .bind(json_rows(&history)?)
+                .execute(&mut *tx)
+                .await?;
+        }
+        Backend::Postgres => {
+            sqlx::query(&clusters_upsert(backend))
+                .bind(json_rows(&rows)?)
+                .execute(&mut *tx)
+                .await?;
+            for (sql, rows) in [
+                (latest_upsert(backend), &latest),
+                (history_insert(backend), &history),
+            ] {
+                if !rows.is_empty() {
+                    sqlx::query(&sql).bind(json_rows(rows)?).execute(&mut *tx).await?;
+                }
             }
         }
-    }
-    let id_of = |entry: usize| -> Result<i64, DbError> {
-        entries[entry].id.ok_or_else(|| {
-            DbError::Other(format!(
-                "cluster {} of {} was not registered",
-                entries[entry].name, entries[entry].environment
-            ))
-        })
-    };
-
-    // 6. Latest states.
-    if !dirty.is_empty() {
-        let rows = dirty
-            .iter()
-            .map(|key| Ok(report_row(id_of(key.0)?, &batch[newest[key]])))
-            .collect::<Result<Vec<_>, DbError>>()?;
-        sqlx::query(&latest_upsert(backend))
-            .bind(json_rows(&rows)?)
-            .execute(&mut *tx)
-            .await?;
-    }
-
-    // 7. History.
-    if !history.is_empty() {
-        let rows = history
-            .iter()
-            .map(|&index| Ok(report_row(id_of(cluster_of[index])?, &batch[index])))
-            .collect::<Result<Vec<_>, DbError>>()?;
-        sqlx::query(&history_insert(backend))
-            .bind(json_rows(&rows)?)
-            .execute(&mut *tx)
-            .await?;
     }
     tx.commit().await?;
     Ok(outcomes)

@@ -123,7 +123,7 @@ fn cases(backend: Backend) -> Vec<Case> {
             what: "the ingest batch's latest states",
             sql: crate::ingest::latest_upsert(backend),
             binds: vec![Text(
-                r#"[[1,"Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+                r#"[[1,"dev","c-1","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5],[null,"dev","c-2","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
             )],
             index: None,
             ordered: false,
@@ -132,7 +132,7 @@ fn cases(backend: Backend) -> Vec<Case> {
             what: "the ingest batch's history",
             sql: crate::ingest::history_insert(backend),
             binds: vec![Text(
-                r#"[[1,"Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+                r#"[[1,"dev","c-1","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5],[null,"dev","c-2","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
             )],
             index: None,
             ordered: false,
