@@ -354,13 +354,21 @@ impl Drop for Cleanup {
 /// to terminate every session on it, and the server's own autovacuum workers (busy on a
 /// freshly written database) are not the bench role's to terminate, so it failed ("must be a
 /// member of the role whose process is being terminated"); a plain drop cancels them itself.
-/// It is retried while the killed hub's sessions are still closing.
+/// Sessions of the bench's own role still on it (the killed hub's, if the server has not seen
+/// them close yet) are terminated first, and the drop is retried meanwhile.
 async fn drop_database(base: &str, name: &str) -> Result<(), sqlx::Error> {
     sqlx::any::install_default_drivers();
     let mut conn = sqlx::AnyConnection::connect(base).await?;
     let mut attempt = 0;
     let result = loop {
         attempt += 1;
+        sqlx::query(
+            "SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity \
+             WHERE datname = $1 AND usename = current_user AND pid <> pg_backend_pid()",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await?;
         match sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
             .execute(&mut conn)
             .await
