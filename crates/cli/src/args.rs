@@ -700,7 +700,8 @@ pub(crate) struct HubArgs {
     #[arg(long, env = "KALYPSO_HUB_DATABASE", value_name = "URL", default_value = kalypso_hub::DEFAULT_DATABASE)]
     pub(crate) database: String,
     /// The control plane (git URL or local repository path) whose environments and GitOps
-    /// repositories the hub follows. Without it, the hub stores reports only.
+    /// repositories the hub follows; overrides the configuration file's `controlPlane`.
+    /// Without either, the hub stores reports only.
     #[arg(long, value_name = "REPO")]
     pub(crate) control_plane: Option<String>,
     /// File holding the secret reports are signed with (`X-Signature: sha256=<HMAC>`).
