@@ -45,20 +45,14 @@ import os
 import re
 import resource
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_BENCH = os.environ.get(
-    "KALYPSO_SHARED_BENCH", os.path.normpath(os.path.join(ROOT, "..", "shared", "bench")))
-FLEETS = {
-    "s": ["--workloads", "50", "--cluster-types", "20", "--policies", "10"],
-    "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
-    "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
-}
+# The fleets, the shared bench folder and the port helper are gitscale.py's (this folder).
+from gitscale import FLEETS, ROOT, SHARED_BENCH, free_port
+
 WAVE_STEP_GOAL = 0.05
 VIEW_GOAL_MS = 20
 CANARY_EVERY = 40
@@ -98,12 +92,6 @@ def edit(path, old, new):
 
 def git(repo, *args):
     return run(["git", "-C", repo, "-c", "user.name=t", "-c", "user.email=t@t", *args]).strip()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def build(work, fleet_args):
