@@ -459,9 +459,7 @@ mod grouped {
                 .into_iter()
                 .flat_map(|g| {
                     let revision = g.revision;
-                    g.cluster_types
-                        .into_iter()
-                        .map(move |ct| (ct, revision.clone()))
+                    g.cluster_types.into_iter().map(move |ct| (ct, revision.clone()))
                 })
                 .collect(),
         })
