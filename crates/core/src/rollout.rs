@@ -334,7 +334,7 @@ pub struct RolloutState {
     pub status: Status,
     /// The revision each cluster type ran before this rollout reached it (none known for a
     /// cluster type that no rollout tracked before: it cannot be rolled back). Written grouped
-    /// by revision ([`grouped`]).
+    /// by revision (format 2; format 1's map is read too).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty", with = "grouped")]
     pub before: BTreeMap<String, Revision>,
     /// Why the rollout failed (wave, clusters, Flux's messages).
