@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kalypso_api::{BaseRepo, Environment, WorkloadRegistration};
+use kalypso_api::{BaseRepo, Environment, RolloutPolicy, WorkloadRegistration};
 use kalypso_template::Engine;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -152,6 +152,14 @@ pub async fn run(
         .list(&ListParams::default().limit(1))
         .await
         .map_err(Error::CrdsMissing)?;
+    if config.source != ControlPlaneFeed::Git {
+        // The scheduler watches RolloutPolicies (one stops its environment's delivery); a
+        // missing definition (an install from before rollouts) would stall every reconcile.
+        Api::<RolloutPolicy>::all(client.clone())
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(Error::CrdsMissing)?;
+    }
     let mut config = config;
     if config.source == ControlPlaneFeed::Flux {
         config.flux = crate::flux::resolve_api_versions(&client, &config.flux)
@@ -337,6 +345,7 @@ async fn controllers(
         blocked: Mutex::default(),
         reported: Mutex::default(),
         memos: Mutex::default(),
+        rollout_refused: Mutex::default(),
     });
     let trigger = futures::stream::select_all(triggers);
     tasks.push(

@@ -35,6 +35,7 @@ fn context(
         blocked: Mutex::default(),
         reported: Mutex::default(),
         memos: Mutex::default(),
+        rollout_refused: Mutex::default(),
     }
 }
 
