@@ -394,6 +394,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_environment_the_scheduler_refused_for_its_rollout_policy_keeps_that_ready() {
+        let (client, mut server) = mock_client();
+        let ctx = context(client);
+        let mut env = environment(true, false);
+        env.status = Some(kalypso_api::Status {
+            conditions: crate::conditions::update(
+                &[],
+                &[Desired::not_ready(
+                    ROLLOUT_UNSUPPORTED,
+                    "RolloutPolicy dev/rings ...",
+                )],
+                &[],
+                Some(3),
+                &crate::fixtures::now(),
+            ),
+        });
+        let task = tokio::spawn(reconcile(Arc::new(env), ctx));
+        server.expect_ok("PATCH", "/api/v1/namespaces/dev").await;
+        server.expect_ok("PATCH", format!("{GITREPO}/dev")).await;
+        server.expect_ok("PATCH", format!("{KUSTOMIZATION}/dev")).await;
+        task.await.expect("join").expect("ok");
+        // No status write: `FluxResourcesCreated` would deliver nothing and hide the refusal.
+        server.expect_nothing_more().await;
+    }
+
+    #[tokio::test]
     async fn a_flux_failure_is_reported_and_requeued() {
         let (client, mut server) = mock_client();
         let ctx = context(client);
