@@ -917,7 +917,9 @@ pub(crate) struct OperatorArgs {
     pub(crate) log_level: Option<String>,
     /// With --source git: the Deployment Observability Hub (`http://hub:8090`). Environments
     /// with a RolloutPolicy get a change wave by wave, each reconcile asking it whether the
-    /// next wave may go (docs/rollout.md); without it they are an error.
+    /// next wave may go (docs/rollout.md); without it they are an error. The Flux and
+    /// external sources run no rollouts: they deliver nothing of an environment whose
+    /// namespace holds a RolloutPolicy (Ready=False, reason RolloutUnsupported).
     #[arg(long, value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token (a mounted Secret).
