@@ -126,6 +126,12 @@ pub enum Error {
         "the scheduler.kalypso.io CRDs are not installed ({0}); install them with `kalypso crds | kubectl apply --server-side -f -` or the Helm chart"
     )]
     CrdsMissing(#[source] kube::Error),
+    /// RolloutPolicies cannot be listed (their CRD is missing, or the operator may not read
+    /// them), with a source that watches them.
+    #[error(
+        "cannot list RolloutPolicies ({0}): with --source flux or external the operator watches them (an environment whose namespace holds one is not delivered); install the CRDs with `kalypso crds | kubectl apply --server-side -f -` and let the operator get, list and watch rolloutpolicies (the Helm chart's ClusterRole does)"
+    )]
+    RolloutPolicies(#[source] kube::Error),
     /// The endpoints could not be served.
     #[error(transparent)]
     Http(#[from] http::Error),
@@ -158,7 +164,7 @@ pub async fn run(
         Api::<RolloutPolicy>::all(client.clone())
             .list(&ListParams::default().limit(1))
             .await
-            .map_err(Error::CrdsMissing)?;
+            .map_err(Error::RolloutPolicies)?;
     }
     let mut config = config;
     if config.source == ControlPlaneFeed::Flux {
