@@ -1,6 +1,6 @@
 //! The scheduler against a mocked API server: what it writes on a first sync, that a
-//! settled environment costs no writes, delivery after the debounce, failures, deletions
-//! and the optional Assignment objects.
+//! settled environment costs no writes, delivery after the debounce, failures, deletions,
+//! the optional Assignment objects, and an environment with a RolloutPolicy (not delivered).
 
 use std::sync::Arc;
 
@@ -554,4 +554,32 @@ async fn a_rollout_policy_stops_the_delivery_with_flux_until_it_is_removed() {
     assert_eq!(requests.len(), 1, "delivered once the policy is gone");
     assert_eq!(requests[0].content.packages.len(), 1);
     assert!(!ctx.rollout_refused.lock().expect("lock").contains("dev"));
+}
+
+#[tokio::test]
+async fn a_rollout_policy_stops_the_delivery_with_the_external_source_too() {
+    const ENVIRONMENT: &str =
+        "/apis/scheduler.kalypso.io/v1alpha1/namespaces/kalypso/environments/dev/status";
+    let publisher = Arc::new(Recorder::new());
+    let (client, server) = mock_client();
+    let mut ctx = context(client, publisher.clone(), Duration::ZERO, false);
+    ctx.options.external = true;
+    let mut s = settled(hello_world_snapshot(), false);
+    s.environment = Some(Arc::new(environment(None)));
+    s.rollout_policies.push(Arc::new(rollout_policy("rings")));
+    let recorder = tokio::spawn(record_all(server));
+    sync(s, &ctx).await.expect("sync");
+    let seen = recorder.await.expect("join");
+    assert!(publisher.requests().is_empty(), "nothing is delivered");
+    let ready = |path: &str| {
+        let (_, _, body) = seen
+            .iter()
+            .find(|(m, p, _)| m == "PATCH" && p == path)
+            .unwrap_or_else(|| panic!("no {path} in {:?}", paths(&seen)));
+        let c = &body["status"]["conditions"][0];
+        (c["status"].clone(), c["reason"].clone())
+    };
+    let refused = (json!("False"), json!(conditions::ROLLOUT_UNSUPPORTED));
+    assert_eq!(ready(ENVIRONMENT), refused);
+    assert_eq!(ready(&format!("{API}/gitopsrepoes/dev/status")), refused);
 }
