@@ -1,12 +1,15 @@
 //! `kalypso hub`'s configuration file and token hashes, as a user meets them: `kalypso hub
 //! hash-token` prints the hash the file holds (from a file or standard input), and a hub whose
 //! configuration file is wrong does not start and names the file and the field. The token
-//! never appears in the hub's output.
+//! never appears in the hub's output. The control plane may be given in the file
+//! (`controlPlane`, relative to its folder), and `--control-plane` overrides it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // Test code: a failed unwrap is a failed test.
 
 use std::io::Write;
+use std::path::Path;
 use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 fn kalypso() -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_kalypso"));
@@ -70,6 +73,10 @@ fn a_bad_configuration_file_stops_the_hub_naming_the_file_and_the_field() {
             "notifications:\n  receivers:\n  - {name: slack, type: slack, url: 'ftp://hooks.example'}\n",
             ": notifications: receivers[0] (\"slack\"): the URL is not http(s)",
         ),
+        (
+            "controlPlane: ftp://example.com/control-plane\n",
+            ": controlPlane: ",
+        ),
     ] {
         std::fs::write(&file, text).unwrap();
         let out = kalypso()
@@ -116,4 +123,101 @@ fn a_bad_configuration_file_stops_the_hub_naming_the_file_and_the_field() {
         )),
         "{stderr}"
     );
+}
+
+/// Starts `kalypso hub` with `config` and `args`, its database, cache and log in `dir`
+/// (created); returns it and its URL.
+fn start_hub(dir: &Path, config: &Path, args: &[&str]) -> (std::process::Child, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = std::fs::File::create(dir.join("hub.log")).unwrap();
+    let hub = kalypso()
+        .args(["hub", "--listen", &format!("127.0.0.1:{port}"), "--database"])
+        .arg(format!("sqlite://{}", dir.join("hub.db").display()))
+        .args(["--refresh", "1s", "--no-dashboard", "--cache-dir"])
+        .arg(dir.join("hub-cache"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap();
+    (hub, format!("http://127.0.0.1:{port}"))
+}
+
+/// Waits until `done` holds for the hub's environment list (names) and its log.
+fn wait_for(url: &str, log: &Path, what: &str, done: impl Fn(&[String], &str) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let names: Vec<String> = ureq::get(&format!("{url}/api/v1/environments"))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_to_string().ok())
+            .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+            .map(|v| {
+                v["environments"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|e| e["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        if done(&names, &text) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: environments {names:?}, log:\n{text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn the_control_plane_may_be_given_in_the_file_and_the_flag_overrides_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let status = Command::new("sh")
+        .arg(root.join("examples/local-repos.sh"))
+        .arg(dir.join("repos"))
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    // Relative to the file's folder.
+    let config = dir.join("hub.yaml");
+    std::fs::write(&config, "controlPlane: repos/control-plane.git\n").unwrap();
+    let first = dir.join("first");
+    let (mut hub, url) = start_hub(&first, &config, &[]);
+    wait_for(
+        &url,
+        &first.join("hub.log"),
+        "the file's control plane",
+        |names, _| names.iter().any(|n| n == "dev") && names.iter().any(|n| n == "stage"),
+    );
+    hub.kill().unwrap();
+    hub.wait().unwrap();
+
+    // The flag wins: the hub follows the control plane it names (missing here), not the file's.
+    let missing = dir.join("missing.git");
+    let second = dir.join("second");
+    let (mut hub, url) = start_hub(&second, &config, &["--control-plane", missing.to_str().unwrap()]);
+    wait_for(
+        &url,
+        &second.join("hub.log"),
+        "the flag's control plane",
+        |names, log| names.is_empty() && log.contains("GitOps refresh failed") && log.contains("missing.git"),
+    );
+    let log = std::fs::read_to_string(second.join("hub.log")).unwrap();
+    assert!(!log.contains("repos/control-plane.git"), "{log}");
+    hub.kill().unwrap();
+    hub.wait().unwrap();
 }

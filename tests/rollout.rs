@@ -5,48 +5,16 @@
 //! apply. Each `kalypso sync --hub` is one step; the GitOps branch is read back with git.
 #![allow(clippy::unwrap_used)]
 
-use std::path::{Path, PathBuf};
+mod common;
+
 use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
+use common::rollout::{KALYPSO, Setup, git};
 use kalypso_testkit::fleet::{Fleet, Rule};
 
-const KALYPSO: &str = env!("CARGO_BIN_EXE_kalypso");
 /// The canary's soak.
 const SOAK: Duration = Duration::from_secs(5);
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    work: PathBuf,
-    hub: Child,
-    url: String,
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = self.hub.kill();
-        let _ = self.hub.wait();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Platform")
-        .env("GIT_AUTHOR_EMAIL", "platform@example.com")
-        .env("GIT_COMMITTER_NAME", "Platform")
-        .env("GIT_COMMITTER_EMAIL", "platform@example.com")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn policy(on_failure: &str) -> String {
     format!(
@@ -58,106 +26,12 @@ fn policy(on_failure: &str) -> String {
     )
 }
 
+/// The example with a RolloutPolicy whose `onFailure` is `on_failure`, and the hub.
+fn setup(on_failure: &str) -> Setup {
+    Setup::new(&policy(on_failure), None, None, &[])
+}
+
 impl Setup {
-    /// The example's repositories with a RolloutPolicy on dev, and the hub.
-    fn new(on_failure: &str) -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().to_owned();
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let status = Command::new("sh")
-            .arg(root.join("examples/local-repos.sh"))
-            .arg(&work)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let clone = work.join("dev-clone");
-        git(
-            &work,
-            &[
-                "clone",
-                "-q",
-                "--branch",
-                "dev",
-                work.join("control-plane.git").to_str().unwrap(),
-                "dev-clone",
-            ],
-        );
-        std::fs::write(clone.join("rollout.yaml"), policy(on_failure)).unwrap();
-        git(&clone, &["add", "-A"]);
-        git(&clone, &["commit", "-q", "-m", "Rings for dev"]);
-        git(&clone, &["push", "-q", "origin", "dev"]);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let log = std::fs::File::create(work.join("hub.log")).unwrap();
-        let hub = Command::new(KALYPSO)
-            .args(["hub", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--database")
-            .arg(format!("sqlite://{}", work.join("hub.db").display()))
-            .arg("--control-plane")
-            .arg(work.join("control-plane.git"))
-            .args(["--refresh", "1s", "--cache-dir"])
-            .arg(work.join("hub-cache"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        for _ in 0..300 {
-            if ureq_ready(&url) {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        Setup {
-            _dir: dir,
-            work,
-            hub,
-            url,
-        }
-    }
-
-    fn gitops(&self) -> PathBuf {
-        self.work.join("gitops.git")
-    }
-
-    fn fleet(&self) -> Fleet {
-        Fleet::new(&self.url, &self.gitops(), "dev", "dev")
-            .with_clusters("small", 2)
-            .with_clusters("large", 1)
-            .with_clusters("drone", 1)
-            .with_clusters("command-center", 1)
-    }
-
-    /// `kalypso sync --env dev --hub URL`.
-    fn sync(&self) -> Output {
-        Command::new(KALYPSO)
-            .arg("sync")
-            .arg(self.work.join("control-plane.git"))
-            .args(["--env", "dev", "--hub", &self.url, "--cache-dir"])
-            .arg(self.work.join("cache"))
-            .output()
-            .unwrap()
-    }
-
-    fn sync_ok(&self) -> String {
-        let out = self.sync();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "sync failed:\n{text}\n--- hub\n{}",
-            self.hub_log()
-        );
-        text
-    }
-
     /// `kalypso ACTION --hub URL --env dev ...` (freeze, unfreeze), which must succeed.
     fn hub_action(&self, args: &[&str]) {
         let out = Command::new(KALYPSO)
@@ -172,14 +46,6 @@ impl Setup {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-    }
-
-    fn hub_log(&self) -> String {
-        std::fs::read_to_string(self.work.join("hub.log")).unwrap_or_default()
-    }
-
-    fn head(&self) -> String {
-        git(&self.gitops(), &["rev-parse", "dev"])
     }
 
     fn state(&self) -> serde_json::Value {
@@ -236,13 +102,9 @@ impl Setup {
     }
 }
 
-fn ureq_ready(url: &str) -> bool {
-    std::net::TcpStream::connect(url.trim_start_matches("http://")).is_ok()
-}
-
 #[test]
 fn a_change_goes_canary_first_soaks_then_the_rest_and_a_newer_change_restarts() {
-    let setup = Setup::new("Rollback");
+    let setup = setup("Rollback");
     let fleet = setup.fleet();
     // The first sync delivers the canary wave only: the other cluster types have no folder.
     setup.sync_ok();
@@ -319,7 +181,7 @@ fn a_change_goes_canary_first_soaks_then_the_rest_and_a_newer_change_restarts() 
 
 #[test]
 fn a_failing_canary_halts_the_rollout() {
-    let setup = Setup::new("Halt");
+    let setup = setup("Halt");
     let fleet = setup.fleet();
     setup.roll_out_everything(&fleet);
     let fleet = fleet.failing(Rule::Content(
@@ -353,7 +215,7 @@ fn a_failing_canary_halts_the_rollout() {
 
 #[test]
 fn a_failing_canary_is_rolled_back_by_itself() {
-    let setup = Setup::new("Rollback");
+    let setup = setup("Rollback");
     let fleet = setup.fleet();
     setup.roll_out_everything(&fleet);
     let fleet = fleet.failing(Rule::ClusterType(
@@ -447,7 +309,7 @@ impl Setup {
 
 #[test]
 fn a_rollout_is_paused_resumed_and_aborted_on_its_gitops_branch() {
-    let setup = Setup::new("Halt");
+    let setup = setup("Halt");
     let fleet = setup.fleet();
     setup.roll_out_everything(&fleet);
     setup.change("Dev2");
@@ -542,7 +404,7 @@ fn a_rollout_is_paused_resumed_and_aborted_on_its_gitops_branch() {
 /// state without losing or repeating a wave.
 #[test]
 fn a_killed_sync_loses_and_repeats_no_wave() {
-    let setup = Setup::new("Rollback");
+    let setup = setup("Rollback");
     let fleet = setup.fleet();
     setup.roll_out_everything(&fleet);
     // How long a sync that delivers a wave takes here: the kills are spread over it.
@@ -565,11 +427,8 @@ fn a_killed_sync_loses_and_repeats_no_wave() {
                 fleet.apply_head();
                 std::thread::sleep(SOAK);
             }
-            let mut child = Command::new(KALYPSO)
-                .arg("sync")
-                .arg(setup.work.join("control-plane.git"))
-                .args(["--env", "dev", "--hub", &setup.url, "--cache-dir"])
-                .arg(setup.work.join("cache"))
+            let mut child = setup
+                .sync_command()
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -762,7 +621,7 @@ fn step(state: &serde_json::Value) -> (String, u64, String) {
 
 #[test]
 fn serve_rolls_a_change_out_wave_by_wave_and_rolls_a_failing_canary_back() {
-    let setup = Setup::new("Rollback");
+    let setup = setup("Rollback");
     let fleet = setup.fleet();
     let serve = setup.serve(false);
     // The canary first; the rest waits for the canary's clusters and the soak.
@@ -845,7 +704,7 @@ fn serve_rolls_a_change_out_wave_by_wave_and_rolls_a_failing_canary_back() {
 
 #[test]
 fn serve_without_a_hub_refuses_an_environment_with_a_rollout_policy() {
-    let setup = Setup::new("Halt");
+    let setup = setup("Halt");
     let serve = setup.serve(true);
     let mut status = serve.status();
     for _ in 0..600 {
@@ -875,7 +734,7 @@ fn serve_without_a_hub_refuses_an_environment_with_a_rollout_policy() {
 /// kill -9 of serve mid-rollout: a restarted serve continues the same rollout, each step once.
 #[test]
 fn a_killed_serve_is_continued_by_the_next_one() {
-    let setup = Setup::new("Rollback");
+    let setup = setup("Rollback");
     let fleet = setup.fleet();
     let serve = setup.serve(false);
     let wave1 = setup.wait_for("wave 1", |s| s["delivered"] == 1);

@@ -10,51 +10,21 @@
 //! config with their ConfigMaps.
 #![allow(clippy::unwrap_used, clippy::too_many_lines)]
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::rollout::{Setup, git};
 use kalypso_testkit::fleet::{Fleet, Rule};
 use serde_json::Value;
 
-const KALYPSO: &str = env!("CARGO_BIN_EXE_kalypso");
+/// The hub's API token.
+const TOKEN: &str = "rollout-view-token";
+
 /// The canary's soak: long enough to be seen soaking, short enough to wait for.
 const SOAK: Duration = Duration::from_secs(8);
 /// The message the failing canary cluster reports.
 const FAILURE: &str = "Deployment/agent dry-run failed: field is immutable";
-
-struct Setup {
-    _dir: tempfile::TempDir,
-    work: PathBuf,
-    hub: Child,
-    url: String,
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = self.hub.kill();
-        let _ = self.hub.wait();
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env("GIT_AUTHOR_NAME", "Platform")
-        .env("GIT_AUTHOR_EMAIL", "platform@example.com")
-        .env("GIT_COMMITTER_NAME", "Platform")
-        .env("GIT_COMMITTER_EMAIL", "platform@example.com")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
 
 fn policy() -> String {
     format!(
@@ -99,120 +69,13 @@ fn fresh_postgres(base: &str) -> String {
     format!("{head}://{host}/{name}{query}")
 }
 
+/// The example with the rings policy, and the hub on `database` (`None`: SQLite) with an API
+/// token and the dashboard public.
+fn start(database: Option<String>) -> Setup {
+    Setup::new(&policy(), database, Some(TOKEN), &["--dashboard-public"])
+}
+
 impl Setup {
-    /// The example's repositories with a RolloutPolicy on dev, and the hub on `database`
-    /// (`None`: SQLite in the test's folder) with an API token and the dashboard public.
-    fn new(database: Option<String>) -> Setup {
-        let dir = tempfile::tempdir().unwrap();
-        let work = dir.path().to_owned();
-        let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-        let status = Command::new("sh")
-            .arg(root.join("examples/local-repos.sh"))
-            .arg(&work)
-            .stdout(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let clone = work.join("dev-clone");
-        git(
-            &work,
-            &[
-                "clone",
-                "-q",
-                "--branch",
-                "dev",
-                work.join("control-plane.git").to_str().unwrap(),
-                "dev-clone",
-            ],
-        );
-        std::fs::write(clone.join("rollout.yaml"), policy()).unwrap();
-        git(&clone, &["add", "-A"]);
-        git(&clone, &["commit", "-q", "-m", "Rings for dev"]);
-        git(&clone, &["push", "-q", "origin", "dev"]);
-        std::fs::write(work.join("api-token"), "rollout-view-token\n").unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let database = database.unwrap_or_else(|| format!("sqlite://{}", work.join("hub.db").display()));
-        let log = std::fs::File::create(work.join("hub.log")).unwrap();
-        let hub = Command::new(KALYPSO)
-            .args(["hub", "--listen", &format!("127.0.0.1:{port}")])
-            .args(["--database", &database, "--control-plane"])
-            .arg(work.join("control-plane.git"))
-            .args(["--refresh", "1s", "--dashboard-public", "--cache-dir"])
-            .arg(work.join("hub-cache"))
-            .arg("--api-token-file")
-            .arg(work.join("api-token"))
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let setup = Setup {
-            _dir: dir,
-            work,
-            hub,
-            url,
-        };
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while ureq::get(&format!("{}/readyz", setup.url)).call().is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "the hub did not start:\n{}",
-                setup.hub_log()
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        setup
-    }
-
-    fn gitops(&self) -> PathBuf {
-        self.work.join("gitops.git")
-    }
-
-    fn fleet(&self) -> Fleet {
-        Fleet::new(&self.url, &self.gitops(), "dev", "dev")
-            .with_clusters("small", 2)
-            .with_clusters("large", 1)
-            .with_clusters("drone", 1)
-            .with_clusters("command-center", 1)
-            .with_token("rollout-view-token")
-    }
-
-    fn hub_log(&self) -> String {
-        std::fs::read_to_string(self.work.join("hub.log")).unwrap_or_default()
-    }
-
-    /// `kalypso sync --env dev --hub URL --hub-token-file F`, which must succeed.
-    fn sync_ok(&self) -> String {
-        let out: Output = Command::new(KALYPSO)
-            .arg("sync")
-            .arg(self.work.join("control-plane.git"))
-            .args(["--env", "dev", "--hub", &self.url, "--hub-token-file"])
-            .arg(self.work.join("api-token"))
-            .arg("--cache-dir")
-            .arg(self.work.join("cache"))
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(
-            out.status.success(),
-            "sync failed:\n{text}\n--- hub\n{}",
-            self.hub_log()
-        );
-        text
-    }
-
-    fn head(&self) -> String {
-        git(&self.gitops(), &["rev-parse", "dev"])
-    }
-
     /// `GET path` with the API token; the status and the body as JSON.
     fn get(&self, path: &str, token: Option<&str>) -> (u16, Value) {
         let mut request = ureq::get(&format!("{}{path}", self.url));
@@ -235,7 +98,7 @@ impl Setup {
         let head = self.head();
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (status, view) = self.get("/api/v1/environments/dev/rollout", Some("rollout-view-token"));
+            let (status, view) = self.get("/api/v1/environments/dev/rollout", Some(TOKEN));
             assert_eq!(status, 200, "{view}");
             if view["gitopsCommit"] == head.as_str() && ready(&view) {
                 return view;
@@ -289,7 +152,7 @@ impl Setup {
     /// `POST path` of `body` with the API token, which must succeed.
     fn post(&self, path: &str, body: &Value) {
         let response = ureq::post(&format!("{}{path}", self.url))
-            .header("authorization", "Bearer rollout-view-token")
+            .header("authorization", &format!("Bearer {TOKEN}"))
             .header("content-type", "application/json")
             .send(body.to_string().as_bytes())
             .unwrap();
@@ -372,7 +235,7 @@ fn rollout_is_seen(setup: &Setup, watcher: Option<&Watcher>) {
     // Authenticated like every read.
     let (status, _) = setup.get("/api/v1/environments/dev/rollout", None);
     assert_eq!(status, 401);
-    let (status, _) = setup.get("/api/v1/environments/nowhere/rollout", Some("rollout-view-token"));
+    let (status, _) = setup.get("/api/v1/environments/nowhere/rollout", Some(TOKEN));
     assert_eq!(status, 404);
 
     let fleet = setup.fleet();
@@ -550,7 +413,7 @@ fn rollout_is_seen(setup: &Setup, watcher: Option<&Watcher>) {
 
 #[test]
 fn the_hub_shows_a_rollout_on_sqlite_and_postgres() {
-    let setup = Setup::new(None);
+    let setup = start(None);
     let watcher = Watcher::start(&setup);
     rollout_is_seen(&setup, watcher.as_ref());
     if let Some(w) = watcher {
@@ -558,7 +421,7 @@ fn the_hub_shows_a_rollout_on_sqlite_and_postgres() {
     }
     drop(setup);
     if let Some(base) = kalypso_testkit::postgres_url("the rollout view on PostgreSQL") {
-        let setup = Setup::new(Some(fresh_postgres(&base)));
+        let setup = start(Some(fresh_postgres(&base)));
         rollout_is_seen(&setup, None);
     }
 }

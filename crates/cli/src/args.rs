@@ -700,7 +700,8 @@ pub(crate) struct HubArgs {
     #[arg(long, env = "KALYPSO_HUB_DATABASE", value_name = "URL", default_value = kalypso_hub::DEFAULT_DATABASE)]
     pub(crate) database: String,
     /// The control plane (git URL or local repository path) whose environments and GitOps
-    /// repositories the hub follows. Without it, the hub stores reports only.
+    /// repositories the hub follows; overrides the configuration file's `controlPlane`.
+    /// Without either, the hub stores reports only.
     #[arg(long, value_name = "REPO")]
     pub(crate) control_plane: Option<String>,
     /// File holding the secret reports are signed with (`X-Signature: sha256=<HMAC>`).
@@ -916,7 +917,9 @@ pub(crate) struct OperatorArgs {
     pub(crate) log_level: Option<String>,
     /// With --source git: the Deployment Observability Hub (`http://hub:8090`). Environments
     /// with a RolloutPolicy get a change wave by wave, each reconcile asking it whether the
-    /// next wave may go (docs/rollout.md); without it they are an error.
+    /// next wave may go (docs/rollout.md); without it they are an error. The Flux and
+    /// external sources run no rollouts: they deliver nothing of an environment whose
+    /// namespace holds a RolloutPolicy (Ready=False, reason RolloutUnsupported).
     #[arg(long, value_name = "URL")]
     pub(crate) hub: Option<String>,
     /// File holding the hub's API token (a mounted Secret).

@@ -20,8 +20,13 @@ use crate::selector::Selector;
 
 /// Where the rollout's state is tracked on the GitOps branch (beside `Promoted_Commit_Id`).
 pub const ROLLOUT_STATE_PATH: &str = ".github/tracking/Rollout_State";
-/// The state file's format version.
-pub const STATE_FORMAT: u32 = 1;
+/// The state file's format version. Format 2 writes `before` grouped by revision (one entry per
+/// revision, with its cluster types) instead of one revision per cluster type, which at 200
+/// cluster types and 500 workloads was 6.5 MB in every commit of a rollout; format 1 is still
+/// read.
+pub const STATE_FORMAT: u32 = 2;
+/// The oldest state format still read.
+const OLDEST_STATE_FORMAT: u32 = 1;
 
 /// An environment's RolloutPolicy, validated: its waves with their cluster types.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -328,8 +333,9 @@ pub struct RolloutState {
     /// Where the rollout is.
     pub status: Status,
     /// The revision each cluster type ran before this rollout reached it (none known for a
-    /// cluster type that no rollout tracked before: it cannot be rolled back).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// cluster type that no rollout tracked before: it cannot be rolled back). Written grouped
+    /// by revision (format 2; format 1's map is read too).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty", with = "grouped")]
     pub before: BTreeMap<String, Revision>,
     /// Why the rollout failed (wave, clusters, Flux's messages).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -342,7 +348,11 @@ impl RolloutState {
     pub fn parse(bytes: &[u8]) -> Option<RolloutState> {
         serde_json::from_slice::<RolloutState>(bytes)
             .ok()
-            .filter(|s| s.format == STATE_FORMAT)
+            .filter(|s| (OLDEST_STATE_FORMAT..=STATE_FORMAT).contains(&s.format))
+            .map(|s| RolloutState {
+                format: STATE_FORMAT,
+                ..s
+            })
     }
 
     /// The state file's bytes: sorted, stable, no timestamps.
@@ -394,6 +404,65 @@ impl RolloutState {
             }
         }
         out
+    }
+}
+
+/// The state file's `before`: one entry per revision with the cluster types that ran it, in
+/// the revisions' order (a handful of revisions, where one entry per cluster type repeated
+/// every workload's commit for every cluster type). Format 1's map from cluster type to
+/// revision is read too.
+mod grouped {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::Revision;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Group {
+        revision: Revision,
+        cluster_types: BTreeSet<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Written {
+        Grouped(Vec<Group>),
+        ByClusterType(BTreeMap<String, Revision>),
+    }
+
+    pub(super) fn serialize<S: Serializer>(
+        before: &BTreeMap<String, Revision>,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        let mut groups: BTreeMap<&Revision, BTreeSet<String>> = BTreeMap::new();
+        for (ct, revision) in before {
+            groups.entry(revision).or_default().insert(ct.clone());
+        }
+        let groups: Vec<Group> = groups
+            .into_iter()
+            .map(|(revision, cluster_types)| Group {
+                revision: revision.clone(),
+                cluster_types,
+            })
+            .collect();
+        groups.serialize(serializer)
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<BTreeMap<String, Revision>, D::Error> {
+        Ok(match Written::deserialize(deserializer)? {
+            Written::ByClusterType(before) => before,
+            Written::Grouped(groups) => groups
+                .into_iter()
+                .flat_map(|g| {
+                    let revision = g.revision;
+                    g.cluster_types.into_iter().map(move |ct| (ct, revision.clone()))
+                })
+                .collect(),
+        })
     }
 }
 
@@ -712,6 +781,29 @@ mod tests {
             compliant_since: Some(since),
             ..WaveHealth::default()
         }
+    }
+
+    #[test]
+    fn the_state_writes_each_revision_once_and_reads_format_1() {
+        let mut state = state_of(start(&waves(OnFailure::Rollback), &rev("b"), None));
+        for ct in ["small", "large", "medium"] {
+            state.before.insert(ct.to_owned(), rev("a"));
+        }
+        state.before.insert("tiny".to_owned(), rev("z"));
+        let bytes = state.to_bytes();
+        let text = String::from_utf8(bytes.clone()).unwrap();
+        assert_eq!(text.matches("\"environment\": \"a\"").count(), 1, "{text}");
+        assert!(text.contains("\"format\": 2"), "{text}");
+        assert_eq!(RolloutState::parse(&bytes), Some(state.clone()));
+        // Format 1: one revision per cluster type.
+        let mut old: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        old["format"] = 1.into();
+        old["before"] = serde_json::to_value(&state.before).unwrap();
+        let read = RolloutState::parse(&serde_json::to_vec(&old).unwrap()).unwrap();
+        assert_eq!(read, state);
+        // A newer format is not read.
+        old["format"] = 3.into();
+        assert_eq!(RolloutState::parse(&serde_json::to_vec(&old).unwrap()), None);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The hub's configuration file (`kalypso hub --config FILE`, YAML): what outgrows flags.
 //!
 //! Each top-level section is its own type, parsed and checked on its own, so that a new
-//! section is one more field here and touches no other: `oidc` (sign-in),
+//! section is one more field here and touches no other: `controlPlane` (what
+//! `--control-plane` gives; the flag wins), `oidc` (sign-in),
 //! `tokens` (named, scoped API tokens, stored as hashes), `roles` (who may do what once signed
 //! in), `session` (the dashboard's sign-in cookies) and `notifications` (what a
 //! `--notifications` file holds). Unknown fields are refused; every
@@ -20,6 +21,10 @@ use crate::auth::{Member, Scope, TokenHash};
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct HubFile {
+    /// The control plane the hub follows (a git URL or a local repository path, relative to
+    /// the file's folder), as `--control-plane` gives it; the flag overrides it.
+    #[serde(default)]
+    pub control_plane: Option<String>,
     /// OpenID Connect sign-in for the dashboard.
     #[serde(default)]
     pub oidc: Option<OidcSection>,
@@ -192,6 +197,10 @@ impl HubFile {
     }
 
     fn check(&self, file: &str) -> Result<AuthFile, ConfigError> {
+        if let Some(control_plane) = &self.control_plane {
+            kalypso_git::url::RepoUrl::parse(control_plane)
+                .map_err(|e| invalid(file, "controlPlane", e.to_string()))?;
+        }
         if let Some(oidc) = &self.oidc {
             check_oidc(oidc, file)?;
         }
@@ -367,6 +376,15 @@ pub fn load(path: &Path) -> Result<(HubFile, AuthFile), ConfigError> {
         resolve(secret);
     }
     let mut file = file;
+    if let Some(control_plane) = &mut file.control_plane {
+        let relative = kalypso_git::url::RepoUrl::parse(control_plane)
+            .ok()
+            .and_then(|url| url.plain_path().map(Path::is_relative))
+            .unwrap_or(false);
+        if relative {
+            *control_plane = folder.join(control_plane.trim()).display().to_string();
+        }
+    }
     if let Some(notifications) = file.notifications.take() {
         let notifications = notifications.relative_to(folder);
         notifications
@@ -472,5 +490,38 @@ mod tests {
             "hub.yaml: oidc.redirectUrl: the hub's callback is at /auth/callback",
         );
         starts(error("session:\n  ttl: forever\n"), "hub.yaml: session.ttl:");
+        starts(error("controlPlane: ''\n"), "hub.yaml: controlPlane: ");
+        starts(
+            error("controlPlane: ftp://example.com/control-plane\n"),
+            "hub.yaml: controlPlane: ",
+        );
+        starts(error("controlPlane: [a]\n"), "hub.yaml: controlPlane: ");
+    }
+
+    #[test]
+    fn a_relative_control_plane_path_is_relative_to_the_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("hub.yaml");
+        for (text, expected) in [
+            (
+                "controlPlane: repos/control-plane\n",
+                tmp.path().join("repos/control-plane").display().to_string(),
+            ),
+            (
+                "controlPlane: /srv/control-plane\n",
+                "/srv/control-plane".to_owned(),
+            ),
+            (
+                "controlPlane: https://github.com/contoso/control-plane\n",
+                "https://github.com/contoso/control-plane".to_owned(),
+            ),
+            (
+                "controlPlane: file:///srv/control-plane\n",
+                "file:///srv/control-plane".to_owned(),
+            ),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            assert_eq!(load(&path).unwrap().0.control_plane, Some(expected), "{text}");
+        }
     }
 }

@@ -15,6 +15,12 @@ pub const READY: &str = "Ready";
 pub const READY_TO_PR: &str = "ReadyToPR";
 /// The failure reason the original uses everywhere.
 pub const UPDATE_FAILED: &str = "UpdateFailed";
+/// `Ready=False` of an Environment (and its GitOpsRepos) whose namespace holds a
+/// RolloutPolicy while the operator runs with the Flux or external source, which cannot run
+/// progressive rollouts: nothing is delivered.
+pub const ROLLOUT_UNSUPPORTED: &str = "RolloutUnsupported";
+/// `Ready=True` of an object whose Flux objects were written (the sources controller's).
+pub const FLUX_RESOURCES_CREATED: &str = "FluxResourcesCreated";
 /// The API server's limit on a condition message.
 const MAX_MESSAGE: usize = 32 * 1024;
 

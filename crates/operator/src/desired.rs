@@ -26,7 +26,7 @@ use kalypso_core::{Diagnostic, Diagnostics, ScheduledEnvironment};
 use kalypso_template::Engine;
 use kube::{Resource, ResourceExt};
 
-use crate::conditions::Desired;
+use crate::conditions::{Desired, FLUX_RESOURCES_CREATED, ROLLOUT_UNSUPPORTED};
 use crate::controller::StatusTarget;
 use crate::snapshot::{MissingRegistration, Snapshot, derived_from_workload};
 
@@ -102,6 +102,26 @@ pub enum Deliverable {
     Ready(Content),
     /// These problems block delivery (each names its object).
     Blocked(Vec<String>),
+    /// The namespace holds a RolloutPolicy, which the Flux and external sources cannot
+    /// honour: nothing is delivered (this message says why and what to do), rather than
+    /// the whole content reaching every cluster type at once.
+    RolloutUnsupported(String),
+}
+
+/// Why an environment whose namespace holds the RolloutPolicies `policies` (`namespace/name`)
+/// is not delivered by the operator's Flux and external sources, and what to do.
+pub fn rollout_unsupported(policies: &[String]) -> String {
+    let named = policies
+        .iter()
+        .map(|p| format!("RolloutPolicy {p}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{named} asks for a progressive rollout, which the operator runs only with --source git --hub URL \
+         (the Flux and external sources would deliver every cluster type at once); nothing was delivered. \
+         Run the operator with --source git --hub URL, or remove the RolloutPolicy to deliver the \
+         environment whole."
+    )
 }
 
 /// The operator's to-do list for one namespace.
@@ -282,7 +302,10 @@ pub fn desired_state(
     if run.is_blocked() {
         problems.extend(diagnostics.errors().map(ToString::to_string));
     }
-    let delivery = if problems.is_empty() {
+    let rollout_policies = snapshot.rollout_policies_in_force();
+    let delivery = if !rollout_policies.is_empty() {
+        Deliverable::RolloutUnsupported(rollout_unsupported(&rollout_policies))
+    } else if problems.is_empty() {
         Deliverable::Ready(Content {
             hash: format!("{:032x}", rendered.content.fingerprint()),
             assignments: rendered.records.len(),
@@ -519,8 +542,36 @@ fn statuses(
                     Desired::not_ready(MASS_DELETION_HELD, summarize(problems))
                 }
                 Deliverable::Blocked(problems) => Desired::not_ready("Blocked", summarize(problems)),
+                Deliverable::RolloutUnsupported(message) => {
+                    Desired::not_ready(ROLLOUT_UNSUPPORTED, message.clone())
+                }
             };
             push(Kind::Environment, StatusTarget::of(o), conditions(&o.status), d);
+        }
+    } else if let Some(o) = snapshot
+        .environment
+        .as_deref()
+        .filter(|o| o.metadata.deletion_timestamp.is_none())
+    {
+        // With Flux the sources controller writes the Environment's `Ready` (its Flux
+        // objects); the scheduler only says that a RolloutPolicy stops the delivery (over a
+        // Ready environment: a failure of its Flux objects says more), and gives `Ready`
+        // back once the policy is gone (the sources controller keeps it meanwhile, and it
+        // wrote the Flux objects before the scheduler could say so).
+        let current = conditions(&o.status);
+        let reason = current
+            .and_then(|c| crate::conditions::find(c, crate::conditions::READY))
+            .map(|c| c.reason.as_str());
+        let d = match delivery {
+            Deliverable::RolloutUnsupported(message) if reason != Some(crate::conditions::UPDATE_FAILED) => {
+                Some(Desired::not_ready(ROLLOUT_UNSUPPORTED, message.clone()))
+            }
+            Deliverable::RolloutUnsupported(_) => None,
+            _ if reason == Some(ROLLOUT_UNSUPPORTED) => Some(Desired::ready(FLUX_RESOURCES_CREATED, "")),
+            _ => None,
+        };
+        if let Some(d) = d {
+            push(Kind::Environment, StatusTarget::of(o), current, d);
         }
     }
     for o in &snapshot.deployment_targets {
@@ -693,6 +744,82 @@ mod tests {
     }
 
     #[test]
+    fn a_rollout_policy_stops_the_delivery_and_says_which_and_what_to_do() {
+        let mut s = hello_world_snapshot();
+        s.rollout_policies.push(Arc::new(rollout_policy("rings")));
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        let Deliverable::RolloutUnsupported(message) = &p.delivery else {
+            panic!("{:?}", p.delivery);
+        };
+        for part in [
+            "RolloutPolicy dev/rings",
+            "--source git --hub URL",
+            "remove the RolloutPolicy",
+            "nothing was delivered",
+        ] {
+            assert!(message.contains(part), "{part}: {message}");
+        }
+        // The rest of the namespace is reconciled as before: targets and object conditions.
+        assert_eq!(p.targets.len(), 1);
+        assert!(
+            p.statuses
+                .iter()
+                .any(|st| st.kind == Kind::Workload && st.desired.status)
+        );
+
+        // A policy on its way out no longer counts.
+        let mut going = rollout_policy("rings");
+        going.metadata.deletion_timestamp = Some(now());
+        s.rollout_policies = vec![Arc::new(going)];
+        let p = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
+        assert!(matches!(p.delivery, Deliverable::Ready(_)), "{:?}", p.delivery);
+    }
+
+    #[test]
+    fn the_environment_says_a_rollout_policy_stops_it_with_either_source() {
+        let environment_ready = |s: &Snapshot, options: Options| {
+            desired_state(s, &engine(), options, &mut InMemory::default())
+                .statuses
+                .into_iter()
+                .find(|st| st.kind == Kind::Environment)
+                .map(|st| (st.desired.status, st.desired.reason))
+        };
+        let flux = Options::default();
+        let external = Options {
+            external: true,
+            ..Options::default()
+        };
+        let mut s = hello_world_snapshot();
+        s.rollout_policies.push(Arc::new(rollout_policy("rings")));
+        s.environment = Some(Arc::new(environment(Some((true, FLUX_RESOURCES_CREATED)))));
+        let refused = Some((false, ROLLOUT_UNSUPPORTED.to_owned()));
+        assert_eq!(environment_ready(&s, flux), refused);
+        assert_eq!(environment_ready(&s, external), refused);
+        // With Flux a failure of the Environment's Flux objects is not hidden.
+        s.environment = Some(Arc::new(environment(Some((
+            false,
+            crate::conditions::UPDATE_FAILED,
+        )))));
+        assert_eq!(environment_ready(&s, flux), None);
+
+        // The policy removed: with Flux, `Ready` goes back to what the sources controller
+        // said; with the external source, the scheduler's own `Scheduled`.
+        s.rollout_policies.clear();
+        s.environment = Some(Arc::new(environment(Some((false, ROLLOUT_UNSUPPORTED)))));
+        assert_eq!(
+            environment_ready(&s, flux),
+            Some((true, FLUX_RESOURCES_CREATED.to_owned()))
+        );
+        assert_eq!(
+            environment_ready(&s, external),
+            Some((true, "Scheduled".to_owned()))
+        );
+        // A Flux environment without a policy is the sources controller's alone, as before.
+        s.environment = Some(Arc::new(environment(Some((true, FLUX_RESOURCES_CREATED)))));
+        assert_eq!(environment_ready(&s, flux), None);
+    }
+
+    #[test]
     fn a_workload_without_the_flux_label_is_not_ready_and_says_why() {
         let mut s = hello_world_snapshot();
         let mut w = (*s.workloads[0]).clone();
@@ -814,7 +941,7 @@ mod tests {
         let b = desired_state(&s, &engine(), Options::default(), &mut InMemory::default());
         let hash = |p: &DesiredState| match &p.delivery {
             Deliverable::Ready(c) => c.hash.clone(),
-            Deliverable::Blocked(p) => panic!("{p:?}"),
+            other => panic!("{other:?}"),
         };
         assert_eq!(hash(&a), hash(&b));
         let mut changed = hello_world_snapshot();

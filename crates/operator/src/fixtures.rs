@@ -12,9 +12,9 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kalypso_api::{
     ClusterType, ClusterTypeSpec, DeploymentTarget, DeploymentTargetDetail, DeploymentTargetSpec, GitOpsRepo,
-    GitOpsRepoSpec, LabelSelector, Labels, Manifest, RepositoryRef, SchedulingPolicy, SchedulingPolicySpec,
-    Template, TemplateSpec, TemplateType, Workload, WorkloadRegistration, WorkloadRegistrationSpec,
-    WorkloadSpec, labels,
+    GitOpsRepoSpec, LabelSelector, Labels, Manifest, RepositoryRef, RolloutPolicy, RolloutPolicySpec,
+    SchedulingPolicy, SchedulingPolicySpec, Template, TemplateSpec, TemplateType, Workload,
+    WorkloadRegistration, WorkloadRegistrationSpec, WorkloadSpec, labels,
 };
 use kube::client::Body;
 use kube::{Client, Resource};
@@ -154,6 +154,45 @@ pub fn policy(name: &str) -> SchedulingPolicy {
     let mut o = SchedulingPolicy::new(name, SchedulingPolicySpec::default());
     o.spec.cluster_type_selector.label_selector = LabelSelector::default();
     o.metadata = meta(name);
+    o
+}
+
+/// A RolloutPolicy with one wave of every cluster type.
+pub fn rollout_policy(name: &str) -> RolloutPolicy {
+    let mut o = RolloutPolicy::new(
+        name,
+        RolloutPolicySpec {
+            waves: vec![kalypso_api::Wave {
+                name: "all".into(),
+                ..kalypso_api::Wave::default()
+            }],
+            ..RolloutPolicySpec::default()
+        },
+    );
+    o.metadata = meta(name);
+    o
+}
+
+/// Environment [`NS`] (in namespace `kalypso`) whose `Ready` has `reason` (`None`: no
+/// conditions yet).
+pub fn environment(ready: Option<(bool, &str)>) -> kalypso_api::Environment {
+    let mut o = kalypso_api::Environment::new(NS, kalypso_api::EnvironmentSpec::default());
+    o.metadata = meta(NS);
+    o.metadata.namespace = Some("kalypso".to_owned());
+    o.status = ready.map(|(status, reason)| kalypso_api::Status {
+        conditions: crate::conditions::update(
+            &[],
+            &[crate::conditions::Desired {
+                type_: crate::conditions::READY,
+                status,
+                reason: reason.to_owned(),
+                message: String::new(),
+            }],
+            &[],
+            Some(1),
+            &now(),
+        ),
+    });
     o
 }
 

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use kalypso_api::{BaseRepo, Environment, WorkloadRegistration};
+use kalypso_api::{BaseRepo, Environment, RolloutPolicy, WorkloadRegistration};
 use kalypso_template::Engine;
 use kube::Client;
 use kube::api::{Api, ListParams};
@@ -126,6 +126,12 @@ pub enum Error {
         "the scheduler.kalypso.io CRDs are not installed ({0}); install them with `kalypso crds | kubectl apply --server-side -f -` or the Helm chart"
     )]
     CrdsMissing(#[source] kube::Error),
+    /// RolloutPolicies cannot be listed (their CRD is missing, or the operator may not read
+    /// them), with a source that watches them.
+    #[error(
+        "cannot list RolloutPolicies ({0}): with --source flux or external the operator watches them (an environment whose namespace holds one is not delivered); install the CRDs with `kalypso crds | kubectl apply --server-side -f -` and let the operator get, list and watch rolloutpolicies (the Helm chart's ClusterRole does)"
+    )]
+    RolloutPolicies(#[source] kube::Error),
     /// The endpoints could not be served.
     #[error(transparent)]
     Http(#[from] http::Error),
@@ -152,6 +158,14 @@ pub async fn run(
         .list(&ListParams::default().limit(1))
         .await
         .map_err(Error::CrdsMissing)?;
+    if config.source != ControlPlaneFeed::Git {
+        // The scheduler watches RolloutPolicies (one stops its environment's delivery); a
+        // missing definition (an install from before rollouts) would stall every reconcile.
+        Api::<RolloutPolicy>::all(client.clone())
+            .list(&ListParams::default().limit(1))
+            .await
+            .map_err(Error::RolloutPolicies)?;
+    }
     let mut config = config;
     if config.source == ControlPlaneFeed::Flux {
         config.flux = crate::flux::resolve_api_versions(&client, &config.flux)
@@ -337,6 +351,7 @@ async fn controllers(
         blocked: Mutex::default(),
         reported: Mutex::default(),
         memos: Mutex::default(),
+        rollout_refused: Mutex::default(),
     });
     let trigger = futures::stream::select_all(triggers);
     tasks.push(

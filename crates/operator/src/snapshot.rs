@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta as KubeMeta;
 use kalypso_api::{
     BaseRepo, ClusterType, ConfigMapData, ConfigSchema, DeploymentTarget, GitOpsRepo, Kind, ObjectMeta,
-    SchedulingPolicy, Template, Workload, WorkloadRegistration, labels,
+    RolloutPolicy, SchedulingPolicy, Template, Workload, WorkloadRegistration, labels,
 };
 use kalypso_core::Origin;
 use kalypso_core::model::{DeliveredWorkload, Namespace, Object};
@@ -47,6 +47,10 @@ pub struct Snapshot {
     pub base_repos: Vec<Arc<BaseRepo>>,
     /// ConfigSchemas.
     pub config_schemas: Vec<Arc<ConfigSchema>>,
+    /// RolloutPolicies: not an input of the pipeline (the Flux and external sources cannot
+    /// run rollouts), but one in the namespace stops its delivery (see
+    /// [`Snapshot::rollout_policies_in_force`]).
+    pub rollout_policies: Vec<Arc<RolloutPolicy>>,
     /// ConfigMaps (all of them; the pipeline picks the platform ones).
     pub config_maps: Vec<Arc<ConfigMap>>,
     /// The cluster types the OCM Placement of each policy with a `placementRef` decided
@@ -145,6 +149,19 @@ impl Snapshot {
             && self.gitops_repos.is_empty()
             && self.base_repos.is_empty()
             && self.config_schemas.is_empty()
+    }
+
+    /// The RolloutPolicies of the namespace that are not being deleted, as
+    /// `namespace/name`, sorted.
+    pub fn rollout_policies_in_force(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .rollout_policies
+            .iter()
+            .filter(|p| !deleting(&p.metadata))
+            .map(|p| format!("{}/{}", self.namespace, p.name_any()))
+            .collect();
+        names.sort();
+        names
     }
 
     /// The core model of the namespace, and the Workloads left out because their

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kalypso_api::{
-    BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment, GitOpsRepo, SchedulingPolicy,
-    Template, Workload, WorkloadRegistration, labels,
+    BaseRepo, ClusterType, ConfigSchema, DeploymentTarget, Environment, GitOpsRepo, RolloutPolicy,
+    SchedulingPolicy, Template, Workload, WorkloadRegistration, labels,
 };
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -45,6 +45,9 @@ pub struct Stores {
     pub base_repos: Store<BaseRepo>,
     /// ConfigSchemas.
     pub config_schemas: Store<ConfigSchema>,
+    /// RolloutPolicies (their presence stops an environment's delivery: the Flux and
+    /// external sources cannot run rollouts).
+    pub rollout_policies: Store<RolloutPolicy>,
     /// ConfigMaps (platform ones with data).
     pub config_maps: Store<ConfigMap>,
     /// Environments (cluster-wide: Environment `<env>` is about namespace `<env>`; the
@@ -149,6 +152,7 @@ impl Stores {
             gitops_repos: store!(GitOpsRepo, keep),
             base_repos: store!(BaseRepo, keep),
             config_schemas: store!(ConfigSchema, keep),
+            rollout_policies: store!(RolloutPolicy, keep),
             config_maps: store!(ConfigMap, strip_config_map),
             environments: {
                 let (store, trigger) = reflect::<Environment>(client, keep, named_namespace);
@@ -171,6 +175,7 @@ impl Stores {
         self.gitops_repos.wait_until_ready().await?;
         self.base_repos.wait_until_ready().await?;
         self.config_schemas.wait_until_ready().await?;
+        self.rollout_policies.wait_until_ready().await?;
         self.config_maps.wait_until_ready().await?;
         self.environments.wait_until_ready().await?;
         Ok(())
@@ -189,6 +194,7 @@ impl Stores {
             gitops_repos: in_namespace(&self.gitops_repos, namespace),
             base_repos: in_namespace(&self.base_repos, namespace),
             config_schemas: in_namespace(&self.config_schemas, namespace),
+            rollout_policies: in_namespace(&self.rollout_policies, namespace),
             config_maps: in_namespace(&self.config_maps, namespace)
                 .into_iter()
                 .filter(|c| is_platform_config(c))

@@ -290,6 +290,15 @@ fn the_chart_renders_with_the_originals_values() {
         "Assignment rights by default: the operator writes them, as the original does"
     );
     assert!(
+        rules.iter().any(|r| r["resources"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().any(|x| x == "rolloutpolicies"))
+            && r["verbs"]
+                .as_array()
+                .is_some_and(|vs| vs.iter().any(|v| v == "watch"))),
+        "the scheduler watches RolloutPolicies (one stops its environment's delivery with Flux)"
+    );
+    assert!(
         !rules.iter().any(|r| r["resources"]
             .as_array()
             .is_some_and(|rs| rs.iter().any(|x| x == "*"))),

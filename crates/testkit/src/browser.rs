@@ -169,15 +169,23 @@ impl Browser {
         self.client.execute(script, Vec::new()).await.expect("script")
     }
 
-    /// The text of the first element `css` selects.
+    /// The text of the first element `css` selects. A page that updates itself (the dashboard's
+    /// live pages) may replace the element between finding it and reading it: it is then found
+    /// again.
     pub async fn text(&self, css: &str) -> String {
-        self.client
-            .find(Locator::Css(css))
-            .await
-            .unwrap_or_else(|e| panic!("no {css}: {e}"))
-            .text()
-            .await
-            .expect("text")
+        for _ in 0..50 {
+            let element = self
+                .client
+                .find(Locator::Css(css))
+                .await
+                .unwrap_or_else(|e| panic!("no {css}: {e}"));
+            match element.text().await {
+                Ok(text) => return text,
+                Err(e) if e.is_stale_element_reference() => continue,
+                Err(e) => panic!("the text of {css}: {e}"),
+            }
+        }
+        panic!("{css}: replaced by the page each time it was read")
     }
 
     /// The visible text of every element `css` selects, in page order.

@@ -37,8 +37,13 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
         .as_deref()
         .map(|p| read_secret(p, "API token"))
         .transpose()?;
+    // The control plane: --control-plane, else the configuration file's `controlPlane`.
+    let mut control_plane = settings.control_plane.clone();
     if let Some(path) = &settings.config {
         let (file, auth) = kalypso_hub::config::load(path).map_err(|e| anyhow!("{e}"))?;
+        if control_plane.is_none() {
+            control_plane = file.control_plane;
+        }
         if let Some(notifications) = file.notifications {
             if settings.notifications.is_some() {
                 return Err(anyhow!(
@@ -77,8 +82,8 @@ pub(crate) fn hub(settings: &Hub, global: &Global) -> Result<ExitCode> {
     config.refresh = settings.refresh;
     config.limits = settings.limits;
     config.cluster_rate = settings.cluster_rate;
-    config.git = settings.control_plane.as_ref().map(|cp| GitSettings {
-        control_plane: cp.clone(),
+    config.git = control_plane.map(|control_plane| GitSettings {
+        control_plane,
         cache_dir: settings.git.cache_dir(),
         auth: settings.git.auth.clone(),
         retry: settings.git.retry,

@@ -108,6 +108,9 @@ pub struct Context {
     pub reported: Mutex<BTreeMap<String, String>>,
     /// Per environment, its last run's packages (the memo of its next run) and placement.
     pub memos: Mutex<BTreeMap<String, InMemory>>,
+    /// Environments not delivered because they hold a RolloutPolicy (logged once when one
+    /// enters or leaves the set).
+    pub rollout_refused: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -340,7 +343,8 @@ async fn deliver(
 ) -> Result<Option<Duration>, Error> {
     let ns = &desired.namespace;
     let mut wait: Option<Duration> = None;
-    let blocked = matches!(desired.delivery, Deliverable::Blocked(_));
+    let blocked = !matches!(desired.delivery, Deliverable::Ready(_));
+    note_rollout_refusal(desired, ctx);
     if let Ok(mut b) = ctx.blocked.lock() {
         if blocked {
             b.insert(ns.clone());
@@ -377,6 +381,25 @@ async fn deliver(
                         &target,
                         &current,
                         &[Desired::not_ready(reason, desired::summarize(problems))],
+                        &[READY_TO_PR],
+                        None,
+                    )
+                    .await
+                    .map_err(status_error)?;
+                continue;
+            }
+            Deliverable::RolloutUnsupported(message) => {
+                if let Ok(mut d) = ctx.debouncer.lock() {
+                    d.forget(&key);
+                }
+                ctx.shared
+                    .write_status(
+                        &target,
+                        &current,
+                        &[Desired::not_ready(
+                            conditions::ROLLOUT_UNSUPPORTED,
+                            message.clone(),
+                        )],
                         &[READY_TO_PR],
                         None,
                     )
@@ -482,6 +505,26 @@ async fn deliver(
         }
     }
     Ok(wait)
+}
+
+/// Logs when the environment starts or stops being refused for its RolloutPolicy (once per
+/// change, not every reconcile; the Events go with the `Ready` transitions).
+fn note_rollout_refusal(desired: &DesiredState, ctx: &Context) {
+    let Ok(mut refused) = ctx.rollout_refused.lock() else {
+        return;
+    };
+    match &desired.delivery {
+        Deliverable::RolloutUnsupported(message) => {
+            if refused.insert(desired.namespace.clone()) {
+                tracing::warn!(reason = conditions::ROLLOUT_UNSUPPORTED, "{message}");
+            }
+        }
+        _ => {
+            if refused.remove(&desired.namespace) {
+                tracing::info!("the RolloutPolicy is gone: the environment is delivered again");
+            }
+        }
+    }
 }
 
 /// Reports the environment's failures as the original does (GitHub issues in the first

@@ -9,7 +9,8 @@
 //!   applied into `<ns>`.
 //!
 //! `Ready=True, reason FluxResourcesCreated` once written, `UpdateFailed` otherwise, as in
-//! the original. The Flux objects live in `flux-system` and cannot be owned by a namespaced
+//! the original; an Environment the scheduler marked `RolloutUnsupported` (its namespace
+//! holds a RolloutPolicy) keeps that while its Flux objects are fine. The Flux objects live in `flux-system` and cannot be owned by a namespaced
 //! object elsewhere, so a finalizer removes them when their object goes (the original only
 //! did so when it happened to see the deletion). Deleting an Environment keeps its
 //! namespace, as the original does.
@@ -28,7 +29,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use super::Shared;
-use crate::conditions::Desired;
+use crate::conditions::{Desired, FLUX_RESOURCES_CREATED, ROLLOUT_UNSUPPORTED};
 use crate::flux::{self, FluxSettings, FluxSource};
 
 /// The finalizer that removes an object's Flux objects before it goes.
@@ -226,11 +227,14 @@ pub async fn reconcile<K: SourceKind>(obj: Arc<K>, ctx: Arc<Context>) -> Result<
 async fn apply<K: SourceKind>(obj: &K, ctx: &Context) -> Result<Action, Error> {
     let result = write_flux(obj, ctx).await;
     let desired = match &result {
-        Ok(()) => Desired::ready("FluxResourcesCreated", ""),
-        Err(e) => Desired::failed(e.to_string()),
+        // The scheduler says that the environment's RolloutPolicy stops its delivery, and
+        // gives `Ready` back once the policy is gone: keep its word.
+        Ok(()) if refused_for_rollout(obj.conditions()) => Vec::new(),
+        Ok(()) => vec![Desired::ready(FLUX_RESOURCES_CREATED, "")],
+        Err(e) => vec![Desired::failed(e.to_string())],
     };
     ctx.shared
-        .set_conditions(obj, obj.conditions(), &[desired], &[])
+        .set_conditions(obj, obj.conditions(), &desired, &[])
         .await
         .map_err(|source| Error::Status {
             kind: K::KIND,
@@ -239,6 +243,12 @@ async fn apply<K: SourceKind>(obj: &K, ctx: &Context) -> Result<Action, Error> {
         })?;
     result?;
     Ok(Action::await_change())
+}
+
+/// Whether `Ready` is the scheduler's `RolloutUnsupported`.
+fn refused_for_rollout(conditions: &[Condition]) -> bool {
+    crate::conditions::find(conditions, crate::conditions::READY)
+        .is_some_and(|c| c.status == "False" && c.reason == ROLLOUT_UNSUPPORTED)
 }
 
 async fn write_flux<K: SourceKind>(obj: &K, ctx: &Context) -> Result<(), Error> {
@@ -380,6 +390,32 @@ mod tests {
         server.expect_ok("PATCH", format!("{GITREPO}/dev")).await;
         server.expect_ok("PATCH", format!("{KUSTOMIZATION}/dev")).await;
         task.await.expect("join").expect("ok");
+        server.expect_nothing_more().await;
+    }
+
+    #[tokio::test]
+    async fn an_environment_the_scheduler_refused_for_its_rollout_policy_keeps_that_ready() {
+        let (client, mut server) = mock_client();
+        let ctx = context(client);
+        let mut env = environment(true, false);
+        env.status = Some(kalypso_api::Status {
+            conditions: crate::conditions::update(
+                &[],
+                &[Desired::not_ready(
+                    ROLLOUT_UNSUPPORTED,
+                    "RolloutPolicy dev/rings ...",
+                )],
+                &[],
+                Some(3),
+                &crate::fixtures::now(),
+            ),
+        });
+        let task = tokio::spawn(reconcile(Arc::new(env), ctx));
+        server.expect_ok("PATCH", "/api/v1/namespaces/dev").await;
+        server.expect_ok("PATCH", format!("{GITREPO}/dev")).await;
+        server.expect_ok("PATCH", format!("{KUSTOMIZATION}/dev")).await;
+        task.await.expect("join").expect("ok");
+        // No status write: `FluxResourcesCreated` would deliver nothing and hide the refusal.
         server.expect_nothing_more().await;
     }
 

@@ -1,6 +1,6 @@
 //! The scheduler against a mocked API server: what it writes on a first sync, that a
-//! settled environment costs no writes, delivery after the debounce, failures, deletions
-//! and the optional Assignment objects.
+//! settled environment costs no writes, delivery after the debounce, failures, deletions,
+//! the optional Assignment objects, and an environment with a RolloutPolicy (not delivered).
 
 use std::sync::Arc;
 
@@ -35,6 +35,7 @@ fn context(
         blocked: Mutex::default(),
         reported: Mutex::default(),
         memos: Mutex::default(),
+        rollout_refused: Mutex::default(),
     }
 }
 
@@ -442,4 +443,143 @@ fn targets_are_applied_only_when_they_differ() {
     let mut relabelled = existing.clone();
     relabelled.metadata.labels = Some(Default::default());
     assert!(needs_apply(Some(&relabelled), &p.targets[0]));
+}
+
+/// `status.conditions` of a status patch, as the object has them after the write.
+fn written_conditions(
+    body: &serde_json::Value,
+) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    serde_json::from_value(body["status"]["conditions"].clone()).expect("conditions")
+}
+
+#[tokio::test]
+async fn a_rollout_policy_stops_the_delivery_with_flux_until_it_is_removed() {
+    const ENVIRONMENT: &str =
+        "/apis/scheduler.kalypso.io/v1alpha1/namespaces/kalypso/environments/dev/status";
+    const ENVIRONMENT_EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/kalypso/events";
+    let publisher = Arc::new(Recorder::new());
+    let (client, server) = mock_client();
+    // The Flux source (no `external`): the sources controller made the Environment Ready.
+    let ctx = context(client, publisher.clone(), Duration::ZERO, false);
+    let mut s = settled(hello_world_snapshot(), false);
+    s.environment = Some(Arc::new(environment(Some((
+        true,
+        conditions::FLUX_RESOURCES_CREATED,
+    )))));
+    s.rollout_policies.push(Arc::new(rollout_policy("rings")));
+
+    // The namespace holds a RolloutPolicy: nothing is delivered, and both the Environment
+    // and the GitOpsRepo say why, with a Warning each.
+    let recorder = tokio::spawn(record_all(server));
+    let action = sync(s.clone(), &ctx).await.expect("sync");
+    assert_eq!(action, Action::requeue(Duration::from_secs(300)));
+    let seen = recorder.await.expect("join");
+    assert_eq!(
+        paths(&seen),
+        [
+            format!("PATCH {ENVIRONMENT}"),
+            format!("POST {ENVIRONMENT_EVENTS}"),
+            format!("PATCH {API}/gitopsrepoes/dev/status"),
+            format!("POST {EVENTS}"),
+        ]
+    );
+    assert!(publisher.requests().is_empty(), "nothing is delivered");
+    for (i, (_, _, body)) in seen.iter().enumerate().step_by(2) {
+        let c = &body["status"]["conditions"][0];
+        assert_eq!(
+            (c["type"].as_str(), c["status"].as_str()),
+            (Some("Ready"), Some("False"))
+        );
+        assert_eq!(c["reason"], conditions::ROLLOUT_UNSUPPORTED);
+        let message = c["message"].as_str().unwrap_or_default();
+        assert!(message.contains("RolloutPolicy dev/rings"), "{message}");
+        assert!(message.contains("--source git --hub URL"), "{message}");
+        let event = &seen[i + 1].2;
+        assert_eq!(event["type"], "Warning");
+        assert_eq!(event["reason"], conditions::ROLLOUT_UNSUPPORTED);
+    }
+    assert!(
+        ctx.rollout_refused.lock().expect("lock").contains("dev"),
+        "logged as refused"
+    );
+
+    // The next reconcile (the objects now carry those conditions) writes nothing.
+    let mut env = environment(None);
+    env.status = Some(Status {
+        conditions: written_conditions(&seen[0].2),
+    });
+    s.environment = Some(Arc::new(env));
+    let mut repo = s.gitops_repos[0].as_ref().clone();
+    repo.status = Some(GitOpsRepoStatus {
+        conditions: written_conditions(&seen[2].2),
+        ..GitOpsRepoStatus::default()
+    });
+    s.gitops_repos = vec![Arc::new(repo)];
+    let (client, server) = mock_client();
+    let ctx = Context {
+        shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
+        ..ctx
+    };
+    sync(s.clone(), &ctx).await.expect("sync");
+    server.expect_nothing_more().await;
+    assert!(publisher.requests().is_empty());
+
+    // The policy removed: the environment is delivered, and `Ready` is the sources
+    // controller's again.
+    s.rollout_policies.clear();
+    let (client, server) = mock_client();
+    let ctx = Context {
+        shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
+        ..ctx
+    };
+    let recorder = tokio::spawn(record_all(server));
+    sync(s, &ctx).await.expect("sync");
+    let seen = recorder.await.expect("join");
+    assert_eq!(
+        paths(&seen),
+        [
+            format!("PATCH {ENVIRONMENT}"),
+            format!("POST {ENVIRONMENT_EVENTS}"),
+            format!("PATCH {API}/gitopsrepoes/dev/status"),
+            format!("POST {EVENTS}"),
+        ]
+    );
+    let c = &seen[0].2["status"]["conditions"][0];
+    assert_eq!(
+        (c["status"].as_str(), c["reason"].as_str()),
+        (Some("True"), Some(conditions::FLUX_RESOURCES_CREATED))
+    );
+    assert_eq!(seen[2].2["status"]["conditions"][0]["reason"], "Pushed");
+    let requests = publisher.requests();
+    assert_eq!(requests.len(), 1, "delivered once the policy is gone");
+    assert_eq!(requests[0].content.packages.len(), 1);
+    assert!(!ctx.rollout_refused.lock().expect("lock").contains("dev"));
+}
+
+#[tokio::test]
+async fn a_rollout_policy_stops_the_delivery_with_the_external_source_too() {
+    const ENVIRONMENT: &str =
+        "/apis/scheduler.kalypso.io/v1alpha1/namespaces/kalypso/environments/dev/status";
+    let publisher = Arc::new(Recorder::new());
+    let (client, server) = mock_client();
+    let mut ctx = context(client, publisher.clone(), Duration::ZERO, false);
+    ctx.options.external = true;
+    let mut s = settled(hello_world_snapshot(), false);
+    s.environment = Some(Arc::new(environment(None)));
+    s.rollout_policies.push(Arc::new(rollout_policy("rings")));
+    let recorder = tokio::spawn(record_all(server));
+    sync(s, &ctx).await.expect("sync");
+    let seen = recorder.await.expect("join");
+    assert!(publisher.requests().is_empty(), "nothing is delivered");
+    let ready = |path: &str| {
+        let (_, _, body) = seen
+            .iter()
+            .find(|(m, p, _)| m == "PATCH" && p == path)
+            .unwrap_or_else(|| panic!("no {path} in {:?}", paths(&seen)));
+        let c = &body["status"]["conditions"][0];
+        (c["status"].clone(), c["reason"].clone())
+    };
+    let refused = (json!("False"), json!(conditions::ROLLOUT_UNSUPPORTED));
+    assert_eq!(ready(ENVIRONMENT), refused);
+    assert_eq!(ready(&format!("{API}/gitopsrepoes/dev/status")), refused);
 }
