@@ -445,6 +445,23 @@ pub fn deliver(
     provenance: &Provenance,
     settings: &Settings,
 ) -> Result<Report, Error> {
+    check_tag(dest.tag)?;
+    let before = read::index(registry, dest.location, dest.tag, Access::Push)?;
+    deliver_over(registry, dest, before, content, ids, provenance, settings)
+}
+
+/// [`deliver`] over `before`, the index `dest`'s tag held when this delivery began, as the
+/// caller read it with [`read::index`] (for placement: a sync reads the index once, not once
+/// for placement and again to deliver; `None` when the tag had none).
+pub fn deliver_over(
+    registry: &Registry,
+    dest: Destination<'_>,
+    before: Option<Snapshot>,
+    content: &RepoContent,
+    ids: &Ids<'_>,
+    provenance: &Provenance,
+    settings: &Settings,
+) -> Result<Report, Error> {
     let location = dest.location;
     check_tag(dest.tag)?;
     let commit_tag = (!provenance.commit.is_empty()).then(|| provenance.commit.clone());
@@ -456,7 +473,6 @@ pub fn deliver(
         .iter()
         .map(|ct| Ok((*ct, location.cluster_type_repository(ct)?)))
         .collect::<Result<_, Error>>()?;
-    let before: Option<Snapshot> = read::index(registry, location, dest.tag, Access::Push)?;
     let before_index = before.as_ref().map(|s| &s.index);
     let promoted = promoted(content, before_index);
     let previous = Previous {
