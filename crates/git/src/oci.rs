@@ -108,7 +108,11 @@ impl Lazy {
 /// The index `target`'s tag held when a pass read it for placement (see
 /// [`current_assignment`]): the delivery starts from it instead of reading it again.
 #[derive(Debug, Default)]
-pub struct IndexRead(std::sync::Mutex<Option<((String, String), Option<Snapshot>)>>);
+pub struct IndexRead(std::sync::Mutex<Option<Kept>>);
+
+/// What an [`IndexRead`] keeps: the target's location and tag, and the index read there
+/// (`None`: the tag had none).
+type Kept = ((String, String), Option<Snapshot>);
 
 /// What tells targets apart in an [`IndexRead`]: the location and the tag.
 fn key(target: &OciTarget) -> (String, String) {
