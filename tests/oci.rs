@@ -678,3 +678,39 @@ fn a_sync_without_local_state_reads_the_placement_from_the_index() {
         "no cluster type's layer is read to know the placement: {layers:?}"
     );
 }
+
+/// A sync that moves reads the index once: for the placement, and the delivery starts from
+/// that read (one GET of the index manifest and one of its blob, not two of each).
+#[test]
+fn a_changed_sync_reads_the_index_once() {
+    let Some(registry) = TestRegistry::start(WHO) else {
+        return;
+    };
+    let mut s = Setup::new(registry);
+    let first = s.sync();
+    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
+    s.change_dev(
+        "cluster-types/west-us/large/large-config.yaml",
+        "MAX_REPLICAS: \"20\"",
+        "MAX_REPLICAS: \"40\"",
+    );
+    s.registry.clear_requests();
+    let changed = s.sync();
+    assert_eq!(changed.code, 0, "{}", changed.stderr);
+    assert!(
+        changed
+            .stdout
+            .contains("dev: 1 artifact pushed to dev@dev (oci://<registry>/kalypso/gitops), 3 unchanged"),
+        "{}",
+        changed.stdout
+    );
+    let requests = s.registry.requests();
+    let gets = |prefix: &str| {
+        requests
+            .iter()
+            .filter(|r| r.method == "GET" && r.path.starts_with(prefix))
+            .count()
+    };
+    assert_eq!(gets("/v2/kalypso/gitops/manifests/dev"), 1, "{requests:?}");
+    assert_eq!(gets("/v2/kalypso/gitops/blobs/"), 1, "{requests:?}");
+}

@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use kalypso_core::placement::{CurrentAssignment, current_from_folders, current_from_paths};
 pub use kalypso_oci::auth::{DEFAULT_TOKEN_ENV, USERNAME_ENV};
 use kalypso_oci::deliver::{Destination, Provenance, Settings};
+use kalypso_oci::read::Snapshot;
 pub use kalypso_oci::{AuthSettings, Report};
 use kalypso_oci::{GitId, Location, Registry, Retry};
 
@@ -104,11 +105,46 @@ impl Lazy {
     }
 }
 
+/// The index `target`'s tag held when a pass read it for placement (see
+/// [`current_assignment`]): the delivery starts from it instead of reading it again.
+#[derive(Debug, Default)]
+pub struct IndexRead(std::sync::Mutex<Option<Kept>>);
+
+/// What an [`IndexRead`] keeps: the target's location and tag, and the index read there
+/// (`None`: the tag had none).
+type Kept = ((String, String), Option<Snapshot>);
+
+/// What tells targets apart in an [`IndexRead`]: the location and the tag.
+fn key(target: &OciTarget) -> (String, String) {
+    (target.location.to_string(), target.tag.clone())
+}
+
+impl IndexRead {
+    fn keep(&self, target: &OciTarget, snapshot: Option<Snapshot>) {
+        *self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some((key(target), snapshot));
+    }
+
+    /// What was read of `target`'s tag (`Some(None)`: it had no index), taken; `None` when
+    /// nothing was.
+    fn take(&self, target: &OciTarget) -> Option<Option<Snapshot>> {
+        let mut slot = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match slot.take() {
+            Some((read, snapshot)) if read == key(target) => Some(snapshot),
+            other => {
+                *slot = other;
+                None
+            }
+        }
+    }
+}
+
 /// Delivers the hashed content to `target`: the assignments not rendered again are known by
-/// the ids `last` recorded for them.
+/// the ids `last` recorded for them. The index is the one `read` kept for `target`, else it
+/// is read now.
 pub fn deliver(
     registry: &Registry,
     target: &OciTarget,
+    read: &IndexRead,
     content: &Hashed<'_>,
     last: &DeliveredFiles,
     provenance: &Provenance,
@@ -126,12 +162,18 @@ pub fn deliver(
                 .collect()
         })
     };
-    kalypso_oci::deliver::deliver(
+    let dest = Destination {
+        location: &target.location,
+        tag: &target.tag,
+    };
+    let before = match read.take(target) {
+        Some(before) => before,
+        None => kalypso_oci::read::index(registry, dest.location, dest.tag, kalypso_oci::Access::Push)?,
+    };
+    kalypso_oci::deliver::deliver_over(
         registry,
-        Destination {
-            location: &target.location,
-            tag: &target.tag,
-        },
+        dest,
+        before,
         content.content(),
         &ids,
         provenance,
@@ -215,15 +257,19 @@ pub(crate) fn unchanged(at: &crate::state::BranchAt) -> Option<Report> {
 }
 
 /// Where the environment delivered to `target` has each deployment target (nothing when it
-/// cannot be read: placement then starts afresh, and says so in the log).
-pub fn current_assignment(registry: &Registry, target: &OciTarget) -> CurrentAssignment {
-    let read = || -> Result<CurrentAssignment, kalypso_oci::Error> {
+/// cannot be read: placement then starts afresh, and says so in the log). The index read is
+/// kept in `read`, for the delivery.
+pub fn current_assignment(registry: &Registry, target: &OciTarget, read: &IndexRead) -> CurrentAssignment {
+    let placement = || -> Result<CurrentAssignment, kalypso_oci::Error> {
         let (location, tag) = (&target.location, target.tag.as_str());
-        let Some(snapshot) = kalypso_oci::read::index(registry, location, tag, kalypso_oci::Access::Pull)?
-        else {
+        let snapshot = kalypso_oci::read::index(registry, location, tag, kalypso_oci::Access::Pull)?;
+        let folders = snapshot.as_ref().map(|s| s.index.folders());
+        let had_index = snapshot.is_some();
+        read.keep(target, snapshot);
+        if !had_index {
             return Ok(CurrentAssignment::new());
-        };
-        if let Some(folders) = snapshot.index.folders() {
+        }
+        if let Some(Some(folders)) = folders {
             return Ok(current_from_folders(
                 folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
             ));
@@ -234,7 +280,7 @@ pub fn current_assignment(registry: &Registry, target: &OciTarget) -> CurrentAss
             None => CurrentAssignment::new(),
         })
     };
-    read().unwrap_or_else(|error| {
+    placement().unwrap_or_else(|error| {
         tracing::warn!(error = %crate::redact::redact(&error.to_string()), "cannot read the OCI artifacts for Steady placement; placing afresh");
         CurrentAssignment::new()
     })

@@ -843,6 +843,7 @@ impl Pass<'_> {
             oci_targets: &oci_targets,
             last,
             tracking: &scope.tracking,
+            oci_index: crate::oci::IndexRead::default(),
         };
         let (run, delivered) = kalypso_core::run::run(scope.request(resolved), &context, &mut branches);
         let (outcome, next) = delivered?;
@@ -1152,6 +1153,8 @@ struct Branches<'p> {
     last: &'p DeliveredFiles,
     /// Tracking files written with the content.
     tracking: &'p BTreeMap<String, Blob>,
+    /// The OCI index read for placement, which the delivery starts from.
+    oci_index: crate::oci::IndexRead,
 }
 
 impl Sink for Branches<'_> {
@@ -1170,7 +1173,7 @@ impl Sink for Branches<'_> {
             (None, Some(target)) => self
                 .pass
                 .registry(&self.resolved.environment.name)
-                .map(|registry| crate::oci::current_assignment(registry, target))
+                .map(|registry| crate::oci::current_assignment(registry, target, &self.oci_index))
                 .unwrap_or_default(),
             (None, None) => CurrentAssignment::default(),
         }
@@ -1257,6 +1260,7 @@ impl Sink for Branches<'_> {
                 let report = crate::oci::deliver(
                     registry,
                     target,
+                    &self.oci_index,
                     &hashed,
                     last,
                     &provenance,

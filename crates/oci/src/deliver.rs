@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Mutex, PoisonError};
 
-use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, README, RepoContent, Rules, readme};
+use kalypso_core::tree::{Blob, PROMOTED_COMMIT_PATH, Package, README, RepoContent, Rules, readme};
 use rayon::prelude::*;
 use sha2::{Digest as _, Sha256};
 
@@ -174,6 +174,90 @@ struct File {
     content: Option<Blob>,
 }
 
+/// A path of a file laid out by [`plan`], in parts: an environment's 280,000 paths are
+/// compared and hashed for the content ids, and only the changed artifacts' are built.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum PlannedPath<'a> {
+    /// `{folder}/{name}`: a file of a deployment target's folder.
+    InFolder(&'a str, &'a str),
+    /// Any other path.
+    Whole(String),
+}
+
+impl PlannedPath<'_> {
+    /// The path's bytes, in parts to be read one after the other.
+    fn parts(&self) -> [&[u8]; 3] {
+        match self {
+            PlannedPath::InFolder(folder, name) => [folder.as_bytes(), b"/", name.as_bytes()],
+            PlannedPath::Whole(path) => [path.as_bytes(), b"", b""],
+        }
+    }
+
+    /// The path's deployment-target folder (its first segment), if it has one.
+    fn folder(&self) -> Option<&str> {
+        match self {
+            PlannedPath::InFolder(folder, _) => Some(folder),
+            PlannedPath::Whole(path) => path.split_once('/').map(|(folder, _)| folder),
+        }
+    }
+
+    /// The order of the paths as strings, without building them.
+    fn order(&self, other: &PlannedPath<'_>) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        if let (PlannedPath::InFolder(a, x), PlannedPath::InFolder(b, y)) = (self, other) {
+            if a == b {
+                return x.cmp(y);
+            }
+            // Different folders: their first difference decides, or, when one is a prefix of
+            // the other, the `/` after the shorter against the longer's next byte.
+            let common = a.len().min(b.len());
+            let order = match a.as_bytes()[..common].cmp(&b.as_bytes()[..common]) {
+                Ordering::Equal if a.len() < b.len() => b'/'.cmp(&b.as_bytes()[common]),
+                Ordering::Equal => a.as_bytes()[common].cmp(&b'/'),
+                order => order,
+            };
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        // Otherwise (rare: a path that is not a folder's file, or a folder name holding a
+        // `/`), byte by byte.
+        let bytes = |p: &PlannedPath<'_>| {
+            let [a, b, c] = p.parts();
+            a.iter().chain(b).chain(c).copied().collect::<Vec<u8>>()
+        };
+        bytes(self).cmp(&bytes(other))
+    }
+}
+
+impl std::fmt::Display for PlannedPath<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlannedPath::InFolder(folder, name) => write!(f, "{folder}/{name}"),
+            PlannedPath::Whole(path) => f.write_str(path),
+        }
+    }
+}
+
+/// A file laid out by [`plan`]: a [`File`] whose path is in parts.
+#[derive(Clone, Debug)]
+struct Planned<'a> {
+    path: PlannedPath<'a>,
+    id: GitId,
+    content: Option<Blob>,
+}
+
+impl Planned<'_> {
+    /// The file with its path built.
+    fn into_file(self) -> File {
+        File {
+            path: self.path.to_string(),
+            id: self.id,
+            content: self.content,
+        }
+    }
+}
+
 /// The deployment-target folders of an artifact's files (their first path segment), sorted:
 /// what [`Entry::deployment_targets`] records.
 fn folders(files: &[File]) -> Vec<String> {
@@ -185,16 +269,41 @@ fn folders(files: &[File]) -> Vec<String> {
     set.into_iter().map(str::to_owned).collect()
 }
 
+/// [`folders`] of files laid out by [`plan`].
+fn planned_folders(files: &[Planned<'_>]) -> Vec<String> {
+    let set: BTreeSet<&str> = files
+        .iter()
+        .filter_map(|f| f.path.folder())
+        .filter(|dt| !dt.starts_with('.'))
+        .collect();
+    set.into_iter().map(str::to_owned).collect()
+}
+
 /// The content id of an artifact's files: a digest of their sorted paths and git blob ids.
+/// (Its definition: deliveries compute it as [`planned_content_id`], and the tests check that
+/// the two agree.)
+#[cfg(test)]
 fn content_id(files: &[File]) -> String {
     let mut sorted: Vec<&File> = files.iter().collect();
     sorted.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    content_id_of(sorted.iter().map(|f| ([f.path.as_bytes(), b"", b""], &f.id)))
+}
+
+/// [`content_id`] of files laid out by [`plan`] (sorted by path).
+fn planned_content_id(files: &[Planned<'_>]) -> String {
+    content_id_of(files.iter().map(|f| (f.path.parts(), &f.id)))
+}
+
+/// The digest of [`content_id`] over files sorted by path, each as its path's parts and id.
+fn content_id_of<'f>(files: impl Iterator<Item = ([&'f [u8]; 3], &'f GitId)>) -> String {
     let mut h = Sha256::new();
     h.update(b"kalypso-oci-content 1\n");
-    for f in sorted {
-        h.update(f.path.as_bytes());
+    for (path, id) in files {
+        for part in path {
+            h.update(part);
+        }
         h.update([0]);
-        h.update(f.id.0);
+        h.update(id.0);
         h.update(b"\n");
     }
     format!("sha256:{}", hex::encode(h.finalize()))
@@ -252,60 +361,68 @@ impl Previous<'_> {
     }
 }
 
-/// Lays out the files of `cluster_type`'s artifact by id (contents where known).
-fn plan(
+/// Lays out the files of `cluster_type`'s artifact by id (contents where known), sorted by
+/// path.
+fn plan<'c>(
     cluster_type: &str,
-    content: &RepoContent,
+    content: &'c RepoContent,
     ids: &Ids<'_>,
     rules: &Rules<'_>,
     promoted: Option<&str>,
     previous: &Previous<'_>,
-) -> Result<Vec<File>, Error> {
+) -> Result<Vec<Planned<'c>>, Error> {
+    // The deployment targets' folders, each with its files in name order, in the order of
+    // their paths (a folder's paths are `{folder}/...`, so folders sort as `{folder}/`).
+    let start = (cluster_type.to_owned(), String::new());
+    let rendered = content
+        .packages
+        .range(start.clone()..)
+        .take_while(|((ct, _), _)| ct == cluster_type)
+        .map(|((_, dt), package)| (dt.as_str(), Some(package)));
+    let delivered = content
+        .delivered
+        .range(start..)
+        .take_while(|(ct, _)| ct == cluster_type)
+        .map(|(_, dt)| (dt.as_str(), None));
+    let mut folders: Vec<(&str, Option<&Package>)> = rendered.chain(delivered).collect();
+    folders.sort_by(|(a, _), (b, _)| PlannedPath::InFolder(a, "").order(&PlannedPath::InFolder(b, "")));
     let mut files = Vec::new();
-    let mut targets: BTreeSet<&str> = BTreeSet::new();
+    let mut in_folder = Vec::new();
+    for &(dt, package) in &folders {
+        match package {
+            Some(package) => in_folder.extend(package.files().map(|(name, blob)| Planned {
+                path: PlannedPath::InFolder(dt, name),
+                id: GitId::of_blob(blob),
+                content: Some(blob.clone()),
+            })),
+            None => {
+                let known = ids(cluster_type, dt).ok_or_else(|| Error::NotDelivered {
+                    cluster_type: cluster_type.to_owned(),
+                    path: format!("{dt}/"),
+                })?;
+                in_folder.extend(known.into_iter().map(|(name, id)| Planned {
+                    path: PlannedPath::InFolder(dt, name),
+                    id,
+                    content: None,
+                }));
+            }
+        }
+        in_folder.sort_by(|a, b| a.path.order(&b.path));
+        files.append(&mut in_folder);
+    }
+    // The few other files, each where its path sorts.
+    let mut others = Vec::new();
     if content.cluster_types.contains(cluster_type) {
         let text = readme();
-        files.push(File {
-            path: README.to_owned(),
+        others.push(Planned {
+            path: PlannedPath::Whole(README.to_owned()),
             id: GitId::of_blob(&text),
             content: Some(text),
         });
     }
-    let start = (cluster_type.to_owned(), String::new());
-    for ((_, dt), package) in content
-        .packages
-        .range(start.clone()..)
-        .take_while(|((ct, _), _)| ct == cluster_type)
-    {
-        targets.insert(dt);
-        for (name, blob) in package.files() {
-            files.push(File {
-                path: format!("{dt}/{name}"),
-                id: GitId::of_blob(blob),
-                content: Some(blob.clone()),
-            });
-        }
-    }
-    for (_, dt) in content
-        .delivered
-        .range(start..)
-        .take_while(|(ct, _)| ct == cluster_type)
-    {
-        targets.insert(dt);
-        let known = ids(cluster_type, dt).ok_or_else(|| Error::NotDelivered {
-            cluster_type: cluster_type.to_owned(),
-            path: format!("{dt}/"),
-        })?;
-        for (name, id) in known {
-            files.push(File {
-                path: format!("{dt}/{name}"),
-                id,
-                content: None,
-            });
-        }
-    }
     if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
         // A failing WorkloadRegistration's folders keep what was delivered before.
+        let targets: BTreeSet<&str> = folders.iter().map(|(dt, _)| *dt).collect();
         let before = previous.files(cluster_type)?;
         for (path, blob) in before.iter() {
             let Some((dt, _)) = path.split_once('/') else {
@@ -314,8 +431,8 @@ fn plan(
             if dt.starts_with('.') || targets.contains(dt) || !rules.keeps_folder(cluster_type, dt) {
                 continue;
             }
-            files.push(File {
-                path: path.clone(),
+            others.push(Planned {
+                path: PlannedPath::Whole(path.clone()),
                 id: GitId::of_blob(blob),
                 content: Some(blob.clone()),
             });
@@ -323,13 +440,17 @@ fn plan(
     }
     if let Some(commit) = promoted {
         let blob = Blob::from(commit.as_bytes());
-        files.push(File {
-            path: PROMOTED_COMMIT_PATH.to_owned(),
+        others.push(Planned {
+            path: PlannedPath::Whole(PROMOTED_COMMIT_PATH.to_owned()),
             id: GitId::of_blob(&blob),
             content: Some(blob),
         });
     }
-    files.sort_unstable_by(|a, b| a.path.cmp(&b.path));
+    if !others.is_empty() {
+        files.append(&mut others);
+        // Sorted runs merged (a stable sort finds them): as sorting every path.
+        files.sort_by(|a, b| a.path.order(&b.path));
+    }
     Ok(files)
 }
 
@@ -406,7 +527,10 @@ pub fn planned_tree(
     let none = |_: &str, _: &str| None;
     let mut tree = kalypso_core::tree::Tree::new();
     for ct in cluster_types(content) {
-        let mut files = plan(ct, content, &none, &rules, promoted, &previous)?;
+        let mut files: Vec<File> = plan(ct, content, &none, &rules, promoted, &previous)?
+            .into_iter()
+            .map(Planned::into_file)
+            .collect();
         complete(ct, &mut files, &previous)?;
         for file in files {
             if file.path != PROMOTED_COMMIT_PATH
@@ -445,6 +569,23 @@ pub fn deliver(
     provenance: &Provenance,
     settings: &Settings,
 ) -> Result<Report, Error> {
+    check_tag(dest.tag)?;
+    let before = read::index(registry, dest.location, dest.tag, Access::Push)?;
+    deliver_over(registry, dest, before, content, ids, provenance, settings)
+}
+
+/// [`deliver`] over `before`, the index `dest`'s tag held when this delivery began, as the
+/// caller read it with [`read::index`] (for placement: a sync reads the index once, not once
+/// for placement and again to deliver; `None` when the tag had none).
+pub fn deliver_over(
+    registry: &Registry,
+    dest: Destination<'_>,
+    before: Option<Snapshot>,
+    content: &RepoContent,
+    ids: &Ids<'_>,
+    provenance: &Provenance,
+    settings: &Settings,
+) -> Result<Report, Error> {
     let location = dest.location;
     check_tag(dest.tag)?;
     let commit_tag = (!provenance.commit.is_empty()).then(|| provenance.commit.clone());
@@ -456,7 +597,6 @@ pub fn deliver(
         .iter()
         .map(|ct| Ok((*ct, location.cluster_type_repository(ct)?)))
         .collect::<Result<_, Error>>()?;
-    let before: Option<Snapshot> = read::index(registry, location, dest.tag, Access::Push)?;
     let before_index = before.as_ref().map(|s| &s.index);
     let promoted = promoted(content, before_index);
     let previous = Previous {
@@ -467,28 +607,36 @@ pub fn deliver(
         read: Mutex::default(),
     };
     let rules = Rules::for_content(content);
-    let planned: Vec<(String, Vec<File>, String)> = names
+    // Each cluster type laid out by id; only the changed ones keep their files, with their
+    // paths built.
+    let planned: Vec<(String, Result<Entry, Vec<File>>, String)> = names
         .par_iter()
         .map(|ct| {
             let files = plan(ct, content, ids, &rules, promoted, &previous)?;
-            let id = content_id(&files);
-            Ok(((*ct).to_owned(), files, id))
+            let id = planned_content_id(&files);
+            let outcome = match before_index.and_then(|i| i.cluster_types.get(*ct)) {
+                Some(entry) if entry.content == id => {
+                    // The same content id is the same paths, so the same folders; an index
+                    // written before the folders were recorded gets them now.
+                    let mut entry = entry.clone();
+                    if entry.deployment_targets.is_none() {
+                        entry.deployment_targets = Some(artifact::encode_folders(&planned_folders(&files)));
+                    }
+                    Ok(entry)
+                }
+                _ => Err(files.into_iter().map(Planned::into_file).collect()),
+            };
+            Ok(((*ct).to_owned(), outcome, id))
         })
         .collect::<Result<_, Error>>()?;
     let mut entries: BTreeMap<String, Entry> = BTreeMap::new();
     let mut changed: Vec<(String, Vec<File>, String)> = Vec::new();
-    for (ct, files, id) in planned {
-        match before_index.and_then(|i| i.cluster_types.get(&ct)) {
-            Some(entry) if entry.content == id => {
-                // The same content id is the same paths, so the same folders; an index written
-                // before the folders were recorded gets them now.
-                let mut entry = entry.clone();
-                if entry.deployment_targets.is_none() {
-                    entry.deployment_targets = Some(artifact::encode_folders(&folders(&files)));
-                }
+    for (ct, outcome, id) in planned {
+        match outcome {
+            Ok(entry) => {
                 entries.insert(ct, entry);
             }
-            _ => changed.push((ct, files, id)),
+            Err(files) => changed.push((ct, files, id)),
         }
     }
     let unchanged = entries.len();
@@ -811,6 +959,69 @@ mod tests {
         assert_eq!(rfc3339(1_795_773_600), "2026-11-27T10:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(-1), "1969-12-31T23:59:59Z");
+    }
+
+    #[test]
+    fn planned_paths_sort_as_their_strings() {
+        let folders = ["app", "app-dev", "app.x", "app0", "ap", "b", "app/"];
+        let names = ["", "namespace.yaml", "reconciler.yaml", "a", "-", "0"];
+        let mut paths: Vec<PlannedPath<'_>> = Vec::new();
+        for folder in folders {
+            for name in names {
+                paths.push(PlannedPath::InFolder(folder, name));
+            }
+        }
+        for whole in [
+            "README.md",
+            ".github/tracking/Promoted_Commit_Id",
+            "app-dev/x",
+            "app",
+            "app/",
+        ] {
+            paths.push(PlannedPath::Whole(whole.to_owned()));
+        }
+        for a in &paths {
+            for b in &paths {
+                assert_eq!(a.order(b), a.to_string().cmp(&b.to_string()), "{a} against {b}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_planned_content_id_is_the_content_id_of_its_files() {
+        let mut content = content();
+        // Folders whose names are prefixes of each other, rendered and delivered.
+        for dt in ["app", "app-a", "app.b"] {
+            content.delivered.insert(("drone".to_owned(), dt.to_owned()));
+        }
+        let ids = |_: &str, dt: &str| {
+            Some(vec![
+                ("reconciler.yaml", GitId::of_blob(dt.as_bytes())),
+                ("namespace.yaml", GitId::of_blob(b"ns")),
+            ])
+        };
+        let location = Location::parse("oci://plan.invalid/plan").unwrap();
+        let previous = Previous {
+            registry: None,
+            location: &location,
+            index: None,
+            given: None,
+            read: Mutex::default(),
+        };
+        let rules = Rules::for_content(&content);
+        let planned = plan("drone", &content, &ids, &rules, Some("0123"), &previous).unwrap();
+        let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
+        let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+        let mut sorted = paths.clone();
+        sorted.sort_unstable();
+        assert_eq!(paths, sorted);
+        assert_eq!(paths.len(), 11);
+        assert_eq!(planned_content_id(&planned), content_id(&files));
+        assert_eq!(
+            planned_folders(&planned),
+            ["app", "app-a", "app-dev", "app.b"].map(str::to_owned)
+        );
+        assert_eq!(planned_folders(&planned), folders(&files));
     }
 
     #[test]

@@ -232,7 +232,9 @@ pub(crate) fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.len() > hay.len() {
         return None;
     }
-    hay.windows(needle.len()).position(|w| w == needle)
+    // memchr's substring search, not a comparison at every offset: `indent` and `replace`
+    // search every rendered config for its newlines.
+    memchr::memmem::find(hay, needle)
 }
 
 /// Go's `strings.LastIndex`.
@@ -243,7 +245,7 @@ pub(crate) fn rfind(hay: &[u8], needle: &[u8]) -> Option<usize> {
     if needle.len() > hay.len() {
         return None;
     }
-    hay.windows(needle.len()).rposition(|w| w == needle)
+    memchr::memmem::rfind(hay, needle)
 }
 
 /// Go's `strings.Replace(s, old, new, n)` (`n < 0`: all).
