@@ -353,15 +353,18 @@ impl FreshTree {
         if staging.exists() {
             fs::remove_dir_all(&staging).map_err(write_err(&staging))?;
         }
-        crate::interrupt::staging(&staging);
-        let made = fs::create_dir(&staging)
-            .map_err(write_err(&staging))
-            .and_then(|()| {
-                rfs::openat(rfs::CWD, &staging, folder_flags(), Mode::empty()).map_err(|e| FsError::Write {
-                    path: staging.clone(),
-                    cause: e.into(),
+        let made = crate::interrupt::make_staging(&staging, || {
+            fs::create_dir(&staging)
+                .map_err(write_err(&staging))
+                .and_then(|()| {
+                    rfs::openat(rfs::CWD, &staging, folder_flags(), Mode::empty()).map_err(|e| {
+                        FsError::Write {
+                            path: staging.clone(),
+                            cause: e.into(),
+                        }
+                    })
                 })
-            });
+        });
         let root = match made {
             Ok(fd) => fd,
             Err(e) => {
@@ -510,9 +513,8 @@ fn swap_in(dir: &Path, leave_out: &HashSet<String>, writes: &[(&str, &[u8])]) ->
     }
     let staging = output::staging_path(dir);
     output::remove_all(&staging).map_err(write_err(&staging))?;
-    let guard = Staging::new(staging.clone());
     let meta = fs::metadata(dir).map_err(read_err(dir))?;
-    fs::create_dir(&staging).map_err(write_err(&staging))?;
+    let guard = Staging::make(staging.clone())?;
     fs::set_permissions(&staging, meta.permissions()).map_err(write_err(&staging))?;
     link_tree(dir, &staging, "", leave_out)?;
     write_new_files(&staging, writes)?;
@@ -616,8 +618,7 @@ fn update_in_place(
     }
     let staging = output::staging_path(dir);
     output::remove_all(&staging).map_err(write_err(&staging))?;
-    let guard = Staging::new(staging.clone());
-    fs::create_dir(&staging).map_err(write_err(&staging))?;
+    let guard = Staging::make(staging.clone())?;
     write_new_files(&staging, writes)?;
     let prune = if prune {
         let mut emptied: Vec<String> = parent_dirs(delete.iter().map(String::as_str))
@@ -659,10 +660,13 @@ fn update_in_place(
 struct Staging(PathBuf);
 
 impl Staging {
-    /// The staging folder at `path` (to be made), removed when dropped or interrupted.
-    fn new(path: PathBuf) -> Staging {
-        crate::interrupt::staging(&path);
-        Staging(path)
+    /// Makes the staging folder at `path`, removed when dropped or interrupted.
+    fn make(path: PathBuf) -> Result<Staging, FsError> {
+        let made = crate::interrupt::make_staging(&path, || fs::create_dir(&path));
+        // Dropped on failure too: it forgets the path it noted.
+        let guard = Staging(path);
+        made.map_err(write_err(&guard.0))?;
+        Ok(guard)
     }
 }
 

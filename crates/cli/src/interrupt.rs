@@ -117,9 +117,15 @@ impl Registry<'_> {
     }
 }
 
-/// Notes a staging folder about to be made and filled (removed if the process is stopped).
-pub(crate) fn staging(folder: &Path) {
-    pending().staging.push(folder.to_owned());
+/// Makes the staging folder `folder` with `make` and notes it (removed if the process is
+/// stopped) in one step: a signal's clean-up comes wholly before it (nothing is made, since
+/// the process exits while `make` waits) or after it (the folder is noted and removed), never
+/// between the two, where it would miss a folder made after it looked.
+pub(crate) fn make_staging<T, E>(folder: &Path, make: impl FnOnce() -> Result<T, E>) -> Result<T, E> {
+    let mut held = pending();
+    let made = make();
+    held.staging.push(folder.to_owned());
+    made
 }
 
 /// Notes that the staging folder `folder` was moved into place or removed.
