@@ -820,7 +820,6 @@ mod tests {
     use super::*;
 
     use kalypso_hub_api::ClusterState;
-    use sqlx::Connection;
 
     use crate::db::DbOptions;
 
@@ -972,30 +971,10 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_batch_is_decided_as_its_reports_one_by_one() {
-        let tmp = tempfile::tempdir().unwrap();
-        batches_decide_as_one_by_one(&format!("sqlite://{}", tmp.path().join("ingest.db").display())).await;
-        if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
-            && !base.trim().is_empty()
-        {
-            sqlx::any::install_default_drivers();
-            let name = format!("kalypso_hub_ingest_{}", std::process::id());
-            let mut admin = sqlx::AnyConnection::connect(base.trim()).await.unwrap();
-            sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            sqlx::query(&format!("CREATE DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-            let (head, tail) = base.trim().split_once("://").unwrap();
-            let host = tail.split(['/', '?']).next().unwrap();
-            batches_decide_as_one_by_one(&format!("{head}://{host}/{name}")).await;
-            sqlx::query(&format!("DROP DATABASE {name}"))
-                .execute(&mut admin)
-                .await
-                .unwrap();
-        }
+        crate::test_databases::on_each_engine("ingest", |url| async move {
+            batches_decide_as_one_by_one(&url).await
+        })
+        .await;
     }
 
     #[test]

@@ -54,6 +54,8 @@ pub mod policy;
 pub mod query;
 pub mod release_pages;
 pub mod rollout;
+#[cfg(test)]
+mod test_databases;
 pub mod throttle;
 
 use std::net::SocketAddr;

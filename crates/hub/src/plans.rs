@@ -7,7 +7,7 @@
 //! PostgreSQL when `KALYPSO_TEST_POSTGRES_URL` is set (with sequential scans priced out, so
 //! that a plan that still has one has no index to use).
 
-use sqlx::{Any, Connection, Row};
+use sqlx::{Any, Row};
 
 use crate::counts;
 use crate::db::{Backend, Db, DbOptions};
@@ -277,32 +277,5 @@ async fn check_plans(url: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_statement_on_clusters_scans_the_table() {
-    let tmp = tempfile::tempdir().unwrap();
-    check_plans(&format!("sqlite://{}", tmp.path().join("plans.db").display())).await;
-    if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
-        && !base.trim().is_empty()
-    {
-        sqlx::any::install_default_drivers();
-        let name = format!("kalypso_hub_plans_{}", std::process::id());
-        let mut admin = sqlx::AnyConnection::connect(base.trim()).await.unwrap();
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        sqlx::query(&format!("CREATE DATABASE {name}"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-        let (head, tail) = base.trim().split_once("://").unwrap();
-        let (authority, query) = match tail.split_once('?') {
-            Some((a, q)) => (a, format!("?{q}")),
-            None => (tail, String::new()),
-        };
-        let host = authority.split('/').next().unwrap();
-        check_plans(&format!("{head}://{host}/{name}{query}")).await;
-        sqlx::query(&format!("DROP DATABASE {name} WITH (FORCE)"))
-            .execute(&mut admin)
-            .await
-            .unwrap();
-    }
+    crate::test_databases::on_each_engine("plans", |url| async move { check_plans(&url).await }).await;
 }
