@@ -371,19 +371,14 @@ mod tests {
         server.expect_nothing_more().await;
     }
 
-    #[tokio::test]
-    async fn a_ready_environment_writes_no_status_again() {
+    /// Reconciles an Environment whose `Ready` is already `ready`: its Flux objects are
+    /// applied, and no status is written.
+    async fn reconcile_writes_no_status(ready: Desired) {
         let (client, mut server) = mock_client();
         let ctx = context(client);
         let mut env = environment(true, false);
         env.status = Some(kalypso_api::Status {
-            conditions: crate::conditions::update(
-                &[],
-                &[Desired::ready("FluxResourcesCreated", "")],
-                &[],
-                Some(3),
-                &crate::fixtures::now(),
-            ),
+            conditions: crate::conditions::update(&[], &[ready], &[], Some(3), &crate::fixtures::now()),
         });
         let task = tokio::spawn(reconcile(Arc::new(env), ctx));
         server.expect_ok("PATCH", "/api/v1/namespaces/dev").await;
@@ -394,29 +389,18 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_ready_environment_writes_no_status_again() {
+        reconcile_writes_no_status(Desired::ready("FluxResourcesCreated", "")).await;
+    }
+
+    #[tokio::test]
     async fn an_environment_the_scheduler_refused_for_its_rollout_policy_keeps_that_ready() {
-        let (client, mut server) = mock_client();
-        let ctx = context(client);
-        let mut env = environment(true, false);
-        env.status = Some(kalypso_api::Status {
-            conditions: crate::conditions::update(
-                &[],
-                &[Desired::not_ready(
-                    ROLLOUT_UNSUPPORTED,
-                    "RolloutPolicy dev/rings ...",
-                )],
-                &[],
-                Some(3),
-                &crate::fixtures::now(),
-            ),
-        });
-        let task = tokio::spawn(reconcile(Arc::new(env), ctx));
-        server.expect_ok("PATCH", "/api/v1/namespaces/dev").await;
-        server.expect_ok("PATCH", format!("{GITREPO}/dev")).await;
-        server.expect_ok("PATCH", format!("{KUSTOMIZATION}/dev")).await;
-        task.await.expect("join").expect("ok");
         // No status write: `FluxResourcesCreated` would deliver nothing and hide the refusal.
-        server.expect_nothing_more().await;
+        reconcile_writes_no_status(Desired::not_ready(
+            ROLLOUT_UNSUPPORTED,
+            "RolloutPolicy dev/rings ...",
+        ))
+        .await;
     }
 
     #[tokio::test]
