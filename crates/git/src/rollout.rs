@@ -276,7 +276,7 @@ impl Pass<'_> {
             .and_then(|r| r.state.as_ref())
             .is_some_and(|s| s.status == Status::Progressing);
         if progressing {
-            self.forget_delivery(&name);
+            self.mark_rollout_in_progress(&name);
         }
         Ok(run)
     }
@@ -494,7 +494,7 @@ impl Pass<'_> {
         let change = self.resolve_pinned(&resolved.environment, &revisions(&state.change))?;
         let run = self.carry_out(&change, step, Some(state), Vec::new());
         // The delivery state recorded the pinned inputs: the next sync reads everything.
-        self.forget_delivery(&name);
+        self.mark_rollout_in_progress(&name);
         run
     }
 
@@ -568,7 +568,8 @@ impl Pass<'_> {
                     .collect();
                 let mut scope = Scope::default()
                     .keeping(keep)
-                    .tracking(state_file_name(), state.to_bytes());
+                    .tracking(state_file_name(), state.to_bytes())
+                    .rollout_in_progress(state.status == Status::Progressing);
                 for (at, cluster_types) in &previous {
                     scope = scope.rendering_from(cluster_types.clone(), at);
                 }

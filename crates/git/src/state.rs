@@ -86,6 +86,10 @@ pub struct EnvState {
     pub workloads: BTreeMap<String, String>,
     /// The commit of each BaseRepo other than `main`.
     pub bases: BTreeMap<String, String>,
+    /// A progressive rollout goes on from this delivery: never "nothing moved", the state
+    /// only says which branches to list ([`Store::mark_rollout_in_progress`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rollout_in_progress: bool,
 }
 
 /// The environments the main branch defined at a commit.
@@ -149,20 +153,35 @@ impl Store {
         }
     }
 
-    /// Forgets the state of `environment`, so that the next sync takes the full path for it
-    /// even though nothing moved (a progressive rollout in progress advances with time and the
-    /// clusters' reports, not with its inputs). A failure is logged: a state left behind
-    /// would hold the rollout back until an input moves.
-    pub fn forget_environment(&self, environment: &str) {
+    /// Marks the state of `environment` as one a progressive rollout goes on from: the next
+    /// sync takes the full path for it even though nothing moved (a rollout in progress
+    /// advances with time and the clusters' reports, not with its inputs), but still lists
+    /// the branches the state names, so that only the repositories that moved are fetched
+    /// (without a state, every workload repository is fetched). When the mark cannot be
+    /// written the state is removed; a failure to do either is logged: an unmarked state left
+    /// behind would hold the rollout back until an input moves.
+    pub fn mark_rollout_in_progress(&self, environment: &str) {
         let Some(file) = file_name(environment, "json") else {
             return;
         };
-        let path = self.dir.join(file);
+        let path = self.dir.join(&file);
+        let Some(mut state) = self.read::<EnvState>(&file) else {
+            return;
+        };
+        if state.rollout_in_progress {
+            return;
+        }
+        state.rollout_in_progress = true;
+        let marked = serde_json::to_vec_pretty(&state)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| write_atomically(&path, &bytes));
+        let Err(error) = marked else { return };
+        tracing::warn!(file = %path.display(), %error, "cannot mark the delivery state; removing it");
         match std::fs::remove_file(&path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(error) => {
-                tracing::warn!(file = %path.display(), %error, "cannot forget the delivery state");
+                tracing::warn!(file = %path.display(), %error, "cannot remove the delivery state");
             }
         }
     }
@@ -249,6 +268,7 @@ mod tests {
             environment: "b".repeat(40),
             workloads: BTreeMap::new(),
             bases: BTreeMap::new(),
+            rollout_in_progress: false,
         }
     }
 

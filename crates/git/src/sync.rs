@@ -545,6 +545,7 @@ impl Syncer {
         let mut unchanged = Vec::new();
         for (name, state) in states {
             let still = !main_moved
+                && !state.rollout_in_progress
                 && state
                     .control_plane
                     .iter()
@@ -608,6 +609,9 @@ pub struct Scope<'r> {
     keep: BTreeSet<String>,
     /// Tracking files written with the content (a rollout's state).
     tracking: BTreeMap<String, Blob>,
+    /// A progressive rollout goes on after this delivery (its delivery state is recorded as
+    /// one, see [`crate::state::Store::mark_rollout_in_progress`]).
+    rollout_in_progress: bool,
 }
 
 impl<'r> Scope<'r> {
@@ -628,6 +632,13 @@ impl<'r> Scope<'r> {
     /// commit as the content.
     pub fn tracking(mut self, name: &str, bytes: impl Into<Blob>) -> Scope<'r> {
         self.tracking.insert(name.to_owned(), bytes.into());
+        self
+    }
+
+    /// Records the delivery as one a progressive rollout goes on from: the next sync takes
+    /// the full path even though nothing moved.
+    pub fn rollout_in_progress(mut self, in_progress: bool) -> Scope<'r> {
+        self.rollout_in_progress = in_progress;
         self
     }
 
@@ -865,7 +876,7 @@ impl Pass<'_> {
             && !extenders.called.load(Ordering::SeqCst)
             && targets.iter().all(|t| t.mode == Mode::Push);
         if recordable {
-            self.record(resolved, &report);
+            self.record(resolved, &report, scope.rollout_in_progress);
         }
         Ok((report, next))
     }
@@ -941,16 +952,16 @@ impl Pass<'_> {
             })
     }
 
-    /// Makes the next sync take the full path for `environment` (see
-    /// [`Store::forget_environment`]).
-    pub(crate) fn forget_delivery(&self, environment: &str) {
-        self.store.forget_environment(environment);
+    /// Makes the next sync take the full path for `environment`, listing the branches its
+    /// last delivery was built from (see [`Store::mark_rollout_in_progress`]).
+    pub(crate) fn mark_rollout_in_progress(&self, environment: &str) {
+        self.store.mark_rollout_in_progress(environment);
     }
 
     /// Records what `report` delivered from `resolved`, so that the next sync can see that
     /// nothing moved (see [`crate::state`]). Nothing is recorded when a location carries
     /// credentials (they would be written to the cache) or a branch cannot be read.
-    fn record(&self, resolved: &Resolved, report: &EnvReport) {
+    fn record(&self, resolved: &Resolved, report: &EnvReport, rollout_in_progress: bool) {
         let Outcome::Delivered(delivered) = &report.outcome else {
             return;
         };
@@ -1022,6 +1033,7 @@ impl Pass<'_> {
                 environment: revisions.environment.clone(),
                 workloads: revisions.workloads.clone(),
                 bases: revisions.bases.clone(),
+                rollout_in_progress,
             },
         );
     }

@@ -265,3 +265,91 @@ fn a_locked_local_gitops_branch_is_reported_with_the_file_to_remove() {
         .unwrap();
     assert!(report.is_success());
 }
+
+/// The hub as far as these tests go: every wave's one cluster is compliant.
+struct Compliant;
+
+impl kalypso_git::rollout::WaveGate for Compliant {
+    fn health(
+        &self,
+        _: &str,
+        _: &str,
+        waves: &[std::collections::BTreeSet<String>],
+    ) -> Result<kalypso_git::rollout::GateAnswer, String> {
+        let healthy = kalypso_core::rollout::WaveHealth {
+            registered: 1,
+            compliant: 1,
+            compliant_since: Some(0),
+            ..Default::default()
+        };
+        Ok(kalypso_git::rollout::GateAnswer {
+            waves: Some(vec![healthy; waves.len()]),
+            frozen: None,
+        })
+    }
+}
+
+#[test]
+fn a_rollout_in_progress_is_never_unchanged_yet_its_branches_are_listed() {
+    let fx = Fixture::new();
+    let syncer = delivered(&fx, fx.settings());
+    let url = RepoUrl::parse(&file_url(&fx.control_plane)).unwrap();
+    common::add_a_cluster_type(&fx);
+    write_files(
+        &fx.control_plane,
+        "dev",
+        &[(
+            "rollout.yaml",
+            Some(
+                "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: RolloutPolicy\nmetadata:\n  name: rings\n\
+                 spec:\n  waves:\n  - name: canary\n    clusterTypeSelector:\n      labelSelector:\n        \
+                 matchLabels: {size: small}\n  - name: rest\n    clusterTypeSelector:\n      labelSelector: {}\n",
+            ),
+        )],
+        "rings",
+    );
+    // One step of dev's rollout, as `sync` takes it: the check, then a pass after it.
+    let step = || {
+        let check = syncer.check(&url, &names(&["dev"]));
+        assert!(check.unchanged.is_empty(), "a rollout goes on: {check:?}");
+        let mut pass = syncer.pass_after(&url, &check).unwrap();
+        let env = pass.environments(&names(&["dev"])).unwrap().remove(0);
+        let run = pass
+            .sync_rollout(&env, Some(&Compliant), kalypso_git::hub::now_ms())
+            .unwrap();
+        let rollout = run.rollout.unwrap();
+        assert!(rollout.delivered, "{rollout:?}");
+        rollout.state.unwrap()
+    };
+    let state = fx
+        .cache
+        .join("state")
+        .join(url.cache_name())
+        .join("dev.json");
+    let marked = || {
+        let text = std::fs::read_to_string(&state).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["rollout_in_progress"] == true
+    };
+
+    // The canary wave: a delivery of some cluster types, which records no new state; the one
+    // before is kept and marked, so the next check lists its three repositories (control
+    // plane, workload, GitOps) and the next pass fetches only what moved, yet never answers
+    // "nothing moved" while the rollout goes on.
+    assert_eq!(step().delivered, 1);
+    assert!(marked());
+    let check = syncer.check(&url, &names(&["dev"]));
+    assert_eq!(check.remotes, 3, "{check:?}");
+    assert!(check.unchanged.is_empty());
+
+    // The rest: a delivery of every cluster type, recorded as one a rollout goes on from.
+    let rest = step();
+    assert_eq!((rest.delivered, rest.status.as_str()), (2, "progressing"));
+    assert!(marked());
+    assert_eq!(syncer.check(&url, &names(&["dev"])).remotes, 3);
+
+    // Complete: the state says so in a last commit, and a sync with nothing moved is answered
+    // from the delivery state again.
+    assert_eq!(step().status.as_str(), "complete");
+    assert!(!marked());
+    assert_eq!(unchanged(&syncer, &fx, &["dev"]), ["dev"]);
+}
