@@ -11,11 +11,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use kalypso_api::{IntOrPercent, Kind, OnFailure};
+use kalypso_api::{IntOrPercent, Kind, OnFailure, labels};
 use serde::{Deserialize, Serialize};
 
 use crate::diag::{Code, Diagnostic, Diagnostics};
-use crate::model::Namespace;
+use crate::model::{Kustomization, Namespace};
 use crate::selector::Selector;
 
 /// Where the rollout's state is tracked on the GitOps branch (beside `Promoted_Commit_Id`).
@@ -92,6 +92,16 @@ fn parse_max_failures(value: &IntOrPercent) -> Result<MaxFailures, String> {
             }
         }
     }
+}
+
+/// Whether the environment's own branch (not the main branch, another BaseRepo or a
+/// workload folder) brings a RolloutPolicy into namespace `ns`: only then is the environment
+/// delivered by waves.
+pub fn defined_by_environment(ns: &Namespace) -> bool {
+    let own = Kustomization::Environment.name(&ns.name);
+    ns.rollout_policies
+        .values()
+        .any(|p| p.labels().get(labels::FLUX_NAME) == Some(&own))
 }
 
 /// The environment's rollout waves from its RolloutPolicy, if it has one; every problem of
@@ -958,5 +968,38 @@ mod tests {
         let bytes = state.to_bytes();
         assert_eq!(RolloutState::parse(&bytes), Some(state));
         assert!(RolloutState::parse(b"{}").is_none());
+    }
+
+    #[test]
+    fn only_the_environment_branch_s_own_rollout_policy_rolls_it_out() {
+        use crate::pipeline::{Inputs, load_namespace};
+        use crate::source::{SourceFile, SourceTree};
+        const POLICY: &str = "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: RolloutPolicy\nmetadata:\n  \
+                              name: rings\nspec:\n  waves:\n  - name: all\n    clusterTypeSelector:\n      \
+                              labelSelector: {}\n";
+        let tree = |label: &str, files: &[(&str, &str)]| {
+            SourceTree::new(
+                label,
+                files
+                    .iter()
+                    .map(|(path, text)| SourceFile::new(*path, text.as_bytes().to_vec()))
+                    .collect(),
+            )
+        };
+        let namespace = |environment: &[(&str, &str)], main: &[(&str, &str)]| {
+            let inputs = Inputs {
+                main: tree("main", main),
+                environment: tree("dev", environment),
+                workloads: BTreeMap::new(),
+                bases: BTreeMap::new(),
+                notes: Vec::new(),
+            };
+            load_namespace("dev", &inputs, &mut Diagnostics::new())
+        };
+        assert!(defined_by_environment(&namespace(&[("rollout.yaml", POLICY)], &[])));
+        let from_main = namespace(&[], &[("rollout.yaml", POLICY)]);
+        assert_eq!(from_main.rollout_policies.len(), 1, "main's is in the namespace");
+        assert!(!defined_by_environment(&from_main), "but does not roll dev out");
+        assert!(!defined_by_environment(&namespace(&[], &[])));
     }
 }

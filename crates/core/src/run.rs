@@ -151,6 +151,32 @@ pub enum Input<'a> {
     Trees(&'a Inputs),
     /// A namespace already loaded (the operator's, from the cluster).
     Namespace(Box<Namespace>),
+    /// Source trees whose namespace was already loaded from them ([`Loaded::from_trees`]),
+    /// so that a front end that had to read the namespace first does not parse them twice.
+    Loaded(&'a Inputs, Box<Loaded>),
+}
+
+/// An environment's namespace loaded from its source trees, with the diagnostics of the
+/// load: what a run starts from, read ahead by a front end that must know the environment
+/// before it asks for a run (its RolloutPolicy decides which cluster types a sync renders).
+#[derive(Debug)]
+pub struct Loaded {
+    /// The namespace.
+    pub namespace: Namespace,
+    /// What loading it found.
+    pub diagnostics: Diagnostics,
+}
+
+impl Loaded {
+    /// Loads environment `name` from `inputs`, as a run does.
+    pub fn from_trees(name: &str, inputs: &Inputs) -> Loaded {
+        let mut diagnostics = Diagnostics::new();
+        let namespace = load_namespace(name, inputs, &mut diagnostics);
+        Loaded {
+            namespace,
+            diagnostics,
+        }
+    }
 }
 
 /// What a run renders: an environment's control plane and, per cluster type, where its
@@ -171,6 +197,17 @@ impl<'a> Request<'a> {
         Request {
             name: name.to_owned(),
             input: Input::Trees(inputs),
+            others: Vec::new(),
+            keep: BTreeSet::new(),
+        }
+    }
+
+    /// Environment `name` of `inputs`, whose namespace `loaded` was loaded from them
+    /// ([`Loaded::from_trees`]): the same run as [`Request::new`]'s, without loading again.
+    pub fn preloaded(name: &str, inputs: &'a Inputs, loaded: Loaded) -> Request<'a> {
+        Request {
+            name: name.to_owned(),
+            input: Input::Loaded(inputs, Box::new(loaded)),
             others: Vec::new(),
             keep: BTreeSet::new(),
         }
@@ -354,6 +391,14 @@ impl<'a> Scheduled<'a> {
         let (namespace, trees) = match input {
             Input::Trees(inputs) => (load_namespace(name, inputs, &mut diagnostics), Some(inputs)),
             Input::Namespace(namespace) => (*namespace, None),
+            Input::Loaded(inputs, loaded) => {
+                let Loaded {
+                    namespace,
+                    diagnostics: found,
+                } = *loaded;
+                diagnostics = found;
+                (namespace, Some(inputs))
+            }
         };
         let environment = schedule_loaded(namespace, context, current, &mut diagnostics);
         Scheduled {
@@ -980,6 +1025,44 @@ mod tests {
     /// A run of `inputs` as environment `dev` from scratch.
     fn run_fresh(inputs: &Inputs) -> Run {
         run_with(inputs, &mut InMemory::default())
+    }
+
+    #[test]
+    fn a_run_from_a_namespace_loaded_ahead_is_the_run_from_the_trees() {
+        let engine = Engine::new();
+        let runs = |inputs: &Inputs| {
+            let from_trees = run(
+                Request::new("dev", inputs),
+                &RunContext::new(&engine),
+                &mut InMemory::default(),
+            )
+            .0;
+            let loaded = Loaded::from_trees("dev", inputs);
+            let ahead = run(
+                Request::preloaded("dev", inputs, loaded),
+                &RunContext::new(&engine),
+                &mut InMemory::default(),
+            )
+            .0;
+            (from_trees, ahead)
+        };
+        let (from_trees, ahead) = runs(&example("dev"));
+        assert_eq!(from_trees.content().unwrap(), ahead.content().unwrap());
+        assert_eq!(from_trees.diagnostics, ahead.diagnostics);
+        // What the load finds (a file that does not parse) is reported by the run all the same,
+        // at its file.
+        let mut broken = example("dev");
+        let mut files = broken.environment.files().to_vec();
+        files.push(SourceFile::new("broken.yaml", b"kind: ClusterType\nmetadata: [\n".to_vec()));
+        broken.environment = SourceTree::new(broken.environment.label(), files);
+        let (from_trees, ahead) = runs(&broken);
+        assert!(
+            from_trees.diagnostics.iter().any(|d| d.to_string().contains("broken.yaml")),
+            "{:?}",
+            from_trees.diagnostics
+        );
+        assert_eq!(from_trees.diagnostics, ahead.diagnostics);
+        assert_eq!(from_trees.content(), ahead.content());
     }
 
     #[test]

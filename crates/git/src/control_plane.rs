@@ -21,11 +21,12 @@
 //! plane it was given, so that a local clone or a mirror can be used as is.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError};
 
 use git2::Oid;
 use kalypso_core::model::AnyObject;
 use kalypso_core::source::{SOURCEIGNORE, SourceTree};
+use kalypso_core::run::{Loaded, Request};
 use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs};
 
 use crate::repo::{self, Cache, Repo, Transport};
@@ -178,6 +179,35 @@ pub struct Resolved {
     pub branches: BTreeSet<String>,
     /// The workload branches read, each once, with the commit read.
     pub sources: Vec<SourceRef>,
+    /// The environment's namespace, when it was loaded before the run (to read its
+    /// RolloutPolicy); the run takes it instead of loading the trees again.
+    read_ahead: std::sync::Mutex<Option<Loaded>>,
+}
+
+impl Resolved {
+    /// `f` of the environment's namespace, loaded from the inputs once: a later run of this
+    /// environment starts from it ([`Resolved::request`]).
+    pub fn with_namespace<T>(&self, f: impl FnOnce(&kalypso_core::model::Namespace) -> T) -> T {
+        let mut slot = self.read_ahead.lock().unwrap_or_else(PoisonError::into_inner);
+        let loaded =
+            slot.get_or_insert_with(|| Loaded::from_trees(&self.environment.name, &self.inputs));
+        f(&loaded.namespace)
+    }
+
+    /// The core's request for a run of this environment, starting from the namespace
+    /// [`Resolved::with_namespace`] loaded if there is one (taken: a second run loads the
+    /// trees again).
+    pub fn request(&self) -> Request<'_> {
+        let loaded = self
+            .read_ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        match loaded {
+            Some(loaded) => Request::preloaded(&self.environment.name, &self.inputs, loaded),
+            None => Request::new(&self.environment.name, &self.inputs),
+        }
+    }
 }
 
 /// A branch of a workload repository, at the commit an environment was built from.
@@ -639,6 +669,7 @@ impl ControlPlane {
             gitops,
             branches,
             sources: read,
+            read_ahead: std::sync::Mutex::new(None),
         })
     }
 }

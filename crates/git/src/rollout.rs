@@ -152,18 +152,17 @@ fn revisions(revision: &Revision) -> Revisions {
     }
 }
 
-/// The environment's RolloutPolicy, if its branch has one (checked on the branch's files
-/// first, so that an environment without one is not loaded twice).
+/// The environment's RolloutPolicy, if its own branch defines one (`Some(None)`: an invalid
+/// one). The namespace is loaded once for this and the run that follows
+/// ([`Resolved::with_namespace`]).
 pub fn policy_of(resolved: &Resolved) -> Option<Option<Waves>> {
-    let mut scratch = kalypso_core::Diagnostics::new();
-    let has_policy = kalypso_core::load::load_tree(&resolved.inputs.environment, &mut scratch)
-        .iter()
-        .any(|o| o.kind() == kalypso_api::Kind::RolloutPolicy);
-    if !has_policy {
-        return None;
-    }
-    let namespace = kalypso_core::load_namespace(&resolved.environment.name, &resolved.inputs, &mut scratch);
-    Some(rollout::waves(&namespace, &mut scratch))
+    resolved.with_namespace(|namespace| {
+        if !rollout::defined_by_environment(namespace) {
+            return None;
+        }
+        let mut scratch = kalypso_core::Diagnostics::new();
+        Some(rollout::waves(namespace, &mut scratch))
+    })
 }
 
 /// The rollout state of a GitOps branch: at its head, and the commit that delivered the

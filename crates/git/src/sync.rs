@@ -649,7 +649,7 @@ impl<'r> Scope<'r> {
 
     /// The core's request for `resolved` in this scope.
     fn request<'a>(&'a self, resolved: &'a Resolved) -> Request<'a> {
-        let mut request = Request::new(&resolved.environment.name, &resolved.inputs);
+        let mut request = resolved.request();
         for (other, cluster_types) in &self.others {
             request = request.rendering_from(cluster_types.clone(), Input::Trees(&other.inputs));
         }
