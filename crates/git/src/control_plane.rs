@@ -25,8 +25,8 @@ use std::sync::{Arc, PoisonError};
 
 use git2::Oid;
 use kalypso_core::model::AnyObject;
-use kalypso_core::source::{SOURCEIGNORE, SourceTree};
 use kalypso_core::run::{Loaded, Request};
+use kalypso_core::source::{SOURCEIGNORE, SourceTree};
 use kalypso_core::{Code, Diagnostic, Diagnostics, Inputs};
 
 use crate::repo::{self, Cache, Repo, Transport};
@@ -189,8 +189,7 @@ impl Resolved {
     /// environment starts from it ([`Resolved::request`]).
     pub fn with_namespace<T>(&self, f: impl FnOnce(&kalypso_core::model::Namespace) -> T) -> T {
         let mut slot = self.read_ahead.lock().unwrap_or_else(PoisonError::into_inner);
-        let loaded =
-            slot.get_or_insert_with(|| Loaded::from_trees(&self.environment.name, &self.inputs));
+        let loaded = slot.get_or_insert_with(|| Loaded::from_trees(&self.environment.name, &self.inputs));
         f(&loaded.namespace)
     }
 

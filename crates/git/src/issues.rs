@@ -161,6 +161,25 @@ pub fn rollout_title(environment: &str, state: &RolloutState) -> String {
     )
 }
 
+/// Whether `title` is the title of a failed rollout's issue of `environment` (any change's).
+pub fn is_rollout_title_of(environment: &str, title: &str) -> bool {
+    title.starts_with("Rollout of ") && title.ends_with(&format!(" failed in {environment} environment"))
+}
+
+/// Closes the open issues of `environment`'s failed rollouts: a later rollout of the
+/// environment completed, every wave compliant with a newer change. Closing nothing when
+/// none is open, it is safe to repeat (a pull request not merged yet, a restarted process).
+pub fn close_rollout_failures(forge: &dyn Forge, environment: &str) -> Result<IssueReport, forge::Error> {
+    let mut report = IssueReport::default();
+    for issue in forge.open_issues()? {
+        if is_rollout_title_of(environment, &issue.title) {
+            forge.close_issue(issue.number)?;
+            report.closed.push(issue.number);
+        }
+    }
+    Ok(report)
+}
+
 /// The text of the issue of the failed rollout `state` of `environment`: the policy, the
 /// change, the waves, the failure (the wave, the failed clusters and Flux's messages) and
 /// what was done about it; redacted and bounded.

@@ -257,6 +257,8 @@ impl Pass<'_> {
         };
         let failing = matches!(&plan.step, Step::Deliver { state, .. }
             if matches!(state.status, Status::Halted | Status::RolledBack));
+        let completing =
+            matches!(&plan.step, Step::Deliver { state, .. } if state.status == Status::Complete);
         let mut run = self.carry_out(resolved, plan.step, plan.branch.state, plan.unchecked)?;
         // The run that fails the rollout reports it (in `pr` mode, as an issue). In `pr` mode
         // that run repeats until its pull request is merged; the issue is opened once.
@@ -266,6 +268,15 @@ impl Pass<'_> {
             && let Some(state) = &rollout.state
         {
             rollout.issue = self.report_rollout_failure(resolved, state)?;
+        }
+        // The run that completes a rollout closes the issues of the environment's earlier
+        // failed ones (in `pr` mode; it repeats until its pull request is merged, closing
+        // nothing more).
+        if completing
+            && let Some(rollout) = run.rollout.as_mut()
+            && rollout.delivered
+        {
+            rollout.issue = self.close_rollout_failures(resolved)?;
         }
         // A rollout in progress goes on without any input moving: the next sync must not
         // answer "nothing moved" from the delivery state.

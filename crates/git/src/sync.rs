@@ -933,6 +933,21 @@ impl Pass<'_> {
             })
     }
 
+    /// Closes the issues of `resolved`'s failed rollouts in its first GitOps repository, in
+    /// `pr` mode only: a later rollout completed.
+    pub(crate) fn close_rollout_failures(&self, resolved: &Resolved) -> Result<Option<IssueReport>, Error> {
+        let name = &resolved.environment.name;
+        let Some(forge) = self.issue_forge(name, &self.targets(resolved)?)? else {
+            return Ok(None);
+        };
+        issues::close_rollout_failures(forge.as_ref(), name)
+            .map(Some)
+            .map_err(|error| Error::Issues {
+                environment: name.clone(),
+                error,
+            })
+    }
+
     /// Reports the failed rollout `state` of `resolved` as an issue in its first GitOps
     /// repository, in `pr` mode only, as [`Pass::report_issues`] does for render failures.
     pub(crate) fn report_rollout_failure(

@@ -69,6 +69,24 @@ impl WaveGate for Gate {
     }
 }
 
+/// The hub as the test says: every wave's one cluster compliant.
+struct Healthy;
+
+impl WaveGate for Healthy {
+    fn health(&self, _: &str, _: &str, waves: &[BTreeSet<String>]) -> Result<GateAnswer, String> {
+        let healthy = WaveHealth {
+            registered: 1,
+            compliant: 1,
+            compliant_since: Some(0),
+            ..WaveHealth::default()
+        };
+        Ok(GateAnswer {
+            waves: Some(vec![healthy; waves.len()]),
+            frozen: None,
+        })
+    }
+}
+
 struct Scenario {
     rt: tokio::runtime::Runtime,
     fx: Fixture,
@@ -98,7 +116,7 @@ impl Scenario {
         Scenario { rt, fx, git, github }
     }
 
-    fn run(&self, gate: &Gate) -> RolloutRun {
+    fn run(&self, gate: &dyn WaveGate) -> RolloutRun {
         let mut settings = self.fx.settings();
         settings.delivery.mode = Mode::Pr;
         settings.delivery.github_api_url = self.github.url();
@@ -216,5 +234,83 @@ fn push_mode_files_no_issue() {
         s.github.requests().iter().all(|r| !r.path.contains("/issues")),
         "{:?}",
         s.github.requests()
+    );
+}
+
+#[test]
+fn a_later_rollout_that_completes_closes_the_failed_one_s_issue() {
+    let s = Scenario::new();
+    let stage = s.github.add_issue(
+        "Rollout of 0123456789ab (main 0123456789ab) failed in stage environment",
+        "another environment's",
+    );
+    let render = s.github.add_issue(
+        "Deployment target app-dev failed in dev environment",
+        "a render failure",
+    );
+    // The canary fails the rollout: reported, and the halting pull request merged.
+    let first = s.run(&Gate { failing: false });
+    s.merge(&first);
+    let halted = s.run(&Gate { failing: true });
+    s.merge(&halted);
+    let failed = halted.rollout.unwrap().issue.unwrap().created[0];
+
+    // A newer change rolls out to every wave; the run that completes it closes the issue.
+    common::release_reconciler_v2(&s.fx);
+    for _ in 0..2 {
+        let wave = s.run(&Healthy);
+        let rollout = wave.rollout.as_ref().unwrap();
+        assert_eq!(rollout.state.as_ref().unwrap().status.as_str(), "progressing");
+        assert!(rollout.issue.is_none(), "{rollout:?}");
+        s.merge(&wave);
+    }
+    assert!(
+        s.github
+            .requests_to("PATCH", &format!("/issues/{failed}"))
+            .is_empty()
+    );
+    let done = s.run(&Healthy);
+    let rollout = done.rollout.as_ref().unwrap();
+    assert_eq!(rollout.state.as_ref().unwrap().status.as_str(), "complete");
+    assert_eq!(rollout.issue.as_ref().unwrap().closed, [failed]);
+    let closed = s
+        .github
+        .requests_to("PATCH", &format!("/repos/contoso/gitops/issues/{failed}"));
+    assert_eq!(closed.len(), 1, "{closed:?}");
+    assert_eq!(
+        closed[0].body,
+        serde_json::json!({"state": "closed", "state_reason": "completed"})
+    );
+    // Its pull request not merged yet, the run repeats and closes nothing more; merged, the
+    // rollout is complete and later runs touch no issue.
+    let again = s.run(&Healthy);
+    assert!(
+        again
+            .rollout
+            .as_ref()
+            .unwrap()
+            .issue
+            .as_ref()
+            .unwrap()
+            .closed
+            .is_empty()
+    );
+    s.merge(&again);
+    let quiet = s.run(&Healthy);
+    assert!(quiet.report.is_none(), "{:?}", quiet.rollout);
+    let state = |number: u64| {
+        s.github
+            .issues()
+            .into_iter()
+            .find(|i| i.number == number)
+            .unwrap()
+            .state
+    };
+    assert_eq!(state(failed), "closed");
+    assert_eq!(state(stage), "open", "another environment's rollout");
+    assert_eq!(state(render), "open", "not a rollout's issue");
+    assert_eq!(
+        s.github.requests_to("PATCH", &format!("/issues/{failed}")).len(),
+        1
     );
 }

@@ -321,11 +321,7 @@ fn a_rollout_in_progress_is_never_unchanged_yet_its_branches_are_listed() {
         assert!(rollout.delivered, "{rollout:?}");
         rollout.state.unwrap()
     };
-    let state = fx
-        .cache
-        .join("state")
-        .join(url.cache_name())
-        .join("dev.json");
+    let state = fx.cache.join("state").join(url.cache_name()).join("dev.json");
     let marked = || {
         let text = std::fs::read_to_string(&state).unwrap();
         serde_json::from_str::<serde_json::Value>(&text).unwrap()["rollout_in_progress"] == true

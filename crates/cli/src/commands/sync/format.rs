@@ -315,7 +315,7 @@ pub(super) fn rollout_json(rollout: &kalypso_git::rollout::RolloutReport) -> ser
         "uncheckedClusterTypes": rollout.unchecked,
         "state": rollout.state,
         "issue": rollout.issue.as_ref().map(|i| serde_json::json!({
-            "created": i.created, "updated": i.updated,
+            "created": i.created, "updated": i.updated, "closed": i.closed,
         })),
     })
 }

@@ -162,6 +162,12 @@ pub(crate) fn sync(args: &settings::Sync, global: &Global) -> Result<ExitCode> {
                         }
                     } else if !global.quiet && !args.json {
                         println!("{}: {}", rollout.environment, redact(&rollout.message));
+                        for number in rollout.issue.iter().flat_map(|i| &i.closed) {
+                            println!(
+                                "{}: closed issue #{number} of an earlier failed rollout",
+                                rollout.environment
+                            );
+                        }
                     }
                 }
                 let Some(report) = report else {
