@@ -750,15 +750,22 @@ pub async fn refresh_and_observe(
 
 async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     let pool = db.pool();
+    // The open placements are what new commits are compared with: with none (the branch
+    // did not move), they are not read (93,020 rows at the M fleet, on every refresh).
+    let new_commits = env.history.as_ref().is_some_and(|h| !h.commits.is_empty());
     let mut open = Open::new();
-    for row in sqlx::query(
-        "SELECT cluster_type, deployment_target, from_position, workload, source FROM placements \
-         WHERE environment = $1 AND to_position IS NULL",
-    )
-    .bind(&env.name)
-    .fetch_all(pool)
-    .await?
-    {
+    let open_rows = if new_commits {
+        sqlx::query(
+            "SELECT cluster_type, deployment_target, from_position, workload, source FROM placements \
+             WHERE environment = $1 AND to_position IS NULL",
+        )
+        .bind(&env.name)
+        .fetch_all(pool)
+        .await?
+    } else {
+        Vec::new()
+    };
+    for row in open_rows {
         open.insert(
             (row.try_get(0)?, row.try_get(1)?),
             (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
@@ -783,7 +790,7 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     };
     let is_oci = crate::oci::is_oci(&env.repo);
     let mut open_artifacts = crate::oci::OpenArtifacts::new();
-    if is_oci {
+    if is_oci && new_commits {
         for row in sqlx::query(
             "SELECT cluster_type, digest, from_position FROM oci_artifacts WHERE environment = $1 AND to_position IS NULL",
         )
