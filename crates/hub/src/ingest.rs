@@ -211,6 +211,12 @@ pub(crate) struct Column(pub &'static str, pub bool);
 /// most of the cost of reading a row: on SQLite 5.5 µs a row of twelve columns, now 2.4; on
 /// PostgreSQL 15 µs, now 1.7.
 pub(crate) fn batch_rows(backend: Backend, columns: &[Column]) -> String {
+    batch_rows_of(backend, columns, 1)
+}
+
+/// [`batch_rows`] from the statement's parameter `parameter` (on PostgreSQL, where the
+/// parameters are numbered; SQLite's are taken in order).
+fn batch_rows_of(backend: Backend, columns: &[Column], parameter: usize) -> String {
     let mut out = String::from(match backend {
         Backend::Sqlite => "(WITH r AS MATERIALIZED (SELECT value FROM json_each(?)) SELECT ",
         Backend::Postgres => "(SELECT ",
@@ -224,10 +230,12 @@ pub(crate) fn batch_rows(backend: Backend, columns: &[Column]) -> String {
             _ => format!("value ->> {i} AS {name}"),
         });
     }
-    out.push_str(match backend {
-        Backend::Sqlite => " FROM r) AS b",
-        Backend::Postgres => " FROM jsonb_array_elements($1::jsonb) AS e (value)) AS b",
-    });
+    match backend {
+        Backend::Sqlite => out.push_str(" FROM r) AS b"),
+        Backend::Postgres => out.push_str(&format!(
+            " FROM jsonb_array_elements(${parameter}::jsonb) AS e (value)) AS b"
+        )),
+    }
     out
 }
 
@@ -433,14 +441,19 @@ const REPORT_VALUES: &str = "COALESCE(cluster_id, (SELECT c.id FROM clusters c \
      WHERE c.environment = b.environment AND c.name = b.name)), \
      object, drives, state, revision, commit_sha, message, reason, event_time, received_at";
 
+/// A latest state replaces the stored one unless that one is of a later event.
+const LATEST_CONFLICT: &str = "ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, \
+     state = excluded.state, revision = excluded.revision, commit_sha = excluded.commit_sha, \
+     message = excluded.message, reason = excluded.reason, event_time = excluded.event_time, \
+     received_at = excluded.received_at WHERE excluded.event_time >= latest.event_time";
+
+/// An identical history row again adds nothing.
+const HISTORY_CONFLICT: &str = "ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING";
+
 /// Writes the latest states of a batch's objects, each unless a later one is stored.
 pub(crate) fn latest_upsert(backend: Backend) -> String {
     format!(
-        "INSERT INTO latest ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true \
-         ON CONFLICT (cluster_id, object) DO UPDATE SET drives = excluded.drives, state = excluded.state, \
-         revision = excluded.revision, commit_sha = excluded.commit_sha, message = excluded.message, \
-         reason = excluded.reason, event_time = excluded.event_time, received_at = excluded.received_at \
-         WHERE excluded.event_time >= latest.event_time",
+        "INSERT INTO latest ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true {LATEST_CONFLICT}",
         batch_rows(backend, &REPORT_ROW)
     )
 }
@@ -448,9 +461,36 @@ pub(crate) fn latest_upsert(backend: Backend) -> String {
 /// Adds a batch's history rows (an identical row again adds nothing).
 pub(crate) fn history_insert(backend: Backend) -> String {
     format!(
-        "INSERT INTO reports ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true \
-         ON CONFLICT (cluster_id, object, event_time, state, commit_sha) DO NOTHING",
+        "INSERT INTO reports ({REPORT_COLUMNS}) SELECT {REPORT_VALUES} FROM {} WHERE true {HISTORY_CONFLICT}",
         batch_rows(backend, &REPORT_ROW)
+    )
+}
+
+/// A batch's writes on PostgreSQL as one statement, so one round trip, and, unless the batch
+/// looked up a commit's position, its own transaction (one commit, and no `BEGIN` and `COMMIT`
+/// round trips): the clusters upsert returns every cluster of the batch (registered or
+/// updated) with its id, which the latest states and the history rows of the clusters the
+/// batch registers take (the statement's parts all read the database as it was before it,
+/// so they could not find the new clusters in the table). Parameters: the clusters, the
+/// latest states, the history rows (each `[]` for none).
+pub(crate) fn postgres_writes() -> String {
+    let backend = Backend::Postgres;
+    let values = "COALESCE(b.cluster_id, c.id), b.object, b.drives, b.state, b.revision, b.commit_sha, \
+         b.message, b.reason, b.event_time, b.received_at";
+    let rows = |parameter| {
+        format!(
+            "{} LEFT JOIN c ON c.environment = b.environment AND c.name = b.name",
+            batch_rows_of(backend, &REPORT_ROW, parameter)
+        )
+    };
+    format!(
+        "WITH c AS ({} RETURNING id, environment, name), \
+         l AS (INSERT INTO latest ({REPORT_COLUMNS}) SELECT {values} FROM {} WHERE true {LATEST_CONFLICT}), \
+         h AS (INSERT INTO reports ({REPORT_COLUMNS}) SELECT {values} FROM {} WHERE true {HISTORY_CONFLICT}) \
+         SELECT 1",
+        clusters_upsert(backend),
+        rows(2),
+        rows(3),
     )
 }
 
@@ -471,10 +511,10 @@ fn json_rows<T: serde::Serialize>(rows: &[T]) -> Result<String, DbError> {
     serde_json::to_string(rows).map_err(|e| DbError::Other(format!("encoding a batch: {e}")))
 }
 
-/// Begins the batch's transaction (see [`store_on`]) and reads [`stored_latest`] for
-/// `entries` (index, environment, name): on SQLite one query, `BEGIN IMMEDIATE` and the read,
-/// so one hop to the driver's thread and back.
-async fn begin_and_read_stored(
+/// Reads [`stored_latest`] for `entries` (index, environment, name); on SQLite, begins the
+/// batch's transaction in the same query (see [`store_on`]): one hop to the driver's thread and
+/// back.
+async fn read_stored(
     backend: Backend,
     connection: &mut sqlx::AnyConnection,
     entries: &[(usize, &str, &str)],
@@ -482,10 +522,7 @@ async fn begin_and_read_stored(
     let read = stored_latest(backend);
     let sql = match backend {
         Backend::Sqlite => format!("BEGIN IMMEDIATE; {read}"),
-        Backend::Postgres => {
-            sqlx::query("BEGIN").execute(&mut *connection).await?;
-            read
-        }
+        Backend::Postgres => read,
     };
     // Every row the query gives: the driver's `fetch_one` would stop at the first result, which
     // on SQLite is the `BEGIN`'s.
@@ -506,12 +543,16 @@ async fn begin_and_read_stored(
 /// batch behave as if sent one by one); upsert the clusters (with their platform states), and
 /// write the latest states and the history rows. On SQLite that is two queries, each one hop
 /// to the driver's thread and back: `BEGIN IMMEDIATE` with the read, and the three writes with
-/// `COMMIT`.
+/// `COMMIT`. On PostgreSQL it is two round trips: the read, and the three writes as one
+/// statement ([`postgres_writes`]) that is its own transaction. The read need not be in it:
+/// the latest states it decides from are written by this writer only (reports are spread
+/// over the writers by cluster), and the clusters upsert decides each platform state from the
+/// row as it is when written.
 ///
-/// The transaction holds the write lock from its start (SQLite: `BEGIN IMMEDIATE`; PostgreSQL:
-/// a share lock on `gitops_commits` before a commit's position is looked up), so that a GitOps
-/// refresh storing a commit either comes first (and the position is found) or sees this
-/// batch's reports (and applies them).
+/// The writes hold the write lock from the moment a commit's position is looked up (SQLite:
+/// `BEGIN IMMEDIATE`, before the read; PostgreSQL: a transaction begun for the lookup, with a
+/// share lock on `gitops_commits`), so that a GitOps refresh storing a commit either comes
+/// first (and the position is found) or sees this batch's reports (and applies them).
 async fn store(
     db: &Db,
     kept: &mut Option<Held>,
@@ -618,9 +659,7 @@ async fn store_on(
         .map(|(i, e)| (i, e.environment, e.name))
         .collect();
     let mut current: HashMap<(usize, String), Latest> = HashMap::new();
-    for (index, id, object, state, commit, message, time) in
-        begin_and_read_stored(backend, &mut *tx, &keys).await?
-    {
+    for (index, id, object, state, commit, message, time) in read_stored(backend, &mut *tx, &keys).await? {
         let Some(entry) = entries.get_mut(index) else {
             continue;
         };
@@ -719,6 +758,8 @@ async fn store_on(
             artifact_positions.insert(key, position);
         }
     }
+    // On PostgreSQL, whether the batch's writes go in a transaction begun for the lookup.
+    let mut in_transaction = false;
     let mut wanted: Vec<(&str, &str)> = platform
         .values()
         .map(|&i| &batch[i].report)
@@ -731,6 +772,8 @@ async fn store_on(
         if db.backend() == Backend::Postgres {
             // A refresh storing these commits waits for this batch (and then applies its
             // reports), or this batch waits for it (and finds them).
+            sqlx::query("BEGIN").execute(&mut *tx).await?;
+            in_transaction = true;
             sqlx::query("LOCK TABLE gitops_commits IN SHARE MODE")
                 .execute(&mut *tx)
                 .await?;
@@ -808,19 +851,15 @@ async fn store_on(
                 .await?;
         }
         Backend::Postgres => {
-            sqlx::query(&clusters_upsert(backend))
+            sqlx::query(&postgres_writes())
                 .bind(json_rows(&rows)?)
+                .bind(json_rows(&latest)?)
+                .bind(json_rows(&history)?)
                 .execute(&mut *tx)
                 .await?;
-            for (sql, rows) in [
-                (latest_upsert(backend), &latest),
-                (history_insert(backend), &history),
-            ] {
-                if !rows.is_empty() {
-                    sqlx::query(&sql).bind(json_rows(rows)?).execute(&mut *tx).await?;
-                }
+            if in_transaction {
+                sqlx::query("COMMIT").execute(&mut *tx).await?;
             }
-            sqlx::query("COMMIT").execute(&mut *tx).await?;
         }
     }
     Ok(outcomes)
