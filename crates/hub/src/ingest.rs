@@ -93,8 +93,13 @@ fn shard(environment: &str, cluster: &str, n: usize) -> usize {
 type Positions = HashMap<String, HashMap<String, i64>>;
 
 /// SQLite's page cache on a writer's connection, in KiB: the pages of the clusters' indexes a
-/// batch descends through stay in memory between batches instead of being read again.
-const WRITER_CACHE_KIB: u32 = 64 * 1024;
+/// batch descends through stay in memory between batches instead of being read again. Not
+/// more: at the end of every transaction SQLite truncates the cache to the database's size,
+/// and with many pages cached that walks the whole cache (`pcache1TruncateUnsafe` was a tenth
+/// of the writer thread's time with 64 MiB at 100,000 clusters), while a page missing from it
+/// is one read from the operating system's cache. Replaying the benchmark's batches, 8 MiB
+/// stored them with less CPU than 64 MiB at 100,000 clusters and at a million.
+const WRITER_CACHE_KIB: u32 = 8 * 1024;
 
 /// SQLite's statement journal on a writer's connection in memory, not in a temporary file: a
 /// batch's statements each change hundreds of pages, and SQLite keeps their old contents
