@@ -64,7 +64,7 @@ fn cases(backend: Backend) -> Vec<Case> {
                 ordered: true,
             }
         };
-    vec![
+    let mut cases = vec![
         stream(
             "a group of an environment (the gate's clusters, the blockers)",
             false,
@@ -165,7 +165,30 @@ fn cases(backend: Backend) -> Vec<Case> {
             index: Some("clusters_seen"),
             ordered: false,
         },
-    ]
+    ];
+    // On SQLite the batch's writes are the three statements above, run as one query.
+    if backend == Backend::Postgres {
+        cases.push(
+            Case {
+                what: "the ingest batch's writes as one statement (PostgreSQL)",
+                sql: crate::ingest::postgres_writes(),
+                binds: vec![
+                    Text(
+                        r#"[["dev","c-1","t-1",5,"compliant","dev@sha1:c","cccccccccccccccccccccccccccccccccccccccc",2,"",5],["dev","new","t-1",5,null,null,null,null,null,null]]"#,
+                    ),
+                    Text(
+                        r#"[[1,"dev","c-1","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5],[null,"dev","new","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+                    ),
+                    Text(
+                        r#"[[1,"dev","c-1","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5],[null,"dev","new","Kustomization/flux-system/platform",1,"compliant","","cccccccccccccccccccccccccccccccccccccccc","","",5,5]]"#,
+                    ),
+                ],
+                index: None,
+                ordered: false,
+            }
+        );
+    }
+    cases
 }
 
 /// 20,000 clusters of `dev` in 50 cluster types, spread over groups, and their latest states.
