@@ -336,6 +336,26 @@ fn cluster_types(content: &RepoContent) -> BTreeSet<&str> {
     all
 }
 
+/// [`Rules::for_content`], made when a failing WorkloadRegistration's kept folders first need
+/// it: the rules index every assignment (93,020 at the M fleet), and most deliveries keep none.
+struct LazyRules<'c> {
+    content: &'c RepoContent,
+    rules: std::sync::OnceLock<Rules<'c>>,
+}
+
+impl<'c> LazyRules<'c> {
+    fn new(content: &'c RepoContent) -> LazyRules<'c> {
+        LazyRules {
+            content,
+            rules: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &Rules<'c> {
+        self.rules.get_or_init(|| Rules::for_content(self.content))
+    }
+}
+
 /// The previous artifacts' files, read once each when needed.
 struct Previous<'a> {
     registry: Option<&'a Registry>,
@@ -386,7 +406,7 @@ fn plan<'c>(
     cluster_type: &str,
     content: &'c RepoContent,
     ids: &Ids<'_>,
-    rules: &Rules<'_>,
+    rules: &LazyRules<'_>,
     promoted: Option<&str>,
     previous: &Previous<'_>,
 ) -> Result<Vec<Planned<'c>>, Error> {
@@ -412,7 +432,7 @@ fn walked_content_id(
     cluster_type: &str,
     content: &RepoContent,
     ids: &Ids<'_>,
-    rules: &Rules<'_>,
+    rules: &LazyRules<'_>,
     promoted: Option<&str>,
     previous: &Previous<'_>,
 ) -> Result<String, Error> {
@@ -437,7 +457,7 @@ fn walk<'c>(
     cluster_type: &str,
     content: &'c RepoContent,
     ids: &Ids<'_>,
-    rules: &Rules<'_>,
+    rules: &LazyRules<'_>,
     promoted: Option<&str>,
     previous: &Previous<'_>,
     emit: &mut dyn FnMut(Planned<'c>),
@@ -475,7 +495,7 @@ fn walk<'c>(
             let Some((dt, _)) = path.split_once('/') else {
                 continue;
             };
-            if dt.starts_with('.') || targets.contains(dt) || !rules.keeps_folder(cluster_type, dt) {
+            if dt.starts_with('.') || targets.contains(dt) || !rules.get().keeps_folder(cluster_type, dt) {
                 continue;
             }
             others.push(Planned {
@@ -597,7 +617,7 @@ pub fn planned_tree(
         .as_deref()
         .filter(|c| !c.is_empty())
         .or(current_promoted.as_deref());
-    let rules = Rules::for_content(content);
+    let rules = LazyRules::new(content);
     let none = |_: &str, _: &str| None;
     let mut tree = kalypso_core::tree::Tree::new();
     for ct in cluster_types(content) {
@@ -680,7 +700,7 @@ pub fn deliver_over(
         given: None,
         read: Mutex::default(),
     };
-    let rules = Rules::for_content(content);
+    let rules = LazyRules::new(content);
     // Each cluster type's content id: for one the index lists with its folders, hashed as its
     // files are walked by id (most are unchanged); the others, and the changed ones, are laid
     // out, and only the changed ones keep their files, with their paths built.
@@ -1088,7 +1108,7 @@ mod tests {
             given: None,
             read: Mutex::default(),
         };
-        let rules = Rules::for_content(&content);
+        let rules = LazyRules::new(&content);
         let planned = plan("drone", &content, &ids, &rules, Some("0123"), &previous).unwrap();
         let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
@@ -1137,7 +1157,7 @@ mod tests {
             given: Some(&before),
             read: Mutex::default(),
         };
-        let rules = Rules::for_content(&content);
+        let rules = LazyRules::new(&content);
         for (ct, promoted) in [("drone", Some("0123")), ("drone", None), ("large", Some("0123"))] {
             let planned = plan(ct, &content, &ids, &rules, promoted, &previous).unwrap();
             let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
