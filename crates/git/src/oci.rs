@@ -11,6 +11,7 @@
 use std::sync::OnceLock;
 
 use kalypso_core::placement::{CurrentAssignment, current_from_folders, current_from_paths};
+use kalypso_oci::artifact::folder_names;
 pub use kalypso_oci::auth::{DEFAULT_TOKEN_ENV, USERNAME_ENV};
 use kalypso_oci::deliver::{Destination, Provenance, Settings};
 use kalypso_oci::read::Snapshot;
@@ -263,16 +264,21 @@ pub fn current_assignment(registry: &Registry, target: &OciTarget, read: &IndexR
     let placement = || -> Result<CurrentAssignment, kalypso_oci::Error> {
         let (location, tag) = (&target.location, target.tag.as_str());
         let snapshot = kalypso_oci::read::index(registry, location, tag, kalypso_oci::Access::Pull)?;
-        let folders = snapshot.as_ref().map(|s| s.index.folders());
-        let had_index = snapshot.is_some();
+        // The folders' names are read where they were decoded, not copied one by one.
+        let recorded = snapshot.as_ref().map(|s| {
+            s.index.folder_lists().map(|lists| {
+                current_from_folders(
+                    lists
+                        .iter()
+                        .flat_map(|(ct, list)| folder_names(list).map(move |dt| (*ct, dt))),
+                )
+            })
+        });
         read.keep(target, snapshot);
-        if !had_index {
-            return Ok(CurrentAssignment::new());
-        }
-        if let Some(Some(folders)) = folders {
-            return Ok(current_from_folders(
-                folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
-            ));
+        match recorded {
+            None => return Ok(CurrentAssignment::new()),
+            Some(Some(current)) => return Ok(current),
+            Some(None) => {}
         }
         // An index from before the folders were recorded: its layers say.
         Ok(match kalypso_oci::read::tree(registry, location, tag)? {

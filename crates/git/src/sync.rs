@@ -1232,7 +1232,13 @@ impl Sink for Branches<'_> {
                 .map(|(name, blob)| (name.clone(), blob.clone())),
         );
         let content = &run.rendered.content;
-        let hashed = Hashed::new(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
+        // Only a branch needs the environment's git trees; artifacts lay out their files.
+        let hash = if targets.is_empty() {
+            Hashed::files_only
+        } else {
+            Hashed::new
+        };
+        let hashed = hash(content, &|ct, dt| last.files(ct, dt)).map_err(|unknown| {
             let repo = targets.first().map(|t| t.url.redacted());
             Error::Delivery {
                 environment: name.clone(),

@@ -185,7 +185,9 @@ pub struct UnknownFiles {
 #[derive(Debug)]
 pub struct Hashed<'c> {
     content: &'c RepoContent,
-    folders: BTreeMap<String, Node>,
+    /// The cluster types' folders as git trees (`None`: hashed for artifacts only, see
+    /// [`Hashed::files_only`]).
+    folders: Option<BTreeMap<String, Node>>,
     /// The file ids of the packages this run rendered.
     rendered: Vec<((String, String), FileIds)>,
 }
@@ -196,6 +198,25 @@ impl<'c> Hashed<'c> {
     pub fn new(
         content: &'c RepoContent,
         delivered: &DeliveredLookup<'c>,
+    ) -> Result<Hashed<'c>, UnknownFiles> {
+        Hashed::hash(content, delivered, true)
+    }
+
+    /// [`Hashed::new`] for a delivery that puts the content on no branch (OCI artifacts
+    /// only, which lay out their files themselves): the rendered files' ids, and the same
+    /// check that every assignment not rendered again has remembered files, but no git tree
+    /// of the environment's 93,000 folders. Such content cannot be written to a branch.
+    pub fn files_only(
+        content: &'c RepoContent,
+        delivered: &DeliveredLookup<'c>,
+    ) -> Result<Hashed<'c>, UnknownFiles> {
+        Hashed::hash(content, delivered, false)
+    }
+
+    fn hash(
+        content: &'c RepoContent,
+        delivered: &DeliveredLookup<'c>,
+        trees: bool,
     ) -> Result<Hashed<'c>, UnknownFiles> {
         let mut cluster_types: BTreeSet<&str> = content.cluster_types.iter().map(String::as_str).collect();
         cluster_types.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
@@ -219,6 +240,10 @@ impl<'c> Hashed<'c> {
                         .files()
                         .map(|(name, blob)| (name, object_id("blob", blob)))
                         .collect();
+                    if !trees {
+                        rendered.push(((ct.to_owned(), dt.clone()), ids));
+                        continue;
+                    }
                     let files: Vec<(String, Node)> = package
                         .files()
                         .zip(ids.iter())
@@ -233,6 +258,9 @@ impl<'c> Hashed<'c> {
                     let ids = delivered(ct, dt).ok_or_else(|| UnknownFiles {
                         assignment: (ct.to_owned(), dt.clone()),
                     })?;
+                    if !trees {
+                        continue;
+                    }
                     let files = ids
                         .iter()
                         .map(|(name, oid)| ((*name).to_owned(), Node::File(*oid, None)))
@@ -247,12 +275,14 @@ impl<'c> Hashed<'c> {
             .collect();
         let mut hashed = Hashed {
             content,
-            folders: BTreeMap::new(),
+            folders: trees.then(BTreeMap::new),
             rendered: Vec::new(),
         };
         for folder in folders {
             let (ct, node, rendered) = folder?;
-            hashed.folders.insert(ct, node);
+            if let Some(folders) = &mut hashed.folders {
+                folders.insert(ct, node);
+            }
             hashed.rendered.extend(rendered);
         }
         Ok(hashed)
@@ -270,8 +300,15 @@ impl<'c> Hashed<'c> {
 
     /// The whole tree of the rendered content with, when `promoted` is given,
     /// `Promoted_Commit_Id`, and the content's other tracking files (a rollout's state).
+    ///
+    /// # Panics
+    /// For content hashed with [`Hashed::files_only`], which has no trees: a caller that
+    /// puts content on a branch hashes it with [`Hashed::new`].
     fn root(&self, promoted: Option<&Blob>) -> Dir {
-        let mut root = self.folders.clone();
+        let mut root = self
+            .folders
+            .clone()
+            .expect("content hashed for artifacts only is put on no branch");
         let mut tracking: Vec<(String, Node)> = self
             .content
             .tracking
@@ -787,6 +824,37 @@ mod tests {
             Ok(())
         })
         .unwrap();
+    }
+
+    /// Content hashed for artifacts only has the rendered files' ids [`Hashed::new`] gives,
+    /// and refuses an assignment without remembered files as it does.
+    #[test]
+    fn files_only_hashing_gives_the_rendered_ids_and_checks_the_delivered() {
+        let mut content = RepoContent::default();
+        for ct in ["c", "d"] {
+            content.cluster_types.insert(ct.to_owned());
+            for dt in ["t", "u"] {
+                let package = Package::new(
+                    &[format!("r {ct} {dt}").into_bytes()],
+                    &[b"n".to_vec()],
+                    &[],
+                    "yaml",
+                );
+                content.packages.insert((ct.to_owned(), dt.to_owned()), package);
+            }
+        }
+        content.delivered.insert(("c".to_owned(), "v".to_owned()));
+        let known = [("reconciler.yaml", object_id("blob", b"v"))];
+        let lookup = |_: &str, dt: &str| (dt == "v").then_some(&known[..]);
+        let full = Hashed::new(&content, &lookup).unwrap();
+        let files = Hashed::files_only(&content, &lookup).unwrap();
+        assert_eq!(full.rendered().len(), 4);
+        assert_eq!(files.rendered(), full.rendered());
+        let unknown = |_: &str, _: &str| None;
+        assert_eq!(
+            Hashed::files_only(&content, &unknown).unwrap_err().assignment,
+            ("c".to_owned(), "v".to_owned())
+        );
     }
 
     #[test]

@@ -214,6 +214,13 @@ pub fn encode_folders(names: &[String]) -> String {
 
 /// The names [`encode_folders`] encoded; `None` when `text` is not such an encoding.
 pub fn decode_folders(text: &str) -> Option<Vec<String>> {
+    let names = decode_folder_list(text)?;
+    Some(folder_names(&names).map(str::to_owned).collect())
+}
+
+/// The newline-separated names [`encode_folders`] encoded, as one text (see
+/// [`folder_names`]); `None` when `text` is not such an encoding.
+fn decode_folder_list(text: &str) -> Option<String> {
     use std::io::Read as _;
     let bytes = base64::engine::general_purpose::STANDARD.decode(text).ok()?;
     let mut names = String::new();
@@ -222,11 +229,13 @@ pub fn decode_folders(text: &str) -> Option<Vec<String>> {
         .take(64 << 20)
         .read_to_string(&mut names)
         .ok()?;
-    Some(if names.is_empty() {
-        Vec::new()
-    } else {
-        names.split('\n').map(str::to_owned).collect()
-    })
+    Some(names)
+}
+
+/// The names of a list [`Index::folder_lists`] gives.
+pub fn folder_names(list: &str) -> impl Iterator<Item = &str> {
+    let names = if list.is_empty() { 0 } else { usize::MAX };
+    list.split('\n').take(names)
 }
 
 /// The environment's index: the config blob of the index manifest.
@@ -251,13 +260,26 @@ impl Index {
     /// records its folders ([`Entry::deployment_targets`]); `None` for an index written before
     /// they were recorded, or with a record that does not decode (the layers then say).
     pub fn folders(&self) -> Option<Vec<(String, String)>> {
-        let mut folders = Vec::new();
-        for (ct, entry) in &self.cluster_types {
-            for dt in decode_folders(entry.deployment_targets.as_deref()?)? {
-                folders.push((ct.clone(), dt));
-            }
-        }
-        Some(folders)
+        let lists = self.folder_lists()?;
+        let folders = lists
+            .iter()
+            .flat_map(|(ct, list)| folder_names(list).map(move |dt| ((*ct).to_owned(), dt.to_owned())));
+        Some(folders.collect())
+    }
+
+    /// [`Index::folders`] as each cluster type's list of folders, decoded (in parallel) but
+    /// not split into a string per folder: read them with [`folder_names`].
+    pub fn folder_lists(&self) -> Option<Vec<(&str, String)>> {
+        use rayon::prelude::*;
+        self.cluster_types
+            .par_iter()
+            .map(|(ct, entry)| {
+                Some((
+                    ct.as_str(),
+                    decode_folder_list(entry.deployment_targets.as_deref()?)?,
+                ))
+            })
+            .collect()
     }
 
     /// The JSON bytes.
@@ -370,5 +392,48 @@ mod tests {
             .replace("\"format\":1", "\"format\":2");
         assert!(Index::parse(other.as_bytes()).unwrap_err().contains("format 2"));
         assert!(Index::parse(b"[]").is_err());
+    }
+
+    #[test]
+    fn folder_lists_hold_the_folders_by_cluster_type() {
+        let entry = |names: &[&str]| Entry {
+            manifest: Digest::of(b"m"),
+            layer: Digest::of(b"l"),
+            layer_size: 3,
+            content: "c".into(),
+            deployment_targets: Some(encode_folders(
+                &names.iter().map(|n| (*n).to_owned()).collect::<Vec<_>>(),
+            )),
+        };
+        let mut index = Index {
+            format: INDEX_FORMAT,
+            environment: "dev".into(),
+            revision: "dev@sha1:abc".into(),
+            promoted_commit: None,
+            cluster_types: BTreeMap::from([
+                ("drone".to_owned(), entry(&["app-dev", "app-prod"])),
+                ("empty".to_owned(), entry(&[])),
+                ("large".to_owned(), entry(&["app-dev"])),
+            ]),
+        };
+        let lists = index.folder_lists().unwrap();
+        let from_lists: Vec<(String, String)> = lists
+            .iter()
+            .flat_map(|(ct, list)| folder_names(list).map(move |dt| ((*ct).to_owned(), dt.to_owned())))
+            .collect();
+        assert_eq!(Some(from_lists), index.folders());
+        assert_eq!(
+            lists
+                .iter()
+                .map(|(ct, list)| (*ct, folder_names(list).count()))
+                .collect::<Vec<_>>(),
+            [("drone", 2), ("empty", 0), ("large", 1)]
+        );
+        // One entry without its folders, or with a damaged record: the layers must say.
+        index.cluster_types.get_mut("empty").unwrap().deployment_targets = Some("not base64!".into());
+        assert_eq!(index.folder_lists(), None);
+        index.cluster_types.get_mut("empty").unwrap().deployment_targets = None;
+        assert_eq!(index.folder_lists(), None);
+        assert_eq!(index.folders(), None);
     }
 }

@@ -280,8 +280,8 @@ fn planned_folders(files: &[Planned<'_>]) -> Vec<String> {
 }
 
 /// The content id of an artifact's files: a digest of their sorted paths and git blob ids.
-/// (Its definition: deliveries compute it as [`planned_content_id`], and the tests check that
-/// the two agree.)
+/// (Its definition: deliveries compute it as [`planned_content_id`] or [`walked_content_id`],
+/// and the tests check that they agree.)
 #[cfg(test)]
 fn content_id(files: &[File]) -> String {
     let mut sorted: Vec<&File> = files.iter().collect();
@@ -296,17 +296,36 @@ fn planned_content_id(files: &[Planned<'_>]) -> String {
 
 /// The digest of [`content_id`] over files sorted by path, each as its path's parts and id.
 fn content_id_of<'f>(files: impl Iterator<Item = ([&'f [u8]; 3], &'f GitId)>) -> String {
-    let mut h = Sha256::new();
-    h.update(b"kalypso-oci-content 1\n");
-    for (path, id) in files {
-        for part in path {
-            h.update(part);
-        }
-        h.update([0]);
-        h.update(id.0);
-        h.update(b"\n");
+    let mut id = ContentId::new();
+    for (path, file) in files {
+        id.add(path, file);
     }
-    format!("sha256:{}", hex::encode(h.finalize()))
+    id.finish()
+}
+
+/// [`content_id`] computed a file at a time, in path order.
+struct ContentId(Sha256);
+
+impl ContentId {
+    fn new() -> ContentId {
+        let mut h = Sha256::new();
+        h.update(b"kalypso-oci-content 1\n");
+        ContentId(h)
+    }
+
+    /// Adds the next file: its path's parts and its id.
+    fn add(&mut self, path: [&[u8]; 3], id: &GitId) {
+        for part in path {
+            self.0.update(part);
+        }
+        self.0.update([0]);
+        self.0.update(id.0);
+        self.0.update(b"\n");
+    }
+
+    fn finish(self) -> String {
+        format!("sha256:{}", hex::encode(self.0.finalize()))
+    }
 }
 
 /// Every cluster type of `content`: those of the environment, and any holding a package.
@@ -315,6 +334,26 @@ fn cluster_types(content: &RepoContent) -> BTreeSet<&str> {
     all.extend(content.packages.keys().map(|(ct, _)| ct.as_str()));
     all.extend(content.delivered.iter().map(|(ct, _)| ct.as_str()));
     all
+}
+
+/// [`Rules::for_content`], made when a failing WorkloadRegistration's kept folders first need
+/// it: the rules index every assignment (93,020 at the M fleet), and most deliveries keep none.
+struct LazyRules<'c> {
+    content: &'c RepoContent,
+    rules: std::sync::OnceLock<Rules<'c>>,
+}
+
+impl<'c> LazyRules<'c> {
+    fn new(content: &'c RepoContent) -> LazyRules<'c> {
+        LazyRules {
+            content,
+            rules: std::sync::OnceLock::new(),
+        }
+    }
+
+    fn get(&self) -> &Rules<'c> {
+        self.rules.get_or_init(|| Rules::for_content(self.content))
+    }
 }
 
 /// The previous artifacts' files, read once each when needed.
@@ -367,10 +406,62 @@ fn plan<'c>(
     cluster_type: &str,
     content: &'c RepoContent,
     ids: &Ids<'_>,
-    rules: &Rules<'_>,
+    rules: &LazyRules<'_>,
     promoted: Option<&str>,
     previous: &Previous<'_>,
 ) -> Result<Vec<Planned<'c>>, Error> {
+    let mut files = Vec::new();
+    walk(
+        cluster_type,
+        content,
+        ids,
+        rules,
+        promoted,
+        previous,
+        &mut |file| {
+            files.push(file);
+        },
+    )?;
+    Ok(files)
+}
+
+/// The content id of `cluster_type`'s artifact as [`plan`] lays it out, hashed as the files
+/// are walked: the unchanged cluster types of a sync (all but a few) never hold their
+/// 280,000 files at once.
+fn walked_content_id(
+    cluster_type: &str,
+    content: &RepoContent,
+    ids: &Ids<'_>,
+    rules: &LazyRules<'_>,
+    promoted: Option<&str>,
+    previous: &Previous<'_>,
+) -> Result<String, Error> {
+    let mut id = ContentId::new();
+    walk(
+        cluster_type,
+        content,
+        ids,
+        rules,
+        promoted,
+        previous,
+        &mut |file| {
+            id.add(file.path.parts(), &file.id);
+        },
+    )?;
+    Ok(id.finish())
+}
+
+/// Walks the files of `cluster_type`'s artifact by id (contents where known) in path order,
+/// giving each to `emit`.
+fn walk<'c>(
+    cluster_type: &str,
+    content: &'c RepoContent,
+    ids: &Ids<'_>,
+    rules: &LazyRules<'_>,
+    promoted: Option<&str>,
+    previous: &Previous<'_>,
+    emit: &mut dyn FnMut(Planned<'c>),
+) -> Result<(), Error> {
     // The deployment targets' folders, each with its files in name order, in the order of
     // their paths (a folder's paths are `{folder}/...`, so folders sort as `{folder}/`).
     let start = (cluster_type.to_owned(), String::new());
@@ -386,7 +477,44 @@ fn plan<'c>(
         .map(|(_, dt)| (dt.as_str(), None));
     let mut folders: Vec<(&str, Option<&Package>)> = rendered.chain(delivered).collect();
     folders.sort_by(|(a, _), (b, _)| PlannedPath::InFolder(a, "").order(&PlannedPath::InFolder(b, "")));
-    let mut files = Vec::new();
+    // The few other files, sorted, each given where its path sorts among the folders' files.
+    let mut others = Vec::new();
+    if content.cluster_types.contains(cluster_type) {
+        let text = readme();
+        others.push(Planned {
+            path: PlannedPath::Whole(README.to_owned()),
+            id: GitId::of_blob(&text),
+            content: Some(text),
+        });
+    }
+    if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
+        // A failing WorkloadRegistration's folders keep what was delivered before.
+        let targets: BTreeSet<&str> = folders.iter().map(|(dt, _)| *dt).collect();
+        let before = previous.files(cluster_type)?;
+        for (path, blob) in before.iter() {
+            let Some((dt, _)) = path.split_once('/') else {
+                continue;
+            };
+            if dt.starts_with('.') || targets.contains(dt) || !rules.get().keeps_folder(cluster_type, dt) {
+                continue;
+            }
+            others.push(Planned {
+                path: PlannedPath::Whole(path.clone()),
+                id: GitId::of_blob(blob),
+                content: Some(blob.clone()),
+            });
+        }
+    }
+    if let Some(commit) = promoted {
+        let blob = Blob::from(commit.as_bytes());
+        others.push(Planned {
+            path: PlannedPath::Whole(PROMOTED_COMMIT_PATH.to_owned()),
+            id: GitId::of_blob(&blob),
+            content: Some(blob),
+        });
+    }
+    others.sort_by(|a, b| a.path.order(&b.path));
+    let mut others = others.into_iter().peekable();
     let mut in_folder = Vec::new();
     for &(dt, package) in &folders {
         match package {
@@ -408,50 +536,16 @@ fn plan<'c>(
             }
         }
         in_folder.sort_by(|a, b| a.path.order(&b.path));
-        files.append(&mut in_folder);
-    }
-    // The few other files, each where its path sorts.
-    let mut others = Vec::new();
-    if content.cluster_types.contains(cluster_type) {
-        let text = readme();
-        others.push(Planned {
-            path: PlannedPath::Whole(README.to_owned()),
-            id: GitId::of_blob(&text),
-            content: Some(text),
-        });
-    }
-    if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
-        // A failing WorkloadRegistration's folders keep what was delivered before.
-        let targets: BTreeSet<&str> = folders.iter().map(|(dt, _)| *dt).collect();
-        let before = previous.files(cluster_type)?;
-        for (path, blob) in before.iter() {
-            let Some((dt, _)) = path.split_once('/') else {
-                continue;
-            };
-            if dt.starts_with('.') || targets.contains(dt) || !rules.keeps_folder(cluster_type, dt) {
-                continue;
+        for file in in_folder.drain(..) {
+            // On a tie (there is none: a kept folder is no target's) the folder's file first.
+            while let Some(other) = others.next_if(|other| other.path.order(&file.path).is_lt()) {
+                emit(other);
             }
-            others.push(Planned {
-                path: PlannedPath::Whole(path.clone()),
-                id: GitId::of_blob(blob),
-                content: Some(blob.clone()),
-            });
+            emit(file);
         }
     }
-    if let Some(commit) = promoted {
-        let blob = Blob::from(commit.as_bytes());
-        others.push(Planned {
-            path: PlannedPath::Whole(PROMOTED_COMMIT_PATH.to_owned()),
-            id: GitId::of_blob(&blob),
-            content: Some(blob),
-        });
-    }
-    if !others.is_empty() {
-        files.append(&mut others);
-        // Sorted runs merged (a stable sort finds them): as sorting every path.
-        files.sort_by(|a, b| a.path.order(&b.path));
-    }
-    Ok(files)
+    others.for_each(emit);
+    Ok(())
 }
 
 /// Gives every file known by id its content, from the artifact delivered before (checked
@@ -523,7 +617,7 @@ pub fn planned_tree(
         .as_deref()
         .filter(|c| !c.is_empty())
         .or(current_promoted.as_deref());
-    let rules = Rules::for_content(content);
+    let rules = LazyRules::new(content);
     let none = |_: &str, _: &str| None;
     let mut tree = kalypso_core::tree::Tree::new();
     for ct in cluster_types(content) {
@@ -606,22 +700,28 @@ pub fn deliver_over(
         given: None,
         read: Mutex::default(),
     };
-    let rules = Rules::for_content(content);
-    // Each cluster type laid out by id; only the changed ones keep their files, with their
-    // paths built.
+    let rules = LazyRules::new(content);
+    // Each cluster type's content id: for one the index lists with its folders, hashed as its
+    // files are walked by id (most are unchanged); the others, and the changed ones, are laid
+    // out, and only the changed ones keep their files, with their paths built.
     let planned: Vec<(String, Result<Entry, Vec<File>>, String)> = names
         .par_iter()
         .map(|ct| {
+            let before = before_index.and_then(|i| i.cluster_types.get(*ct));
+            if let Some(entry) = before.filter(|entry| entry.deployment_targets.is_some()) {
+                let id = walked_content_id(ct, content, ids, &rules, promoted, &previous)?;
+                if entry.content == id {
+                    return Ok(((*ct).to_owned(), Ok(entry.clone()), id));
+                }
+            }
             let files = plan(ct, content, ids, &rules, promoted, &previous)?;
             let id = planned_content_id(&files);
-            let outcome = match before_index.and_then(|i| i.cluster_types.get(*ct)) {
+            let outcome = match before {
                 Some(entry) if entry.content == id => {
-                    // The same content id is the same paths, so the same folders; an index
+                    // The same content id is the same paths, so the same folders: an index
                     // written before the folders were recorded gets them now.
                     let mut entry = entry.clone();
-                    if entry.deployment_targets.is_none() {
-                        entry.deployment_targets = Some(artifact::encode_folders(&planned_folders(&files)));
-                    }
+                    entry.deployment_targets = Some(artifact::encode_folders(&planned_folders(&files)));
                     Ok(entry)
                 }
                 _ => Err(files.into_iter().map(Planned::into_file).collect()),
@@ -1008,7 +1108,7 @@ mod tests {
             given: None,
             read: Mutex::default(),
         };
-        let rules = Rules::for_content(&content);
+        let rules = LazyRules::new(&content);
         let planned = plan("drone", &content, &ids, &rules, Some("0123"), &previous).unwrap();
         let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
@@ -1022,6 +1122,65 @@ mod tests {
             ["app", "app-a", "app-dev", "app.b"].map(str::to_owned)
         );
         assert_eq!(planned_folders(&planned), folders(&files));
+    }
+
+    #[test]
+    fn a_walked_content_id_is_the_content_id_of_the_planned_files() {
+        let mut content = content();
+        // Rendered and delivered folders whose names are prefixes of each other, and a
+        // failing registration's kept folders, which sort among them.
+        for dt in ["app", "app-a", "app.b", "zed"] {
+            content.delivered.insert(("drone".to_owned(), dt.to_owned()));
+        }
+        content.kept = vec![KeptFolders {
+            claimed: BTreeSet::from(["app-dev".to_owned()]),
+            cluster_types: None,
+        }];
+        let ids = |_: &str, dt: &str| {
+            Some(vec![
+                ("reconciler.yaml", GitId::of_blob(dt.as_bytes())),
+                ("namespace.yaml", GitId::of_blob(b"ns")),
+            ])
+        };
+        let before: BTreeMap<String, BTreeMap<String, Blob>> = BTreeMap::from([(
+            "drone".to_owned(),
+            ["app-/x", "app-b/reconciler.yaml", "README.md", "b/a", "zz/x"]
+                .into_iter()
+                .map(|path| (path.to_owned(), Blob::from(path.as_bytes())))
+                .collect(),
+        )]);
+        let location = Location::parse("oci://plan.invalid/plan").unwrap();
+        let previous = Previous {
+            registry: None,
+            location: &location,
+            index: None,
+            given: Some(&before),
+            read: Mutex::default(),
+        };
+        let rules = LazyRules::new(&content);
+        for (ct, promoted) in [("drone", Some("0123")), ("drone", None), ("large", Some("0123"))] {
+            let planned = plan(ct, &content, &ids, &rules, promoted, &previous).unwrap();
+            let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
+            let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+            let mut sorted = paths.clone();
+            sorted.sort_unstable();
+            assert_eq!(paths, sorted);
+            let walked = walked_content_id(ct, &content, &ids, &rules, promoted, &previous).unwrap();
+            assert_eq!(walked, content_id(&files), "{ct} {promoted:?}");
+            assert_eq!(walked, planned_content_id(&planned));
+        }
+        // The kept folders are in the layout, between the targets' folders.
+        let planned = plan("drone", &content, &ids, &rules, None, &previous).unwrap();
+        let paths: Vec<String> = planned.iter().map(|f| f.path.to_string()).collect();
+        for kept in ["app-/x", "app-b/reconciler.yaml", "b/a", "zz/x"] {
+            assert!(paths.iter().any(|p| p == kept), "{kept} in {paths:?}");
+        }
+        // A target no delivery knows is an error either way.
+        let unknown = |_: &str, _: &str| None;
+        assert!(matches!(
+            walked_content_id("drone", &content, &unknown, &rules, None, &previous),
+            Err(Error::NotDelivered { .. })
+        ));
     }
 
     #[test]

@@ -164,15 +164,17 @@ pub fn check(
     limit: DeletionLimit,
 ) -> Option<MassDeletion> {
     let rules = Rules::for_content(content);
-    let mut folders: Vec<(&str, &str)> = current
+    let mut total = 0;
+    // Only the removed folders are sorted: at the M fleet 93,020 folders, nearly all kept.
+    let mut removed: Vec<(&str, &str)> = current
         .iter()
         .flat_map(|(dt, cts)| cts.iter().map(move |ct| (ct.as_str(), dt.as_str())))
-        .collect();
-    folders.sort_unstable();
-    let total = folders.len();
-    let removed: Vec<(String, String)> = folders
-        .into_iter()
+        .inspect(|_| total += 1)
         .filter(|(ct, dt)| !rules.keeps_folder(ct, dt))
+        .collect();
+    removed.sort_unstable();
+    let removed: Vec<(String, String)> = removed
+        .into_iter()
         .map(|(ct, dt)| (ct.to_owned(), dt.to_owned()))
         .collect();
     limit.exceeded(removed.len(), total).then_some(MassDeletion {
