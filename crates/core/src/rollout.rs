@@ -996,7 +996,10 @@ mod tests {
             };
             load_namespace("dev", &inputs, &mut Diagnostics::new())
         };
-        assert!(defined_by_environment(&namespace(&[("rollout.yaml", POLICY)], &[])));
+        assert!(defined_by_environment(&namespace(
+            &[("rollout.yaml", POLICY)],
+            &[]
+        )));
         let from_main = namespace(&[], &[("rollout.yaml", POLICY)]);
         assert_eq!(from_main.rollout_policies.len(), 1, "main's is in the namespace");
         assert!(!defined_by_environment(&from_main), "but does not roll dev out");

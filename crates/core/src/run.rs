@@ -1053,11 +1053,17 @@ mod tests {
         // at its file.
         let mut broken = example("dev");
         let mut files = broken.environment.files().to_vec();
-        files.push(SourceFile::new("broken.yaml", b"kind: ClusterType\nmetadata: [\n".to_vec()));
+        files.push(SourceFile::new(
+            "broken.yaml",
+            b"kind: ClusterType\nmetadata: [\n".to_vec(),
+        ));
         broken.environment = SourceTree::new(broken.environment.label(), files);
         let (from_trees, ahead) = runs(&broken);
         assert!(
-            from_trees.diagnostics.iter().any(|d| d.to_string().contains("broken.yaml")),
+            from_trees
+                .diagnostics
+                .iter()
+                .any(|d| d.to_string().contains("broken.yaml")),
             "{:?}",
             from_trees.diagnostics
         );
