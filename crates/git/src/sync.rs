@@ -892,26 +892,31 @@ impl Pass<'_> {
         }
     }
 
-    /// The forge of the first GitOps repository of `targets` when issues are filed there: in
-    /// `pr` mode only (as the original), never in a dry run.
-    fn issue_forge(
+    /// `file` with the forge of the first GitOps repository of `targets` when issues are filed
+    /// there: in `pr` mode only (as the original), never in a dry run (`None` otherwise).
+    fn with_issue_forge<T>(
         &self,
         name: &str,
         targets: &[GitTarget],
-    ) -> Result<Option<Box<dyn crate::forge::Forge>>, Error> {
+        file: impl FnOnce(&dyn crate::forge::Forge) -> Result<T, crate::forge::Error>,
+    ) -> Result<Option<T>, Error> {
         let Some(target) = targets
             .first()
             .filter(|t| t.mode == Mode::Pr && !self.syncer.settings.delivery.dry_run)
         else {
             return Ok(None);
         };
-        self.context()
+        let forge = self
+            .context()
             .forge(&target.url, &target.providers)
-            .map(Some)
             .map_err(|error| Error::Delivery {
                 environment: name.to_owned(),
                 error,
-            })
+            })?;
+        file(forge.as_ref()).map(Some).map_err(|error| Error::Issues {
+            environment: name.to_owned(),
+            error,
+        })
     }
 
     /// Opens, updates and closes the issues of environment `name` to match `failures`, in
@@ -922,30 +927,16 @@ impl Pass<'_> {
         targets: &[GitTarget],
         failures: &[Failure],
     ) -> Result<Option<IssueReport>, Error> {
-        let Some(forge) = self.issue_forge(name, targets)? else {
-            return Ok(None);
-        };
-        issues::apply(forge.as_ref(), name, failures)
-            .map(Some)
-            .map_err(|error| Error::Issues {
-                environment: name.to_owned(),
-                error,
-            })
+        self.with_issue_forge(name, targets, |forge| issues::apply(forge, name, failures))
     }
 
     /// Closes the issues of `resolved`'s failed rollouts in its first GitOps repository, in
     /// `pr` mode only: a later rollout completed.
     pub(crate) fn close_rollout_failures(&self, resolved: &Resolved) -> Result<Option<IssueReport>, Error> {
         let name = &resolved.environment.name;
-        let Some(forge) = self.issue_forge(name, &self.targets(resolved)?)? else {
-            return Ok(None);
-        };
-        issues::close_rollout_failures(forge.as_ref(), name)
-            .map(Some)
-            .map_err(|error| Error::Issues {
-                environment: name.clone(),
-                error,
-            })
+        self.with_issue_forge(name, &self.targets(resolved)?, |forge| {
+            issues::close_rollout_failures(forge, name)
+        })
     }
 
     /// Reports the failed rollout `state` of `resolved` as an issue in its first GitOps
@@ -956,15 +947,9 @@ impl Pass<'_> {
         state: &kalypso_core::rollout::RolloutState,
     ) -> Result<Option<IssueReport>, Error> {
         let name = &resolved.environment.name;
-        let Some(forge) = self.issue_forge(name, &self.targets(resolved)?)? else {
-            return Ok(None);
-        };
-        issues::report_rollout_failure(forge.as_ref(), name, state)
-            .map(Some)
-            .map_err(|error| Error::Issues {
-                environment: name.clone(),
-                error,
-            })
+        self.with_issue_forge(name, &self.targets(resolved)?, |forge| {
+            issues::report_rollout_failure(forge, name, state)
+        })
     }
 
     /// Makes the next sync take the full path for `environment`, listing the branches its
