@@ -155,15 +155,24 @@ pub fn apply(
 /// its own issue). Not one of [`is_title_of`]'s: deliveries never close it.
 pub fn rollout_title(environment: &str, state: &RolloutState) -> String {
     format!(
-        "Rollout of {} (main {}) failed in {environment} environment",
+        "{ROLLOUT_TITLE_START}{} (main {}){}",
         short(&state.change.environment),
-        short(&state.change.main)
+        short(&state.change.main),
+        rollout_title_end(environment)
     )
 }
 
+/// How every [`rollout_title`] starts.
+const ROLLOUT_TITLE_START: &str = "Rollout of ";
+
+/// How the [`rollout_title`]s of `environment` end.
+fn rollout_title_end(environment: &str) -> String {
+    format!(" failed in {environment} environment")
+}
+
 /// Whether `title` is the title of a failed rollout's issue of `environment` (any change's).
-pub fn is_rollout_title_of(environment: &str, title: &str) -> bool {
-    title.starts_with("Rollout of ") && title.ends_with(&format!(" failed in {environment} environment"))
+fn is_rollout_title_of(environment: &str, title: &str) -> bool {
+    title.starts_with(ROLLOUT_TITLE_START) && title.ends_with(&rollout_title_end(environment))
 }
 
 /// Closes the open issues of `environment`'s failed rollouts: a later rollout of the

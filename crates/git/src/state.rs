@@ -172,10 +172,9 @@ impl Store {
             return;
         }
         state.rollout_in_progress = true;
-        let marked = serde_json::to_vec_pretty(&state)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| write_atomically(&path, &bytes));
-        let Err(error) = marked else { return };
+        let Err(error) = self.try_write(&file, &state) else {
+            return;
+        };
         tracing::warn!(file = %path.display(), %error, "cannot mark the delivery state; removing it");
         match std::fs::remove_file(&path) {
             Ok(()) => {}
@@ -226,13 +225,15 @@ impl Store {
     /// sees the old state or the new one, never half of one. A failure is logged, not
     /// fatal: without a state the next sync takes the full path.
     fn write<T: Serialize>(&self, file: &str, value: &T) {
-        let path = self.dir.join(file);
-        let result = serde_json::to_vec_pretty(value)
-            .map_err(std::io::Error::other)
-            .and_then(|bytes| write_atomically(&path, &bytes));
-        if let Err(error) = result {
-            tracing::warn!(file = %path.display(), %error, "cannot record the delivery state");
+        if let Err(error) = self.try_write(file, value) {
+            tracing::warn!(file = %self.dir.join(file).display(), %error, "cannot record the delivery state");
         }
+    }
+
+    /// [`Store::write`], its failure returned.
+    fn try_write<T: Serialize>(&self, file: &str, value: &T) -> std::io::Result<()> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(std::io::Error::other)?;
+        write_atomically(&self.dir.join(file), &bytes)
     }
 }
 
