@@ -39,6 +39,16 @@ fn context(
     }
 }
 
+/// `ctx` (what it remembers between reconciles kept) talking to a new mock API server.
+fn on_a_new_api_server(ctx: Context) -> (Context, ApiServerVerifier) {
+    let (client, server) = mock_client();
+    let ctx = Context {
+        shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
+        ..ctx
+    };
+    (ctx, server)
+}
+
 /// The snapshot after the operator has done its work once: derived targets exist, every
 /// object carries its condition, and the GitOpsRepo has received the content.
 fn settled(mut s: Snapshot, delivered: bool) -> Snapshot {
@@ -515,11 +525,7 @@ async fn a_rollout_policy_stops_the_delivery_with_flux_until_it_is_removed() {
         ..GitOpsRepoStatus::default()
     });
     s.gitops_repos = vec![Arc::new(repo)];
-    let (client, server) = mock_client();
-    let ctx = Context {
-        shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
-        ..ctx
-    };
+    let (ctx, server) = on_a_new_api_server(ctx);
     sync(s.clone(), &ctx).await.expect("sync");
     server.expect_nothing_more().await;
     assert!(publisher.requests().is_empty());
@@ -527,11 +533,7 @@ async fn a_rollout_policy_stops_the_delivery_with_flux_until_it_is_removed() {
     // The policy removed: the environment is delivered, and `Ready` is the sources
     // controller's again.
     s.rollout_policies.clear();
-    let (client, server) = mock_client();
-    let ctx = Context {
-        shared: Shared::new(client, Some("test".into()), Arc::new(Metrics::default())),
-        ..ctx
-    };
+    let (ctx, server) = on_a_new_api_server(ctx);
     let recorder = tokio::spawn(record_all(server));
     sync(s, &ctx).await.expect("sync");
     let seen = recorder.await.expect("join");
