@@ -207,7 +207,8 @@ pub(crate) struct Column(pub &'static str, pub bool);
 /// JSON array of rows, each an array of the columns' values in order (`null` for NULL). A
 /// batch is then one statement of one shape whatever its size: one round trip to the database
 /// (on SQLite, one hop to the driver's thread) instead of one per run of rows, prepared once
-/// per connection, and one parameter to bind instead of thirteen a row.
+/// per connection (but PostgreSQL's read, planned per batch: see `read_stored`), and one
+/// parameter to bind instead of thirteen a row.
 ///
 /// Each row is parsed once. SQLite's `json_each` gives a row as JSON text, and a plain subquery
 /// is folded into the statement, so every `->>` of a column wrote the row's text out again and
