@@ -21,7 +21,7 @@ use std::any::Any;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::str::Str;
 use func::Func;
@@ -653,6 +653,9 @@ struct MapCell {
     frozen: bool,
     /// For a frozen map: values derived from it, by name.
     derived: Mutex<Vec<(&'static str, Value)>>,
+    /// For a frozen map: its shape as [`crate::budget::check_data`] walks it (values
+    /// visited, deepest nesting), once a walk has passed the limits.
+    shape: OnceLock<(usize, usize)>,
     entries: Mutex<Arc<Entries>>,
 }
 
@@ -736,6 +739,7 @@ impl Map {
             nil,
             frozen,
             derived: Mutex::new(Vec::new()),
+            shape: OnceLock::new(),
             entries: Mutex::new(Arc::new(entries)),
         }))
     }
@@ -823,6 +827,19 @@ impl Map {
             derived.push((name, value.clone()));
         }
         Ok(value)
+    }
+
+    /// A frozen map's shape (values visited, deepest nesting) as the budget's data check
+    /// walked it; `None` before the first walk that passed, and for other maps.
+    pub(crate) fn data_shape(&self) -> Option<(usize, usize)> {
+        self.0.shape.get().copied()
+    }
+
+    /// Keeps a frozen map's shape for later checks; other maps change, so keep none.
+    pub(crate) fn keep_data_shape(&self, shape: (usize, usize)) {
+        if self.0.frozen {
+            let _ = self.0.shape.set(shape);
+        }
     }
 
     /// The current entries, in Go's key order. The snapshot does not change when the map is

@@ -339,4 +339,41 @@ mod tests {
         assert_eq!(engine.render(&nested, &data(private.clone())).unwrap(), b"y");
         assert_eq!(private.len(), 2, "private data is changed as in Go");
     }
+
+    #[test]
+    fn shared_data_is_checked_against_each_render_limits() {
+        // A frozen map's shape is kept after its first check; a render with tighter limits
+        // must still fail as a walk of the map fails.
+        let nested = Map::string_interface([("B", Value::int(1))]);
+        let config = Map::string_interface([("A", Value::Map(nested))]).frozen_copy();
+        let shared = data(config);
+        let engine = Engine::new();
+        let reads = engine.compile("template", "{{ toYaml .ConfigData }}").unwrap();
+        let ok = engine.render_shared(&reads, &shared).unwrap();
+        assert_eq!(ok, b"A:\n    B: 1");
+        let shallow = engine.clone().with_limits(Limits {
+            max_data_depth: 2,
+            ..Limits::default()
+        });
+        let err = shallow.render_shared(&reads, &shared).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the data is nested more than 2 levels deep (the data-depth limit)"),
+            "{err}"
+        );
+        let few = engine.clone().with_limits(Limits {
+            max_alloc: 2 * size_of::<Value>(),
+            ..Limits::default()
+        });
+        let err = few.render_shared(&reads, &shared).unwrap_err();
+        assert!(
+            err.to_string().contains("the data holds more than 2 values"),
+            "{err}"
+        );
+        assert_eq!(
+            engine.render_shared(&reads, &shared).unwrap(),
+            ok,
+            "and passes again"
+        );
+    }
 }
