@@ -184,38 +184,60 @@ impl Engine {
         self.render_passes(template, data, true)
     }
 
-    fn render_passes(&self, template: &Compiled, data: &Value, shared: bool) -> Result<Vec<u8>, Error> {
+    /// [`Engine::render`] (or, with `shared`, [`Engine::render_shared`]) appending the output
+    /// to `out`, so that a caller joining many outputs writes them into one buffer. On error,
+    /// what was appended is unspecified (callers discard it).
+    pub fn render_into(
+        &self,
+        template: &Compiled,
+        data: &Value,
+        shared: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
         if shared && template.changes_maps {
             return Err(Error::ChangesSharedData);
         }
-        let mut out = self.render_once(template, data)?;
+        let start = out.len();
+        self.execute(template, data, out)?;
         let mut passes = 1;
-        while contains_action(&out) {
+        while contains_action(&out[start..]) {
             if passes >= MAX_PASSES {
                 return Err(Error::TooManyPasses);
             }
-            let next = self.compile("template", &String::from_utf8_lossy(&out))?;
+            let next = self.compile("template", &String::from_utf8_lossy(&out[start..]))?;
             if shared && next.changes_maps {
                 return Err(Error::ChangesSharedData);
             }
-            out = self.render_once(&next, data)?;
+            out.truncate(start);
+            self.execute(&next, data, out)?;
             passes += 1;
         }
+        Ok(())
+    }
+
+    fn render_passes(&self, template: &Compiled, data: &Value, shared: bool) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::new();
+        self.render_into(template, data, shared, &mut out)?;
         Ok(out)
     }
 
     /// Renders `template` once, without nested rendering.
     pub fn render_once(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
         let mut out = Vec::new();
+        self.execute(template, data, &mut out)?;
+        Ok(out)
+    }
+
+    /// Executes `template` once, appending to `out`.
+    fn execute(&self, template: &Compiled, data: &Value, out: &mut Vec<u8>) -> Result<(), Error> {
         template
             .template
-            .execute(data, &mut out, &self.limits)
+            .execute(data, out, &self.limits)
             .map_err(|e| match e.kind() {
                 ErrorKind::Parse => Error::Parse(e),
                 ErrorKind::Limit => Error::Limit(e),
                 _ => Error::Exec(e),
-            })?;
-        Ok(out)
+            })
     }
 }
 
