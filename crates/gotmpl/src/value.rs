@@ -862,6 +862,13 @@ impl Map {
         self.len() == 0
     }
 
+    /// Runs `f` with the current entries, under the map's lock, without copying them or
+    /// their values. `f` must not use this map.
+    pub(crate) fn with_entries<R>(&self, f: impl FnOnce(&Entries) -> R) -> R {
+        let entries = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&entries)
+    }
+
     /// The value for `key`.
     pub fn get(&self, key: &MapKey) -> Option<Value> {
         self.snapshot().get(key).cloned()
@@ -959,6 +966,13 @@ pub trait Object: Send + Sync + 'static {
         None
     }
 
+    /// The field [`Object::field`] returns, by reference, for objects that hold their
+    /// fields as values: the executor prints `{{ .Field }}` from it without a copy. `None`
+    /// (the default) when the object computes its fields or has no such field.
+    fn field_ref(&self, _name: &str) -> Option<&Value> {
+        None
+    }
+
     /// All fields in declaration order (structs, and pointers to structs), for `%v`, `%+v`,
     /// JSON and hashing. `None` for types that are not structs.
     fn fields(&self) -> Option<Vec<(Str, Value)>> {
@@ -1016,6 +1030,10 @@ impl Object for Struct {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())
+    }
+
+    fn field_ref(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
     fn fields(&self) -> Option<Vec<(Str, Value)>> {
