@@ -167,27 +167,33 @@ pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map) -> 
     }
 }
 
-/// Renders every manifest of `template`; outputs that are exactly empty are dropped. With
-/// `shared`, the data's maps are frozen and shared with other renders.
+/// Renders every manifest of `template` into `out` (cleared first), joined as the original
+/// joins them: outputs that are exactly empty are dropped, the others separated by `---\n`.
+/// With `shared`, the data's maps are frozen and shared with other renders. `out` is a buffer
+/// the caller reuses for each of an assignment's files, so that rendering does not grow a
+/// new one per manifest.
 fn render_manifests(
     engine: &Engine,
     template: &CompiledTemplate,
     data: &Value,
     shared: bool,
-) -> Result<Vec<Vec<u8>>, (usize, kalypso_template::Error)> {
-    let mut out = Vec::with_capacity(template.manifests.len());
+    out: &mut Vec<u8>,
+) -> Result<(), (usize, kalypso_template::Error)> {
+    out.clear();
     for (i, manifest) in template.manifests.iter().enumerate() {
-        let rendered = if shared {
-            engine.render_shared(manifest, data)
-        } else {
-            engine.render(manifest, data)
-        };
-        let bytes = rendered.map_err(|e| (i, e))?;
-        if !bytes.is_empty() {
-            out.push(bytes);
+        let before = out.len();
+        if before > 0 {
+            out.extend_from_slice(crate::tree::MANIFEST_SEPARATOR);
+        }
+        let start = out.len();
+        engine
+            .render_into(manifest, data, shared, out)
+            .map_err(|e| (i, e))?;
+        if out.len() == start {
+            out.truncate(before);
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The templates a cluster type uses, looked up once for all of its assignments.
@@ -318,15 +324,24 @@ fn render_templates<'t>(
     shared: bool,
 ) -> Result<crate::tree::Package, (&'t CompiledTemplate, usize, kalypso_template::Error)> {
     let value = data.to_value();
-    let render =
-        |t: &'t CompiledTemplate| render_manifests(engine, t, &value, shared).map_err(|(i, e)| (t, i, e));
+    // One buffer for the three files, each copied out once at its final size.
+    let mut out = Vec::with_capacity(RENDER_BUFFER);
+    let mut render = |t: &'t CompiledTemplate| {
+        render_manifests(engine, t, &value, shared, &mut out)
+            .map(|()| crate::tree::Blob::from(&out[..]))
+            .map_err(|(i, e)| (t, i, e))
+    };
     let reconciler = render(&templates.reconciler)?;
     let namespace = render(&templates.namespace)?;
     let config = render(&templates.config)?;
-    Ok(crate::tree::Package::new(
-        &reconciler,
-        &namespace,
-        &config,
+    Ok(crate::tree::Package::from_files(
+        reconciler,
+        namespace,
+        config,
         &templates.config.content_type,
     ))
 }
+
+/// The initial size of an assignment's render buffer: larger than most rendered files, so
+/// that it rarely grows.
+const RENDER_BUFFER: usize = 4096;

@@ -120,15 +120,20 @@ impl Package {
         config: &[Vec<u8>],
         config_content_type: &str,
     ) -> Package {
-        let config_file = if config_content_type == "sh" {
-            SHELL_CONFIG_FILE
-        } else {
-            CONFIG_FILE
-        };
         Package {
             reconciler: join(reconciler),
             namespace: join(namespace),
-            config: (!config.is_empty()).then(|| (config_file, join(config))),
+            config: (!config.is_empty()).then(|| (config_file(config_content_type), join(config))),
+        }
+    }
+
+    /// [`Package::new`] from manifests already joined: `config` empty when the config
+    /// template produced no output (no config file, as in the original).
+    pub fn from_files(reconciler: Blob, namespace: Blob, config: Blob, config_content_type: &str) -> Package {
+        Package {
+            reconciler,
+            namespace,
+            config: (!config.is_empty()).then(|| (config_file(config_content_type), config)),
         }
     }
 
@@ -143,11 +148,23 @@ impl Package {
     }
 }
 
+/// What separates the rendered manifests of one file.
+pub(crate) const MANIFEST_SEPARATOR: &[u8] = b"---\n";
+
 fn join(manifests: &[Vec<u8>]) -> Blob {
     match manifests {
         // Most templates have one manifest: copied once, not joined first.
         [only] => Blob::from(&only[..]),
-        _ => Blob::from(manifests.join(&b"---\n"[..])),
+        _ => Blob::from(manifests.join(MANIFEST_SEPARATOR)),
+    }
+}
+
+/// The config file's name for the config template's content type.
+fn config_file(content_type: &str) -> &'static str {
+    if content_type == "sh" {
+        SHELL_CONFIG_FILE
+    } else {
+        CONFIG_FILE
     }
 }
 

@@ -10,8 +10,8 @@
 
 use std::cell::Cell;
 
-use crate::value::Value;
 use crate::value::func::FuncError;
+use crate::value::{Map, Value};
 
 /// Bounds on one execution, so that a hostile or buggy template fails with an
 /// [`crate::ErrorKind::Limit`] error instead of hanging, overflowing the stack or exhausting
@@ -144,11 +144,41 @@ pub fn max_data_depth() -> usize {
 /// allocation limit (a list holding the same list twice, thirty times over, is small to
 /// build but has a billion leaves to encode). Walked iteratively, so any depth is safe to
 /// check; it stops as soon as a limit is passed. Returns how deeply `v` nests.
+///
+/// A frozen map never changes, so its shape is kept after the first walk that passes: a
+/// config shared by thousands of renders is walked once, not at every `toYaml`. A later
+/// check against tighter limits walks it again, so the result (an error included) is the
+/// one the walk gives.
 pub fn check_data(v: &Value) -> Result<usize, FuncError> {
     const NODE: usize = size_of::<Value>();
     let b = current();
     let max = b.max_data_depth;
     let nodes_left = b.max_alloc.saturating_sub(b.used) / NODE;
+    let frozen = match v {
+        Value::Map(m) if m.is_frozen() => Some(m),
+        _ => None,
+    };
+    if let Some((visited, deepest)) = frozen.and_then(Map::data_shape)
+        && visited <= nodes_left
+        && deepest <= max
+    {
+        return Ok(deepest);
+    }
+    let (visited, deepest) = walk_data(v, max, nodes_left, b.max_alloc)?;
+    if let Some(m) = frozen {
+        m.keep_data_shape((visited, deepest));
+    }
+    Ok(deepest)
+}
+
+/// [`check_data`]'s walk: the number of values visited and the deepest nesting, or the
+/// first limit passed.
+fn walk_data(
+    v: &Value,
+    max: usize,
+    nodes_left: usize,
+    max_alloc: usize,
+) -> Result<(usize, usize), FuncError> {
     let mut visited = 0usize;
     let mut deepest = 0usize;
     let mut stack: Vec<(Value, usize)> = vec![(v.clone(), 1)];
@@ -158,7 +188,7 @@ pub fn check_data(v: &Value) -> Result<usize, FuncError> {
             return Err(FuncError::limit(format!(
                 "the data holds more than {nodes_left} values (shared values counted at each use), \
                  more than the template-alloc limit ({} bytes) allows",
-                b.max_alloc
+                max_alloc
             )));
         }
         deepest = deepest.max(depth);
@@ -173,7 +203,7 @@ pub fn check_data(v: &Value) -> Result<usize, FuncError> {
             _ => {}
         }
     }
-    Ok(deepest)
+    Ok((visited, deepest))
 }
 
 /// Native stack reserved per level of data for the functions that recurse into it.

@@ -235,6 +235,9 @@ impl<'t> State<'t, '_> {
                 self.check_output()?;
             }
             Node::Action(a) => {
+                if a.pipe.decl.is_empty() && self.print_held(dot, node, &a.pipe)? {
+                    return Ok(Flow::Normal);
+                }
                 let val = self.eval_pipeline(dot, &a.pipe)?;
                 if a.pipe.decl.is_empty() {
                     self.print_value(node, &val)?;
@@ -685,7 +688,7 @@ impl<'t> State<'t, '_> {
             }
             num_fixed = args.len();
         }
-        let mut argv: Vec<Value> = Vec::with_capacity(num_in);
+        let mut argv = Args::with_capacity(num_in);
         let mut i = 0;
         while i < num_fixed && i < args.len() {
             let v = self.eval_arg(dot, ParamType::Go(&params[i]), &args[i])?;
@@ -717,7 +720,7 @@ impl<'t> State<'t, '_> {
             return Err(self.errorf("internal error: builtin"));
         };
         self.step()?;
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func.call(&argv)));
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func.call(argv.as_slice())));
         match result {
             Ok(Ok(v)) => {
                 if let Err(e) = crate::budget::charge(crate::budget::shallow_size(&v)) {
@@ -1006,14 +1009,144 @@ impl<'t> State<'t, '_> {
 
     fn print_value(&mut self, node: &'t Node, v: &Val) -> R<()> {
         self.at_node(node);
-        match v.inner() {
-            None => self.out.extend_from_slice(b"<no value>"),
-            Some(Value::Object(o)) if o.kind_name() == "ptr" => {
-                fmt::write_value(self.out, &printable(&Value::Object(o.clone())))
-            }
-            Some(value) => fmt::write_value(self.out, value),
-        }
+        write_printed(self.out, v.inner());
         self.check_output()
+    }
+
+    /// Prints the commonest actions, `{{ $x }}`, `{{ .Field }}` and `{{ .Field.key }}` (dot
+    /// a struct, the field a map with string keys), from where their value is held instead
+    /// of through a copy, with the same steps, output and errors as
+    /// [`State::eval_pipeline`] followed by [`State::print_value`]. Returns `false`, having
+    /// done nothing, for any other pipeline or when the value is not held that simply (a
+    /// method, a missing field, another kind of value).
+    fn print_held(&mut self, dot: &Val, node: &'t Node, pipe: &'t PipeNode) -> R<bool> {
+        let [cmd] = &pipe.cmds[..] else {
+            return Ok(false);
+        };
+        let [arg] = &cmd.args[..] else {
+            return Ok(false);
+        };
+        match arg {
+            Operand::Variable(v) if v.fields.is_empty() => {
+                let Some(i) = (self.var_base..self.vars.len())
+                    .rev()
+                    .find(|&i| self.vars[i].0 == v.id)
+                else {
+                    return Ok(false);
+                };
+                self.before_print(pipe, node)?;
+                write_printed(self.out, self.vars[i].1.inner());
+                self.check_output()?;
+                Ok(true)
+            }
+            Operand::Field { fields, .. } => {
+                let (Val::Conc(Value::Object(o)) | Val::Iface(Value::Object(o))) = dot else {
+                    return Ok(false);
+                };
+                let (first, key) = match &fields[..] {
+                    [first] => (first, None),
+                    [first, key] => (first, Some(key)),
+                    _ => return Ok(false),
+                };
+                if o.method(first.name()).is_some() {
+                    return Ok(false);
+                }
+                let Some(value) = o.field_ref(first.name()) else {
+                    return Ok(false);
+                };
+                let Some(key) = key else {
+                    self.before_print(pipe, node)?;
+                    // A nil field is the nil interface (`Val::from_result`).
+                    write_printed(self.out, (!value.is_nil()).then_some(value));
+                    self.check_output()?;
+                    return Ok(true);
+                };
+                let Value::Map(m) = value else {
+                    return Ok(false);
+                };
+                if !matches!(m.key_type(), Type::String | Type::Interface) {
+                    return Ok(false);
+                }
+                self.before_print(pipe, node)?;
+                let interface = matches!(m.elem_type(), Type::Interface);
+                // Copied out of the map before printing: printing a map takes its lock, and
+                // a Go map can hold itself.
+                let held = m.with_entries(|entries| entries.get(&key.key).cloned());
+                // A missing key, or a nil held in an interface element, prints as
+                // `<no value>` (`elem_val`, then `Val::inner`).
+                let held = held.filter(|v| !(interface && v.is_nil()));
+                write_printed(self.out, held.as_ref());
+                self.check_output()?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// What evaluating a one-command pipeline does before its value is printed: the step
+    /// of its command, and the node errors name.
+    fn before_print(&mut self, pipe: &'t PipeNode, node: &'t Node) -> R<()> {
+        self.node = At::Pipe(pipe);
+        self.step()?;
+        self.at_node(node);
+        Ok(())
+    }
+}
+
+/// The arguments of a call to a function of a [`crate::FuncMap`]: up to [`Args::INLINE`]
+/// of them (nearly every call) held in place, more in a vector, so that a call allocates
+/// nothing for its arguments.
+enum Args {
+    Inline([Value; Args::INLINE], usize),
+    Heap(Vec<Value>),
+}
+
+impl Args {
+    const INLINE: usize = 3;
+
+    fn with_capacity(n: usize) -> Args {
+        if n <= Args::INLINE {
+            Args::Inline([Value::Nil, Value::Nil, Value::Nil], 0)
+        } else {
+            Args::Heap(Vec::with_capacity(n))
+        }
+    }
+
+    fn push(&mut self, v: Value) {
+        match self {
+            Args::Inline(items, len) if *len < Args::INLINE => {
+                items[*len] = v;
+                *len += 1;
+            }
+            Args::Inline(items, len) => {
+                let mut heap: Vec<Value> = items[..*len]
+                    .iter_mut()
+                    .map(|item| std::mem::replace(item, Value::Nil))
+                    .collect();
+                heap.push(v);
+                *self = Args::Heap(heap);
+            }
+            Args::Heap(items) => items.push(v),
+        }
+    }
+
+    fn as_slice(&self) -> &[Value] {
+        match self {
+            Args::Inline(items, len) => &items[..*len],
+            Args::Heap(items) => items,
+        }
+    }
+}
+
+/// Go's printing of an action's value: `<no value>` for none (invalid, or a nil interface),
+/// pointers to structs as the struct.
+fn write_printed(out: &mut Vec<u8>, v: Option<&Value>) {
+    match v {
+        None => out.extend_from_slice(b"<no value>"),
+        Some(Value::Object(o)) if o.kind_name() == "ptr" => {
+            fmt::write_value(out, &printable(&Value::Object(o.clone())))
+        }
+        Some(value) => fmt::write_value(out, value),
     }
 }
 

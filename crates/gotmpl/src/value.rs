@@ -21,7 +21,7 @@ use std::any::Any;
 use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use crate::str::Str;
 use func::Func;
@@ -653,6 +653,9 @@ struct MapCell {
     frozen: bool,
     /// For a frozen map: values derived from it, by name.
     derived: Mutex<Vec<(&'static str, Value)>>,
+    /// For a frozen map: its shape as [`crate::budget::check_data`] walks it (values
+    /// visited, deepest nesting), once a walk has passed the limits.
+    shape: OnceLock<(usize, usize)>,
     entries: Mutex<Arc<Entries>>,
 }
 
@@ -736,6 +739,7 @@ impl Map {
             nil,
             frozen,
             derived: Mutex::new(Vec::new()),
+            shape: OnceLock::new(),
             entries: Mutex::new(Arc::new(entries)),
         }))
     }
@@ -825,6 +829,19 @@ impl Map {
         Ok(value)
     }
 
+    /// A frozen map's shape (values visited, deepest nesting) as the budget's data check
+    /// walked it; `None` before the first walk that passed, and for other maps.
+    pub(crate) fn data_shape(&self) -> Option<(usize, usize)> {
+        self.0.shape.get().copied()
+    }
+
+    /// Keeps a frozen map's shape for later checks; other maps change, so keep none.
+    pub(crate) fn keep_data_shape(&self, shape: (usize, usize)) {
+        if self.0.frozen {
+            let _ = self.0.shape.set(shape);
+        }
+    }
+
     /// The current entries, in Go's key order. The snapshot does not change when the map is
     /// mutated later.
     pub fn snapshot(&self) -> Arc<Entries> {
@@ -843,6 +860,13 @@ impl Map {
     /// Whether there are no entries.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Runs `f` with the current entries, under the map's lock, without copying them or
+    /// their values. `f` must not use this map.
+    pub(crate) fn with_entries<R>(&self, f: impl FnOnce(&Entries) -> R) -> R {
+        let entries = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        f(&entries)
     }
 
     /// The value for `key`.
@@ -942,6 +966,13 @@ pub trait Object: Send + Sync + 'static {
         None
     }
 
+    /// The field [`Object::field`] returns, by reference, for objects that hold their
+    /// fields as values: the executor prints `{{ .Field }}` from it without a copy. `None`
+    /// (the default) when the object computes its fields or has no such field.
+    fn field_ref(&self, _name: &str) -> Option<&Value> {
+        None
+    }
+
     /// All fields in declaration order (structs, and pointers to structs), for `%v`, `%+v`,
     /// JSON and hashing. `None` for types that are not structs.
     fn fields(&self) -> Option<Vec<(Str, Value)>> {
@@ -999,6 +1030,10 @@ impl Object for Struct {
             .iter()
             .find(|(n, _)| n == name)
             .map(|(_, v)| v.clone())
+    }
+
+    fn field_ref(&self, name: &str) -> Option<&Value> {
+        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
 
     fn fields(&self) -> Option<Vec<(Str, Value)>> {

@@ -270,3 +270,74 @@ fn define_and_block() {
         "template: template:1: undefined variable \"$x\""
     );
 }
+
+#[test]
+fn actions_print_fields_and_variables_as_go_does() {
+    use kalypso_gotmpl::{Map, MapKey, Str, Struct, Type};
+    use std::sync::Arc;
+    let config = Map::string_interface([("a", Value::int(1)), ("nil", Value::Nil)]);
+    let ints = Map::from_entries(
+        Type::INT,
+        Type::String,
+        [(MapKey::Int(1, kalypso_gotmpl::IntKind::Int), Value::string("one"))]
+            .into_iter()
+            .collect(),
+    );
+    let data = Value::Object(Arc::new(Struct::new(
+        "main.T",
+        vec![
+            (Str::from("Name"), Value::string("kalypso")),
+            (Str::from("Nil"), Value::Nil),
+            (Str::from("Labels"), Value::Map(Map::string_string([("k", "v")]))),
+            (
+                Str::from("NilLabels"),
+                Value::Map(Map::nil(Type::String, Type::String)),
+            ),
+            (Str::from("Config"), Value::Map(config)),
+            (Str::from("Ints"), Value::Map(ints)),
+        ],
+    )));
+    let cases = [
+        ("{{ .Name }}", "kalypso"),
+        ("{{ .Nil }}", "<no value>"),
+        ("{{ .Labels.k }}|{{ .Labels.missing }}", "v|<no value>"),
+        ("{{ .NilLabels.k }}", "<no value>"),
+        (
+            "{{ .Config.a }}|{{ .Config.nil }}|{{ .Config.missing }}",
+            "1|<no value>|<no value>",
+        ),
+        ("{{ .Labels }}", "map[k:v]"),
+        (
+            "{{ $x := .Config.nil }}{{ $x }}|{{ $ }}",
+            "<no value>|{kalypso <nil> map[k:v] map[] map[a:1 nil:<nil>] map[1:one]}",
+        ),
+        ("{{ range $k, $v := .Labels }}{{ $k }}={{ $v }}{{ end }}", "k=v"),
+    ];
+    for (text, want) in cases {
+        assert_eq!(render(text, &data).as_deref(), Ok(want), "{text}");
+    }
+    assert_eq!(
+        render("{{ .Missing }}", &data).unwrap_err(),
+        "template: template:1:3: executing \"template\" at <.Missing>: can't evaluate field Missing in type main.T"
+    );
+    assert_eq!(
+        render("{{ .Ints.x }}", &data).unwrap_err(),
+        "template: template:1:8: executing \"template\" at <.Ints.x>: can't evaluate field x in type map[int]string"
+    );
+    assert_eq!(
+        render("{{ .Nil.x }}", &data).unwrap_err(),
+        "template: template:1:7: executing \"template\" at <.Nil.x>: nil pointer evaluating interface {}.x"
+    );
+    // The steps of a printed field or variable are those of any one-command pipeline.
+    let limits = Limits {
+        max_steps: 3,
+        ..Limits::default()
+    };
+    let t = Template::parse("template", "{{ .Name }}{{ .Name }}", common::funcs()).unwrap();
+    let err = t.execute(&data, &mut Vec::new(), &limits).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "template: template:1:14: executing \"template\" at <.Name>: exceeded the template-steps limit \
+         (3 steps: actions, loop iterations and calls)"
+    );
+}

@@ -6,11 +6,12 @@
 //! byte of a multi-byte character as a Latin-1 rune (`initials "ünï code"` is `Ãc`). Those
 //! quirks are reproduced on purpose: output must match the Go original byte for byte.
 
+use kalypso_gotmpl::strconv::append_quote;
 use kalypso_gotmpl::{FuncError, FuncMap, Map, MapKey, Str, Type, Value, budget};
 
 use crate::util::{
-    RUNE_ERROR, arg, arg_bytes, arg_int, decode_rune, find, func, go_quote, is_digit, is_letter, is_lower,
-    is_number, is_punct, is_space, is_title, is_upper, map_runes, push_rune, register, replace, rfind, runes,
+    RUNE_ERROR, arg, arg_bytes, arg_int, decode_rune, find, func, is_digit, is_letter, is_lower, is_number,
+    is_punct, is_space, is_title, is_upper, map_runes, push_rune, register, replace, rfind, runes,
     runes_to_bytes, split, split_n, string_value, strings_value, strval, to_lower, to_title, to_upper,
     trim_space, variadic,
 };
@@ -199,12 +200,15 @@ pub(crate) fn register_all(m: &mut FuncMap) {
         m,
         &["quote"],
         variadic(vec![], Type::Interface, |a| {
-            let parts: Vec<String> = a
-                .iter()
-                .filter(|v| !v.is_nil())
-                .map(|v| go_quote(strval(v).as_bytes()))
-                .collect();
-            Ok(Value::string(parts.join(" ")))
+            // The quoted parts joined by spaces, built in one buffer.
+            let mut out = Vec::new();
+            for (i, v) in a.iter().filter(|v| !v.is_nil()).enumerate() {
+                if i > 0 {
+                    out.push(b' ');
+                }
+                append_quote(&mut out, strval(v).as_bytes());
+            }
+            Ok(string_value(out))
         }),
     );
     register(
@@ -493,15 +497,24 @@ pub(crate) fn repeat(s: &[u8], count: i64) -> Result<Vec<u8>, FuncError> {
     Ok(s.repeat(count as usize))
 }
 
+/// Sprig's `indent`: `pad + strings.Replace(v, "\n", "\n" + pad, -1)`, built in one buffer
+/// of the exact size (a rendered config is indented once per assignment).
 fn indent(spaces: i64, v: &[u8]) -> Result<Vec<u8>, FuncError> {
     let pad = repeat(b" ", spaces)?;
-    let mut newline_pad = vec![b'\n'];
-    newline_pad.extend_from_slice(&pad);
-    let mut out = pad;
-    out.extend(replace(v, b"\n", &newline_pad, -1));
-    if out.len() > MAX_REPEAT_BYTES {
+    let newlines = memchr::memchr_iter(b'\n', v).count();
+    let len = (pad.len() as u128) * (newlines as u128 + 1) + v.len() as u128;
+    if len > MAX_REPEAT_BYTES as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
+    let mut out = Vec::with_capacity(len as usize);
+    out.extend_from_slice(&pad);
+    let mut start = 0;
+    for newline in memchr::memchr_iter(b'\n', v) {
+        out.extend_from_slice(&v[start..=newline]);
+        out.extend_from_slice(&pad);
+        start = newline + 1;
+    }
+    out.extend_from_slice(&v[start..]);
     Ok(out)
 }
 

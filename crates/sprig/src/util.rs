@@ -277,15 +277,25 @@ pub(crate) fn replace(s: &[u8], old: &[u8], new: &[u8], n: i64) -> Vec<u8> {
         out.extend_from_slice(&s[start..]);
         return out;
     }
-    while n < 0 || done < n {
-        match find(&s[start..], old) {
-            Some(pos) => {
-                out.extend_from_slice(&s[start..start + pos]);
-                out.extend_from_slice(new);
-                start += pos + old.len();
-                done += 1;
+    // One searcher for the whole text (its matches do not overlap, as Go's are found).
+    let mut replace_at = |pos: usize| {
+        out.extend_from_slice(&s[start..pos]);
+        out.extend_from_slice(new);
+        start = pos + old.len();
+        done += 1;
+        n < 0 || done < n
+    };
+    if let [byte] = old {
+        for pos in memchr::memchr_iter(*byte, s) {
+            if !replace_at(pos) {
+                break;
             }
-            None => break,
+        }
+    } else {
+        for pos in memchr::memmem::find_iter(s, old) {
+            if !replace_at(pos) {
+                break;
+            }
         }
     }
     out.extend_from_slice(&s[start..]);

@@ -42,6 +42,10 @@ impl Object for DataType {
     }
 
     fn field(&self, name: &str) -> Option<Value> {
+        self.field_ref(name).cloned()
+    }
+
+    fn field_ref(&self, name: &str) -> Option<&Value> {
         let index = match name {
             "DeploymentTargetName" => 0,
             "Namespace" => 1,
@@ -54,7 +58,7 @@ impl Object for DataType {
             "ConfigData" => 8,
             _ => return None,
         };
-        Some(self.fields[index].clone())
+        Some(&self.fields[index])
     }
 
     fn fields(&self) -> Option<Vec<(Str, Value)>> {

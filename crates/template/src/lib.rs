@@ -184,38 +184,60 @@ impl Engine {
         self.render_passes(template, data, true)
     }
 
-    fn render_passes(&self, template: &Compiled, data: &Value, shared: bool) -> Result<Vec<u8>, Error> {
+    /// [`Engine::render`] (or, with `shared`, [`Engine::render_shared`]) appending the output
+    /// to `out`, so that a caller joining many outputs writes them into one buffer. On error,
+    /// what was appended is unspecified (callers discard it).
+    pub fn render_into(
+        &self,
+        template: &Compiled,
+        data: &Value,
+        shared: bool,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
         if shared && template.changes_maps {
             return Err(Error::ChangesSharedData);
         }
-        let mut out = self.render_once(template, data)?;
+        let start = out.len();
+        self.execute(template, data, out)?;
         let mut passes = 1;
-        while contains_action(&out) {
+        while contains_action(&out[start..]) {
             if passes >= MAX_PASSES {
                 return Err(Error::TooManyPasses);
             }
-            let next = self.compile("template", &String::from_utf8_lossy(&out))?;
+            let next = self.compile("template", &String::from_utf8_lossy(&out[start..]))?;
             if shared && next.changes_maps {
                 return Err(Error::ChangesSharedData);
             }
-            out = self.render_once(&next, data)?;
+            out.truncate(start);
+            self.execute(&next, data, out)?;
             passes += 1;
         }
+        Ok(())
+    }
+
+    fn render_passes(&self, template: &Compiled, data: &Value, shared: bool) -> Result<Vec<u8>, Error> {
+        let mut out = Vec::new();
+        self.render_into(template, data, shared, &mut out)?;
         Ok(out)
     }
 
     /// Renders `template` once, without nested rendering.
     pub fn render_once(&self, template: &Compiled, data: &Value) -> Result<Vec<u8>, Error> {
         let mut out = Vec::new();
+        self.execute(template, data, &mut out)?;
+        Ok(out)
+    }
+
+    /// Executes `template` once, appending to `out`.
+    fn execute(&self, template: &Compiled, data: &Value, out: &mut Vec<u8>) -> Result<(), Error> {
         template
             .template
-            .execute(data, &mut out, &self.limits)
+            .execute(data, out, &self.limits)
             .map_err(|e| match e.kind() {
                 ErrorKind::Parse => Error::Parse(e),
                 ErrorKind::Limit => Error::Limit(e),
                 _ => Error::Exec(e),
-            })?;
-        Ok(out)
+            })
     }
 }
 
@@ -338,5 +360,42 @@ mod tests {
         let private = Map::string_interface([("A", Value::string("1"))]);
         assert_eq!(engine.render(&nested, &data(private.clone())).unwrap(), b"y");
         assert_eq!(private.len(), 2, "private data is changed as in Go");
+    }
+
+    #[test]
+    fn shared_data_is_checked_against_each_render_limits() {
+        // A frozen map's shape is kept after its first check; a render with tighter limits
+        // must still fail as a walk of the map fails.
+        let nested = Map::string_interface([("B", Value::int(1))]);
+        let config = Map::string_interface([("A", Value::Map(nested))]).frozen_copy();
+        let shared = data(config);
+        let engine = Engine::new();
+        let reads = engine.compile("template", "{{ toYaml .ConfigData }}").unwrap();
+        let ok = engine.render_shared(&reads, &shared).unwrap();
+        assert_eq!(ok, b"A:\n    B: 1");
+        let shallow = engine.clone().with_limits(Limits {
+            max_data_depth: 2,
+            ..Limits::default()
+        });
+        let err = shallow.render_shared(&reads, &shared).unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("the data is nested more than 2 levels deep (the data-depth limit)"),
+            "{err}"
+        );
+        let few = engine.clone().with_limits(Limits {
+            max_alloc: 2 * size_of::<Value>(),
+            ..Limits::default()
+        });
+        let err = few.render_shared(&reads, &shared).unwrap_err();
+        assert!(
+            err.to_string().contains("the data holds more than 2 values"),
+            "{err}"
+        );
+        assert_eq!(
+            engine.render_shared(&reads, &shared).unwrap(),
+            ok,
+            "and passes again"
+        );
     }
 }
