@@ -131,13 +131,14 @@ impl Fleet {
 
     /// Waits until the hub knows `commit` of the branch (its history is read on a timer, and on
     /// demand when asked about a commit it does not know): reports of a commit it does not
-    /// know yet do not count.
+    /// know yet do not count. Up to two minutes: a hub on a loaded machine (a CI runner
+    /// building beside the tests) may take longer than a second per refresh.
     pub fn wait_known(&self, commit: &str) {
         let url = format!(
             "{}/api/v1/environments/{}/gate?commit={commit}",
             self.hub, self.environment
         );
-        for _ in 0..300 {
+        for _ in 0..1200 {
             let mut request = ureq::get(&url);
             if let Some(token) = &self.token {
                 request = request.header("authorization", &format!("Bearer {token}"));
