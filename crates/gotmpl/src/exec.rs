@@ -189,14 +189,19 @@ impl<'t> State<'t, '_> {
         self.vars.push((id, v));
     }
 
+    /// Where variable `id` is held: the innermost of that name in the current scope.
+    fn var_index(&self, id: VarId) -> Option<usize> {
+        (self.var_base..self.vars.len())
+            .rev()
+            .find(|&i| self.vars[i].0 == id)
+    }
+
     fn set_var(&mut self, id: VarId, name: &str, v: Val) -> R<()> {
-        for i in (self.var_base..self.vars.len()).rev() {
-            if self.vars[i].0 == id {
-                self.vars[i].1 = v;
-                return Ok(());
-            }
-        }
-        Err(self.errorf(format!("undefined variable: {name}")))
+        let Some(i) = self.var_index(id) else {
+            return Err(self.errorf(format!("undefined variable: {name}")));
+        };
+        self.vars[i].1 = v;
+        Ok(())
     }
 
     fn set_top_var(&mut self, n: usize, v: Val) {
@@ -205,12 +210,10 @@ impl<'t> State<'t, '_> {
     }
 
     fn var_value(&self, id: VarId, name: &str) -> R<Val> {
-        for i in (self.var_base..self.vars.len()).rev() {
-            if self.vars[i].0 == id {
-                return Ok(self.vars[i].1.clone());
-            }
+        match self.var_index(id) {
+            Some(i) => Ok(self.vars[i].1.clone()),
+            None => Err(self.errorf(format!("undefined variable: {name}"))),
         }
-        Err(self.errorf(format!("undefined variable: {name}")))
     }
 
     // ----- walk -----
@@ -1028,10 +1031,7 @@ impl<'t> State<'t, '_> {
         };
         match arg {
             Operand::Variable(v) if v.fields.is_empty() => {
-                let Some(i) = (self.var_base..self.vars.len())
-                    .rev()
-                    .find(|&i| self.vars[i].0 == v.id)
-                else {
+                let Some(i) = self.var_index(v.id) else {
                     return Ok(false);
                 };
                 self.before_print(pipe, node)?;
