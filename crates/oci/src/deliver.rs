@@ -280,7 +280,7 @@ fn planned_folders(files: &[Planned<'_>]) -> Vec<String> {
 }
 
 /// The content id of an artifact's files: a digest of their sorted paths and git blob ids.
-/// (Its definition: deliveries compute it as [`planned_content_id`] or [`walked_content_id`],
+/// (Its definition: deliveries compute it as [`planned_content_id`] or [`Layout::content_id`],
 /// and the tests check that they agree.)
 #[cfg(test)]
 fn content_id(files: &[File]) -> String {
@@ -400,152 +400,145 @@ impl Previous<'_> {
     }
 }
 
-/// Lays out the files of `cluster_type`'s artifact by id (contents where known), sorted by
-/// path.
-fn plan<'c>(
-    cluster_type: &str,
+/// How the artifacts of an environment's cluster types are laid out: the content, the ids of
+/// the files of the assignments delivered before, the commit promoted and the artifacts
+/// delivered before (for a failing WorkloadRegistration's kept folders).
+struct Layout<'c, 'a> {
     content: &'c RepoContent,
-    ids: &Ids<'_>,
-    rules: &LazyRules<'_>,
-    promoted: Option<&str>,
-    previous: &Previous<'_>,
-) -> Result<Vec<Planned<'c>>, Error> {
-    let mut files = Vec::new();
-    walk(
-        cluster_type,
-        content,
-        ids,
-        rules,
-        promoted,
-        previous,
-        &mut |file| {
-            files.push(file);
-        },
-    )?;
-    Ok(files)
+    ids: &'a Ids<'a>,
+    rules: LazyRules<'c>,
+    promoted: Option<&'a str>,
+    previous: &'a Previous<'a>,
 }
 
-/// The content id of `cluster_type`'s artifact as [`plan`] lays it out, hashed as the files
-/// are walked: the unchanged cluster types of a sync (all but a few) never hold their
-/// 280,000 files at once.
-fn walked_content_id(
-    cluster_type: &str,
-    content: &RepoContent,
-    ids: &Ids<'_>,
-    rules: &LazyRules<'_>,
-    promoted: Option<&str>,
-    previous: &Previous<'_>,
-) -> Result<String, Error> {
-    let mut id = ContentId::new();
-    walk(
-        cluster_type,
-        content,
-        ids,
-        rules,
-        promoted,
-        previous,
-        &mut |file| {
-            id.add(file.path.parts(), &file.id);
-        },
-    )?;
-    Ok(id.finish())
-}
-
-/// Walks the files of `cluster_type`'s artifact by id (contents where known) in path order,
-/// giving each to `emit`.
-fn walk<'c>(
-    cluster_type: &str,
-    content: &'c RepoContent,
-    ids: &Ids<'_>,
-    rules: &LazyRules<'_>,
-    promoted: Option<&str>,
-    previous: &Previous<'_>,
-    emit: &mut dyn FnMut(Planned<'c>),
-) -> Result<(), Error> {
-    // The deployment targets' folders, each with its files in name order, in the order of
-    // their paths (a folder's paths are `{folder}/...`, so folders sort as `{folder}/`).
-    let start = (cluster_type.to_owned(), String::new());
-    let rendered = content
-        .packages
-        .range(start.clone()..)
-        .take_while(|((ct, _), _)| ct == cluster_type)
-        .map(|((_, dt), package)| (dt.as_str(), Some(package)));
-    let delivered = content
-        .delivered
-        .range(start..)
-        .take_while(|(ct, _)| ct == cluster_type)
-        .map(|(_, dt)| (dt.as_str(), None));
-    let mut folders: Vec<(&str, Option<&Package>)> = rendered.chain(delivered).collect();
-    folders.sort_by(|(a, _), (b, _)| PlannedPath::InFolder(a, "").order(&PlannedPath::InFolder(b, "")));
-    // The few other files, sorted, each given where its path sorts among the folders' files.
-    let mut others = Vec::new();
-    if content.cluster_types.contains(cluster_type) {
-        let text = readme();
-        others.push(Planned {
-            path: PlannedPath::Whole(README.to_owned()),
-            id: GitId::of_blob(&text),
-            content: Some(text),
-        });
+impl<'c, 'a> Layout<'c, 'a> {
+    fn new(
+        content: &'c RepoContent,
+        ids: &'a Ids<'a>,
+        promoted: Option<&'a str>,
+        previous: &'a Previous<'a>,
+    ) -> Layout<'c, 'a> {
+        Layout {
+            content,
+            ids,
+            rules: LazyRules::new(content),
+            promoted,
+            previous,
+        }
     }
-    if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
-        // A failing WorkloadRegistration's folders keep what was delivered before.
-        let targets: BTreeSet<&str> = folders.iter().map(|(dt, _)| *dt).collect();
-        let before = previous.files(cluster_type)?;
-        for (path, blob) in before.iter() {
-            let Some((dt, _)) = path.split_once('/') else {
-                continue;
-            };
-            if dt.starts_with('.') || targets.contains(dt) || !rules.get().keeps_folder(cluster_type, dt) {
-                continue;
-            }
+
+    /// The files of `cluster_type`'s artifact by id (contents where known), sorted by path.
+    fn plan(&self, cluster_type: &str) -> Result<Vec<Planned<'c>>, Error> {
+        let mut files = Vec::new();
+        self.walk(cluster_type, &mut |file| files.push(file))?;
+        Ok(files)
+    }
+
+    /// The content id of `cluster_type`'s artifact as [`Layout::plan`] lays it out, hashed as
+    /// the files are walked: the unchanged cluster types of a sync (all but a few) never hold
+    /// their 280,000 files at once.
+    fn content_id(&self, cluster_type: &str) -> Result<String, Error> {
+        let mut id = ContentId::new();
+        self.walk(cluster_type, &mut |file| id.add(file.path.parts(), &file.id))?;
+        Ok(id.finish())
+    }
+
+    /// Walks the files of `cluster_type`'s artifact by id (contents where known) in path
+    /// order, giving each to `emit`.
+    fn walk(&self, cluster_type: &str, emit: &mut dyn FnMut(Planned<'c>)) -> Result<(), Error> {
+        let Layout {
+            content,
+            ids,
+            ref rules,
+            promoted,
+            previous,
+        } = *self;
+        // The deployment targets' folders, each with its files in name order, in the order of
+        // their paths (a folder's paths are `{folder}/...`, so folders sort as `{folder}/`).
+        let start = (cluster_type.to_owned(), String::new());
+        let rendered = content
+            .packages
+            .range(start.clone()..)
+            .take_while(|((ct, _), _)| ct == cluster_type)
+            .map(|((_, dt), package)| (dt.as_str(), Some(package)));
+        let delivered = content
+            .delivered
+            .range(start..)
+            .take_while(|(ct, _)| ct == cluster_type)
+            .map(|(_, dt)| (dt.as_str(), None));
+        let mut folders: Vec<(&str, Option<&Package>)> = rendered.chain(delivered).collect();
+        folders.sort_by(|(a, _), (b, _)| PlannedPath::InFolder(a, "").order(&PlannedPath::InFolder(b, "")));
+        // The few other files, sorted, each given where its path sorts among the folders' files.
+        let mut others = Vec::new();
+        if content.cluster_types.contains(cluster_type) {
+            let text = readme();
             others.push(Planned {
-                path: PlannedPath::Whole(path.clone()),
-                id: GitId::of_blob(blob),
-                content: Some(blob.clone()),
+                path: PlannedPath::Whole(README.to_owned()),
+                id: GitId::of_blob(&text),
+                content: Some(text),
             });
         }
-    }
-    if let Some(commit) = promoted {
-        let blob = Blob::from(commit.as_bytes());
-        others.push(Planned {
-            path: PlannedPath::Whole(PROMOTED_COMMIT_PATH.to_owned()),
-            id: GitId::of_blob(&blob),
-            content: Some(blob),
-        });
-    }
-    others.sort_by(|a, b| a.path.order(&b.path));
-    let mut others = others.into_iter().peekable();
-    let mut in_folder = Vec::new();
-    for &(dt, package) in &folders {
-        match package {
-            Some(package) => in_folder.extend(package.files().map(|(name, blob)| Planned {
-                path: PlannedPath::InFolder(dt, name),
-                id: GitId::of_blob(blob),
-                content: Some(blob.clone()),
-            })),
-            None => {
-                let known = ids(cluster_type, dt).ok_or_else(|| Error::NotDelivered {
-                    cluster_type: cluster_type.to_owned(),
-                    path: format!("{dt}/"),
-                })?;
-                in_folder.extend(known.into_iter().map(|(name, id)| Planned {
+        if content.kept.iter().any(|kept| kept.applies_to(cluster_type)) {
+            // A failing WorkloadRegistration's folders keep what was delivered before.
+            let targets: BTreeSet<&str> = folders.iter().map(|(dt, _)| *dt).collect();
+            let before = previous.files(cluster_type)?;
+            for (path, blob) in before.iter() {
+                let Some((dt, _)) = path.split_once('/') else {
+                    continue;
+                };
+                if dt.starts_with('.') || targets.contains(dt) || !rules.get().keeps_folder(cluster_type, dt)
+                {
+                    continue;
+                }
+                others.push(Planned {
+                    path: PlannedPath::Whole(path.clone()),
+                    id: GitId::of_blob(blob),
+                    content: Some(blob.clone()),
+                });
+            }
+        }
+        if let Some(commit) = promoted {
+            let blob = Blob::from(commit.as_bytes());
+            others.push(Planned {
+                path: PlannedPath::Whole(PROMOTED_COMMIT_PATH.to_owned()),
+                id: GitId::of_blob(&blob),
+                content: Some(blob),
+            });
+        }
+        others.sort_by(|a, b| a.path.order(&b.path));
+        let mut others = others.into_iter().peekable();
+        let mut in_folder = Vec::new();
+        for &(dt, package) in &folders {
+            match package {
+                Some(package) => in_folder.extend(package.files().map(|(name, blob)| Planned {
                     path: PlannedPath::InFolder(dt, name),
-                    id,
-                    content: None,
-                }));
+                    id: GitId::of_blob(blob),
+                    content: Some(blob.clone()),
+                })),
+                None => {
+                    let known = ids(cluster_type, dt).ok_or_else(|| Error::NotDelivered {
+                        cluster_type: cluster_type.to_owned(),
+                        path: format!("{dt}/"),
+                    })?;
+                    in_folder.extend(known.into_iter().map(|(name, id)| Planned {
+                        path: PlannedPath::InFolder(dt, name),
+                        id,
+                        content: None,
+                    }));
+                }
+            }
+            in_folder.sort_by(|a, b| a.path.order(&b.path));
+            for file in in_folder.drain(..) {
+                // On a tie (there is none: a kept folder is no target's) the folder's file first.
+                while let Some(other) = others.next_if(|other| other.path.order(&file.path).is_lt()) {
+                    emit(other);
+                }
+                emit(file);
             }
         }
-        in_folder.sort_by(|a, b| a.path.order(&b.path));
-        for file in in_folder.drain(..) {
-            // On a tie (there is none: a kept folder is no target's) the folder's file first.
-            while let Some(other) = others.next_if(|other| other.path.order(&file.path).is_lt()) {
-                emit(other);
-            }
-            emit(file);
-        }
+        others.for_each(emit);
+        Ok(())
     }
-    others.for_each(emit);
-    Ok(())
 }
 
 /// Gives every file known by id its content, from the artifact delivered before (checked
@@ -617,14 +610,11 @@ pub fn planned_tree(
         .as_deref()
         .filter(|c| !c.is_empty())
         .or(current_promoted.as_deref());
-    let rules = LazyRules::new(content);
     let none = |_: &str, _: &str| None;
+    let layout = Layout::new(content, &none, promoted, &previous);
     let mut tree = kalypso_core::tree::Tree::new();
     for ct in cluster_types(content) {
-        let mut files: Vec<File> = plan(ct, content, &none, &rules, promoted, &previous)?
-            .into_iter()
-            .map(Planned::into_file)
-            .collect();
+        let mut files: Vec<File> = layout.plan(ct)?.into_iter().map(Planned::into_file).collect();
         complete(ct, &mut files, &previous)?;
         for file in files {
             if file.path != PROMOTED_COMMIT_PATH
@@ -700,7 +690,7 @@ pub fn deliver_over(
         given: None,
         read: Mutex::default(),
     };
-    let rules = LazyRules::new(content);
+    let layout = Layout::new(content, ids, promoted, &previous);
     // Each cluster type's content id: for one the index lists with its folders, hashed as its
     // files are walked by id (most are unchanged); the others, and the changed ones, are laid
     // out, and only the changed ones keep their files, with their paths built.
@@ -709,12 +699,12 @@ pub fn deliver_over(
         .map(|ct| {
             let before = before_index.and_then(|i| i.cluster_types.get(*ct));
             if let Some(entry) = before.filter(|entry| entry.deployment_targets.is_some()) {
-                let id = walked_content_id(ct, content, ids, &rules, promoted, &previous)?;
+                let id = layout.content_id(ct)?;
                 if entry.content == id {
                     return Ok(((*ct).to_owned(), Ok(entry.clone()), id));
                 }
             }
-            let files = plan(ct, content, ids, &rules, promoted, &previous)?;
+            let files = layout.plan(ct)?;
             let id = planned_content_id(&files);
             let outcome = match before {
                 Some(entry) if entry.content == id => {
@@ -1108,8 +1098,9 @@ mod tests {
             given: None,
             read: Mutex::default(),
         };
-        let rules = LazyRules::new(&content);
-        let planned = plan("drone", &content, &ids, &rules, Some("0123"), &previous).unwrap();
+        let planned = Layout::new(&content, &ids, Some("0123"), &previous)
+            .plan("drone")
+            .unwrap();
         let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
         let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
         let mut sorted = paths.clone();
@@ -1157,20 +1148,22 @@ mod tests {
             given: Some(&before),
             read: Mutex::default(),
         };
-        let rules = LazyRules::new(&content);
         for (ct, promoted) in [("drone", Some("0123")), ("drone", None), ("large", Some("0123"))] {
-            let planned = plan(ct, &content, &ids, &rules, promoted, &previous).unwrap();
+            let layout = Layout::new(&content, &ids, promoted, &previous);
+            let planned = layout.plan(ct).unwrap();
             let files: Vec<File> = planned.iter().cloned().map(Planned::into_file).collect();
             let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
             let mut sorted = paths.clone();
             sorted.sort_unstable();
             assert_eq!(paths, sorted);
-            let walked = walked_content_id(ct, &content, &ids, &rules, promoted, &previous).unwrap();
+            let walked = layout.content_id(ct).unwrap();
             assert_eq!(walked, content_id(&files), "{ct} {promoted:?}");
             assert_eq!(walked, planned_content_id(&planned));
         }
         // The kept folders are in the layout, between the targets' folders.
-        let planned = plan("drone", &content, &ids, &rules, None, &previous).unwrap();
+        let planned = Layout::new(&content, &ids, None, &previous)
+            .plan("drone")
+            .unwrap();
         let paths: Vec<String> = planned.iter().map(|f| f.path.to_string()).collect();
         for kept in ["app-/x", "app-b/reconciler.yaml", "b/a", "zz/x"] {
             assert!(paths.iter().any(|p| p == kept), "{kept} in {paths:?}");
@@ -1178,7 +1171,7 @@ mod tests {
         // A target no delivery knows is an error either way.
         let unknown = |_: &str, _: &str| None;
         assert!(matches!(
-            walked_content_id("drone", &content, &unknown, &rules, None, &previous),
+            Layout::new(&content, &unknown, None, &previous).content_id("drone"),
             Err(Error::NotDelivered { .. })
         ));
     }
