@@ -353,6 +353,8 @@ pub struct RefreshReport {
     pub environments: usize,
     /// New commits stored.
     pub commits: usize,
+    /// Environments whose branch was found rewound (see [`store_history`]).
+    pub rewound: usize,
     /// Per-environment failures (redacted).
     pub errors: Vec<String>,
 }
@@ -404,10 +406,11 @@ impl Refresher {
                 me.started.fetch_add(1, Ordering::SeqCst);
                 match refresh_and_observe(&db, &settings, &notifier, &me.observed).await {
                     Ok(report) => {
-                        if !report.errors.is_empty() || report.commits > 0 {
+                        if !report.errors.is_empty() || report.commits > 0 || report.rewound > 0 {
                             tracing::info!(
                                 environments = report.environments,
                                 commits = report.commits,
+                                rewound = report.rewound,
                                 errors = ?report.errors,
                                 "GitOps history refreshed"
                             );
@@ -677,6 +680,26 @@ pub async fn refresh_and_observe(
         let position: i64 = row.try_get(2).map_err(DbError::from)?;
         known.entry(env).or_default().insert(sha, position);
     }
+    // What each environment's stored history was before its branch is read (see
+    // [`StoredHistory`]): the commits a rewind took off the branch are few, usually none.
+    let mut stored: HashMap<String, StoredHistory> = HashMap::new();
+    for (env, commits) in &known {
+        let entry = stored.entry(env.clone()).or_default();
+        entry.top = commits.values().copied().max();
+        entry.last_position = entry.top;
+    }
+    for row in sqlx::query("SELECT environment, sha, position FROM gitops_abandoned")
+        .fetch_all(db.pool())
+        .await
+        .map_err(DbError::from)?
+    {
+        let env: String = row.try_get(0).map_err(DbError::from)?;
+        let sha: String = row.try_get(1).map_err(DbError::from)?;
+        let position: i64 = row.try_get(2).map_err(DbError::from)?;
+        let entry = stored.entry(env).or_default();
+        entry.last_position = entry.last_position.max(Some(position));
+        entry.abandoned.insert(sha, position);
+    }
     // Each environment's newest stored commit and the control-plane commit it carries (what
     // an OCI environment without a new index runs).
     let mut stored_heads: HashMap<String, (String, Option<String>)> = HashMap::new();
@@ -728,9 +751,11 @@ pub async fn refresh_and_observe(
         if let Err(e) = crate::policy::store_policy(db, &env.name, &env.policy, now_ms()).await {
             report.errors.push(format!("{}: {e}", env.name));
         }
-        match store_history(db, &env).await {
-            Ok(n) => {
-                report.commits += n;
+        let stored_here = stored.get(&env.name).cloned().unwrap_or_default();
+        match store_history(db, &env, &stored_here).await {
+            Ok(done) => {
+                report.commits += done.commits;
+                report.rewound += usize::from(done.rewound);
                 let commits: Vec<(String, Option<String>)> = env
                     .history
                     .iter()
@@ -748,29 +773,80 @@ pub async fn refresh_and_observe(
     Ok(report)
 }
 
-async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
-    let pool = db.pool();
-    // The open placements are what new commits are compared with: with none (the branch
-    // did not move), they are not read (93,020 rows at the M fleet, on every refresh).
-    let new_commits = env.history.as_ref().is_some_and(|h| !h.commits.is_empty());
+/// What a pass found stored of an environment's history before it read the branch.
+#[derive(Clone, Debug, Default)]
+struct StoredHistory {
+    /// The position of the newest commit stored as on the branch (`None`: none stored).
+    top: Option<i64>,
+    /// The highest position ever given to a commit of the environment, on the branch or
+    /// abandoned: new commits are numbered after it.
+    last_position: Option<i64>,
+    /// The commits a rewind took off the branch, with their positions (kept if the branch
+    /// comes back to them).
+    abandoned: HashMap<String, i64>,
+}
+
+/// What [`store_history`] did.
+#[derive(Clone, Copy, Debug, Default)]
+struct StoredPass {
+    /// New commits stored.
+    commits: usize,
+    /// Whether the branch was found rewound.
+    rewound: bool,
+}
+
+/// The open intervals of `environment`: what its newest stored commit holds.
+async fn open_placements<'e, E>(executor: E, environment: &str) -> Result<Open, DbError>
+where
+    E: sqlx::Executor<'e, Database = sqlx::Any>,
+{
     let mut open = Open::new();
-    let open_rows = if new_commits {
-        sqlx::query(
-            "SELECT cluster_type, deployment_target, from_position, workload, source FROM placements \
-             WHERE environment = $1 AND to_position IS NULL",
-        )
-        .bind(&env.name)
-        .fetch_all(pool)
-        .await?
-    } else {
-        Vec::new()
-    };
-    for row in open_rows {
+    for row in sqlx::query(
+        "SELECT cluster_type, deployment_target, from_position, workload, source FROM placements \
+         WHERE environment = $1 AND to_position IS NULL",
+    )
+    .bind(environment)
+    .fetch_all(executor)
+    .await?
+    {
         open.insert(
             (row.try_get(0)?, row.try_get(1)?),
             (row.try_get(2)?, row.try_get(3)?, row.try_get(4)?),
         );
     }
+    Ok(open)
+}
+
+/// Stores an environment's new commits and what changed, after taking the commits a rewind
+/// abandoned off the branch.
+///
+/// The branch was rewound when commits stored as on it lie after the commit where its history
+/// now meets the stored one (the walk's base; none: an unrelated history): those commits move
+/// to `gitops_abandoned` with their positions, the intervals they opened are removed and the
+/// ones they closed are open again (so that the stored intervals describe the branch's history
+/// only, and the open ones its fork commit), their clusters' platform states lose their
+/// position ([`move_off_branch`]), and the writers forget the positions they looked up. New
+/// commits are numbered after every position ever given (the fork's position plus one on a
+/// branch that was never rewound, as before), a commit the branch comes back to keeps its
+/// position; so no two commits share one, and positions grow along the branch.
+async fn store_history(db: &Db, env: &EnvHistory, stored: &StoredHistory) -> Result<StoredPass, DbError> {
+    let pool = db.pool();
+    // The open placements are what new commits are compared with: with none (the branch
+    // did not move), they are not read (93,020 rows at the M fleet, on every refresh).
+    let new_commits = env.history.as_ref().is_some_and(|h| !h.commits.is_empty());
+    let fork = env
+        .history
+        .as_ref()
+        .map(|h| h.base.as_ref().map_or(-1, |(_, position)| *position));
+    let rewind = match (fork, stored.top) {
+        (Some(fork), Some(top)) if top > fork => Some((fork, top)),
+        _ => None,
+    };
+    let mut open = if new_commits && rewind.is_none() {
+        open_placements(pool, &env.name).await?
+    } else {
+        Open::new()
+    };
     let mut tx = pool.begin().await?;
     sqlx::query(
         "INSERT INTO environments (name, gitops_repo, branch, refreshed_at) VALUES ($1, $2, $3, $4) \
@@ -786,9 +862,20 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     let Some(history) = &env.history else {
         apply_pending_reports(&mut tx, &env.name, None).await?;
         tx.commit().await?;
-        return Ok(0);
+        return Ok(StoredPass::default());
     };
     let is_oci = crate::oci::is_oci(&env.repo);
+    if let Some((fork, top)) = rewind {
+        take_off_branch(&mut tx, &env.name, fork, top).await?;
+        if new_commits {
+            open = open_placements(&mut *tx, &env.name).await?;
+        }
+    }
+    if rewind.is_some() || !stored.abandoned.is_empty() {
+        // Also a cluster that a writer of another process (or one with the position in its
+        // memory) moved to an abandoned commit after an earlier rewind.
+        move_off_branch(&mut tx, &env.name, now_ms()).await?;
+    }
     let mut open_artifacts = crate::oci::OpenArtifacts::new();
     if is_oci && new_commits {
         for row in sqlx::query(
@@ -806,10 +893,35 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
         open.clear();
         open_artifacts.clear();
     }
-    let first = history.base.as_ref().map_or(0, |(_, p)| p + 1);
+    let mut next = stored.last_position.map_or(0, |p| p + 1);
+    let mut previous = fork.unwrap_or(-1);
+    let mut first = None;
     let mut new_shas = Vec::new();
-    for (i, commit) in history.commits.iter().enumerate() {
-        let position = first + i as i64;
+    for commit in &history.commits {
+        // A commit the branch comes back to keeps its position, which follows the one before
+        // it on the branch (a commit was stored with its first-parent history); should it
+        // not, it is numbered anew, and the writers forget the old number.
+        let position = match stored.abandoned.get(&commit.sha) {
+            Some(&p) if p > previous => p,
+            Some(_) => {
+                crate::ingest::forget_positions();
+                next += 1;
+                next - 1
+            }
+            None => {
+                next += 1;
+                next - 1
+            }
+        };
+        if stored.abandoned.contains_key(&commit.sha) {
+            sqlx::query("DELETE FROM gitops_abandoned WHERE environment = $1 AND sha = $2")
+                .bind(&env.name)
+                .bind(&commit.sha)
+                .execute(&mut *tx)
+                .await?;
+        }
+        previous = position;
+        first.get_or_insert(position);
         sqlx::query(
             "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit, rollout_status) \
              VALUES ($1, $2, $3, $4, $5, $6, $7) ON CONFLICT (environment, sha) DO NOTHING",
@@ -882,13 +994,109 @@ async fn store_history(db: &Db, env: &EnvHistory) -> Result<usize, DbError> {
     }
     // Reports that named these commits before the hub knew them now decide their clusters'
     // platform state.
-    let from = (!new_shas.is_empty()).then_some(first);
-    apply_pending_reports(&mut tx, &env.name, from).await?;
-    if is_oci && !new_shas.is_empty() {
+    apply_pending_reports(&mut tx, &env.name, first).await?;
+    if is_oci && (!new_shas.is_empty() || rewind.is_some()) {
         apply_oci_reports(&mut tx, &env.name).await?;
     }
+    if rewind.is_some() {
+        // Before the commit too (see `take_off_branch`): a batch that looked a position up
+        // while this pass ran looks it up again.
+        crate::ingest::forget_positions();
+    }
     tx.commit().await?;
-    Ok(history.commits.len())
+    Ok(StoredPass {
+        commits: history.commits.len(),
+        rewound: rewind.is_some(),
+    })
+}
+
+/// Takes the commits of `environment` after position `fork` (up to `top`, the newest the pass
+/// knew of) off the branch: see [`store_history`].
+async fn take_off_branch(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+    fork: i64,
+    top: i64,
+) -> Result<(), DbError> {
+    sqlx::query(
+        "INSERT INTO gitops_abandoned (environment, sha, position, abandoned_at) \
+         SELECT environment, sha, position, $4 FROM gitops_commits \
+         WHERE environment = $1 AND position > $2 AND position <= $3 \
+         ON CONFLICT (environment, sha) DO UPDATE SET position = excluded.position, abandoned_at = excluded.abandoned_at",
+    )
+    .bind(environment)
+    .bind(fork)
+    .bind(top)
+    .bind(now_ms())
+    .execute(&mut **tx)
+    .await?;
+    for sql in [
+        "DELETE FROM gitops_commits WHERE environment = $1 AND position > $2 AND position <= $3",
+        // What the abandoned commits opened is forgotten, what they closed is open again.
+        "DELETE FROM placements WHERE environment = $1 AND from_position > $2 AND from_position <= $3",
+        "UPDATE placements SET to_position = NULL, to_sha = NULL WHERE environment = $1 \
+         AND from_position <= $2 AND to_position > $2 AND to_position <= $3",
+        "DELETE FROM oci_artifacts WHERE environment = $1 AND from_position > $2 AND from_position <= $3",
+        "UPDATE oci_artifacts SET to_position = NULL WHERE environment = $1 \
+         AND from_position <= $2 AND to_position > $2 AND to_position <= $3",
+    ] {
+        sqlx::query(sql)
+            .bind(environment)
+            .bind(fork)
+            .bind(top)
+            .execute(&mut **tx)
+            .await?;
+    }
+    // The writers of this process look positions up again, under the lock this transaction
+    // holds on SQLite (see `crate::ingest::forget_positions`).
+    crate::ingest::forget_positions();
+    Ok(())
+}
+
+/// Clusters of `environment` whose platform commit is not on the branch (any more) keep their
+/// platform state but lose its position: they are behind every commit of the branch until they
+/// report one. Found by group in `cluster_counts` (a few rows) and moved group by group
+/// through the `clusters_group` index, at `now` for the counts' `left_at`. Returns how many.
+async fn move_off_branch(
+    tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+    environment: &str,
+    now: i64,
+) -> Result<u64, DbError> {
+    let groups = sqlx::query(
+        "SELECT cc.cluster_type, cc.stale, cc.state, cc.position FROM cluster_counts cc \
+         WHERE cc.environment = $1 AND cc.clusters > 0 AND cc.position >= 0 AND NOT EXISTS \
+         (SELECT 1 FROM gitops_commits g WHERE g.environment = cc.environment AND g.position = cc.position)",
+    )
+    .bind(environment)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut moved = 0;
+    for group in groups {
+        let cluster_type: String = group.try_get(0)?;
+        let stale: i64 = group.try_get(1)?;
+        let state: String = group.try_get(2)?;
+        let position: i64 = group.try_get(3)?;
+        let state_sql = if state.is_empty() {
+            "state IS NULL"
+        } else {
+            "state = $6"
+        };
+        let sql = format!(
+            "UPDATE clusters SET position = NULL, changed_at = $1 WHERE environment = $2 AND cluster_type = $3 \
+             AND stale = $4 AND position = $5 AND {state_sql}"
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(now)
+            .bind(environment)
+            .bind(cluster_type)
+            .bind(stale)
+            .bind(position);
+        if !state.is_empty() {
+            q = q.bind(state);
+        }
+        moved += q.execute(&mut **tx).await?.rows_affected();
+    }
+    Ok(moved)
 }
 
 /// Stores the artifact interval changes of one index (see [`crate::oci`]).

@@ -88,9 +88,59 @@ fn shard(environment: &str, cluster: &str, n: usize) -> usize {
     (h % n.max(1) as u64) as usize
 }
 
-/// Commit positions already looked up, by environment and commit: a commit's position never
-/// changes.
-type Positions = HashMap<String, HashMap<String, i64>>;
+/// Commit positions already looked up, by environment and commit. A commit's position never
+/// changes, but a rewind of its branch can take the commit off the branch
+/// ([`crate::gitops`]): then every writer of this process forgets what it looked up
+/// ([`forget_positions`]) before its next batch's lookup.
+#[derive(Debug, Default)]
+struct Positions {
+    /// The [`REWINDS`] the positions were looked up after.
+    rewinds: u64,
+    commits: HashMap<String, HashMap<String, i64>>,
+}
+
+impl Positions {
+    fn new() -> Positions {
+        Positions::default()
+    }
+
+    /// Forgets every position if a rewind was stored since they were looked up.
+    fn forget_if_rewound(&mut self) {
+        let rewinds = REWINDS.load(std::sync::atomic::Ordering::SeqCst);
+        if rewinds != self.rewinds {
+            self.commits.clear();
+            self.rewinds = rewinds;
+        }
+    }
+}
+
+impl std::ops::Deref for Positions {
+    type Target = HashMap<String, HashMap<String, i64>>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.commits
+    }
+}
+
+impl std::ops::DerefMut for Positions {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.commits
+    }
+}
+
+/// Rewinds stored by this process's GitOps refreshes (see [`forget_positions`]).
+static REWINDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Makes every writer of this process forget the commit positions it looked up, before the
+/// lookup of its next batch: a GitOps refresh calls it while it takes commits off a rewound
+/// branch, before it commits. On SQLite a writer checks under the write lock, which the
+/// refresh holds until it commits, so no batch of this process uses a position of a commit the
+/// branch no longer has. (A batch of another process, or one on PostgreSQL that found every
+/// position in its memory, may still do so once; the next refresh moves such a cluster, as it
+/// moves the ones the rewind found.)
+pub(crate) fn forget_positions() {
+    REWINDS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
 
 /// SQLite's page cache on a writer's connection, in KiB: the pages of the clusters' indexes a
 /// batch descends through stay in memory between batches instead of being read again. Not
@@ -755,7 +805,9 @@ async fn store_on(
         outcomes.push(outcome);
     }
 
-    // 4. The positions of the platform states' commits on their environment's branch.
+    // 4. The positions of the platform states' commits on their environment's branch (under
+    // the write lock on SQLite: a refresh storing a rewind has committed, or has not begun).
+    positions.forget_if_rewound();
     let known = |positions: &Positions, r: &Report| {
         positions
             .get(&r.environment)
