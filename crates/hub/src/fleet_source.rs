@@ -767,11 +767,14 @@ impl HubSource {
     }
 
     /// Changes whenever a report or a GitOps commit is stored, in every replica: the newest
-    /// report id plus the number of GitOps commits and environments (all only grow).
+    /// report id plus the number of GitOps commits, environments and placements (which only
+    /// grow), plus the number of rewinds stored times 2^40 (a rewind removes commits and
+    /// placements, far fewer than 2^40, so the version still grows).
     async fn current_version(&self) -> Result<u64> {
         let row = sqlx::query(
             "SELECT (SELECT COALESCE(MAX(id), 0) FROM reports), (SELECT COUNT(*) FROM gitops_commits), \
-             (SELECT COUNT(*) FROM environments), (SELECT COUNT(*) FROM placements)",
+             (SELECT COUNT(*) FROM environments), (SELECT COUNT(*) FROM placements), \
+             (SELECT CAST(COALESCE(SUM(rewinds), 0) AS BIGINT) FROM environments)",
         )
         .fetch_one(self.db.pool())
         .await?;
@@ -780,7 +783,8 @@ impl HubSource {
             let n: i64 = row.try_get(i)?;
             version = version.wrapping_add(u64::try_from(n).unwrap_or_default());
         }
-        Ok(version)
+        let rewinds: i64 = row.try_get(4)?;
+        Ok(version.wrapping_add(u64::try_from(rewinds).unwrap_or_default().wrapping_shl(40)))
     }
 }
 

@@ -1030,6 +1030,10 @@ async fn take_off_branch(
     .bind(now_ms())
     .execute(&mut **tx)
     .await?;
+    sqlx::query("UPDATE environments SET rewinds = rewinds + 1 WHERE name = $1")
+        .bind(environment)
+        .execute(&mut **tx)
+        .await?;
     for sql in [
         "DELETE FROM gitops_commits WHERE environment = $1 AND position > $2 AND position <= $3",
         // What the abandoned commits opened is forgotten, what they closed is open again.

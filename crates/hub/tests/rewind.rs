@@ -72,11 +72,18 @@ struct Hub {
     state: HubState,
 }
 
+/// The hub with its dashboard (whose pages carry the version they watch).
 async fn start(config: HubConfig) -> Hub {
     let state = kalypso_hub::start(&config).await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = kalypso_hub::app(state.clone());
+    let app = kalypso_hub::dashboard::app(
+        state.clone(),
+        config.dashboard,
+        kalypso_dashboard::Options {
+            poll_interval: Duration::from_millis(150),
+        },
+    );
     tokio::spawn(async move { axum::serve(listener, app).await });
     Hub { addr, state }
 }
@@ -529,6 +536,19 @@ fn flux_event(cluster: &str, cluster_type: &str, commit: &str, time: u32) -> Vec
     serde_json::to_vec(&v).unwrap()
 }
 
+/// The version the dashboard's fleet page carries (what its pages watch for changes).
+async fn dashboard_version(c: &mut Client) -> u64 {
+    let r = c.get("/", &[]).await.unwrap();
+    assert_eq!(r.status, 200);
+    let page = String::from_utf8(r.body).unwrap();
+    let at = page
+        .find("data-version=\"")
+        .expect("the page carries its version")
+        + "data-version=\"".len();
+    let end = page[at..].find('"').unwrap();
+    page[at..at + end].parse().unwrap()
+}
+
 /// Every row the refresh writes, as text: commits, placements, OCI artifacts, clusters and
 /// their counts (without the moment a cluster last left its group).
 async fn dump(hub: &Hub) -> String {
@@ -564,6 +584,7 @@ async fn run_case(case: &Case, url: &str, dir: &Path) {
     let mut config = HubConfig::new(url);
     config.refresh = Duration::from_secs(3600);
     config.git = Some(world.settings());
+    config.dashboard = kalypso_hub::DashboardMode::Public;
     let hub = start(config).await;
     let mut c = Client::new(hub.addr);
     hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
@@ -591,10 +612,16 @@ async fn run_case(case: &Case, url: &str, dir: &Path) {
     let mut last_head = String::new();
     for (index, phase) in case.phases.iter().enumerate() {
         let at = format!("{}, phase {}", case.name, index + 1);
+        let version = dashboard_version(&mut c).await;
         for m in phase.moves {
             world.apply(*m);
         }
         hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+        // The dashboard's pages see that something changed (a rewind removes rows).
+        assert!(
+            dashboard_version(&mut c).await > version,
+            "{at}: the dashboard's version did not grow"
+        );
         check_phase(&hub, &mut c, &world, phase, &at).await;
 
         // A cluster that reports an abandoned commit again (a late event, applied again with

@@ -12,6 +12,10 @@ CREATE TABLE gitops_abandoned (
     PRIMARY KEY (environment, sha)
 );
 
+-- How many times each environment's branch was found rewound: the dashboard's version (which
+-- otherwise counts rows that only grow) changes with it, since a rewind removes rows.
+ALTER TABLE environments ADD COLUMN rewinds BIGINT NOT NULL DEFAULT 0;
+
 -- Earlier versions gave the commits after a rewind the positions of the abandoned ones (two
 -- commits at one position, intervals of both histories mixed). Such an environment's stored
 -- history is forgotten and read again from its branch by the next refresh; its clusters'
