@@ -641,6 +641,24 @@ async fn run_case(case: &Case, url: &str, dir: &Path) {
                 again = true;
             }
         }
+        // A cluster a writer of another hub put on an abandoned commit (a position it looked
+        // up before the rewind) is moved off it by the next refresh.
+        if let Some((cluster, _, commit)) = REPORTS.iter().find(|(_, _, commit)| phase.gone.contains(commit))
+        {
+            sqlx::query(
+                "UPDATE clusters SET position = (SELECT position FROM gitops_abandoned WHERE sha = $1) WHERE name = $2",
+            )
+            .bind(world.sha(commit))
+            .bind(*cluster)
+            .execute(hub.state.db().pool())
+            .await
+            .unwrap();
+            let report = kalypso_hub::gitops::refresh(hub.state.db(), &world.settings())
+                .await
+                .unwrap();
+            assert!(report.errors.is_empty(), "{at}: {report:?}");
+            again = true;
+        }
         if again {
             check_phase(
                 &hub,
@@ -908,4 +926,100 @@ async fn an_unrelated_history_force_pushed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_branch_rewound_to_a_stored_commit_and_forward_again() {
     run(3).await;
+}
+
+/// A database an earlier version stored a rewind in (a new commit at an abandoned commit's
+/// position): the migration forgets the environment's history, the next refresh reads it again
+/// from the branch, and the clusters' platform states are set again from their latest reports.
+async fn legacy_case(url: &str, dir: &Path) {
+    let mut world = World::new(dir);
+    for m in HISTORY {
+        world.apply(*m);
+    }
+    let mut config = HubConfig::new(url);
+    config.refresh = Duration::from_secs(3600);
+    config.git = Some(world.settings());
+    let hub = start(config.clone()).await;
+    let mut c = Client::new(hub.addr);
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let mut time = 0;
+    for (cluster, cluster_type, commit) in REPORTS {
+        time += 1;
+        let event = flux_event(cluster, cluster_type, &world.sha(commit), time);
+        assert_eq!(
+            c.post("/api/v1/events/flux", &[], &event).await.unwrap().status,
+            200
+        );
+    }
+    world.apply(Move::Reset("c1"));
+    world.apply(Move::Commit("n2", P4, &[("large/notes.md", Some("# notes"))]));
+    // The schema before migration 0007, and n2 stored as an earlier version stored it: at c2's
+    // position.
+    let mut conn = hub.state.db().pool().acquire().await.unwrap();
+    for sql in [
+        "DROP INDEX gitops_commits_position",
+        "CREATE INDEX gitops_commits_position ON gitops_commits (environment, position)",
+        "DROP TABLE gitops_abandoned",
+        "ALTER TABLE environments DROP COLUMN rewinds",
+        "DELETE FROM _sqlx_migrations WHERE version = 7",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO gitops_commits (environment, sha, parent, position, committed_at, promoted_commit) \
+         VALUES ('dev', $1, $2, 1, 0, $3)",
+    )
+    .bind(world.sha("n2"))
+    .bind(world.sha("c1"))
+    .bind(P4)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    drop(conn);
+
+    let hub = start(config).await;
+    let mut c = Client::new(hub.addr);
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let env = get(&mut c, "/api/v1/environments/dev").await;
+    assert_eq!(env["latest"]["commit"], world.sha("n2").as_str());
+    let positions: Vec<(String, i64)> =
+        sqlx::query("SELECT sha, position FROM gitops_commits ORDER BY position")
+            .fetch_all(hub.state.db().pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| (r.try_get(0).unwrap(), r.try_get(1).unwrap()))
+            .collect();
+    assert_eq!(positions, [(world.sha("c1"), 0), (world.sha("n2"), 1)]);
+    let gate = get(
+        &mut c,
+        &format!("/api/v1/environments/dev/gate?commit={}", world.sha("c1")),
+    )
+    .await;
+    let clusters: Vec<(&str, &str)> = gate["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        clusters,
+        [
+            ("drone-1", "behind"),
+            ("large-1", "behind"),
+            ("drone-2", "compliant")
+        ],
+        "{gate}"
+    );
+    let check = kalypso_hub::counts::check(hub.state.db(), 0).await.unwrap();
+    assert_eq!(check.repaired, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewind_an_earlier_version_stored_is_read_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    for (i, url) in databases(tmp.path(), "legacy").await.into_iter().enumerate() {
+        let dir = tmp.path().join(format!("repos{i}"));
+        legacy_case(&url, &dir).await;
+    }
 }
