@@ -1057,6 +1057,21 @@ async fn take_off_branch(
     Ok(())
 }
 
+/// The update of [`move_off_branch`] for one group (`$1` now, `$2` environment, `$3` cluster
+/// type, `$4` stale flag, `$5` position, `$6` state unless the group has none): a range of the
+/// `clusters_group` index.
+pub(crate) fn off_branch_sql(without_state: bool) -> String {
+    let state_sql = if without_state {
+        "state IS NULL"
+    } else {
+        "state = $6"
+    };
+    format!(
+        "UPDATE clusters SET position = NULL, changed_at = $1 WHERE environment = $2 AND cluster_type = $3 \
+         AND stale = $4 AND position = $5 AND {state_sql}"
+    )
+}
+
 /// Clusters of `environment` whose platform commit is not on the branch (any more) keep their
 /// platform state but lose its position: they are behind every commit of the branch until they
 /// report one. Found by group in `cluster_counts` (a few rows) and moved group by group
@@ -1080,15 +1095,7 @@ async fn move_off_branch(
         let stale: i64 = group.try_get(1)?;
         let state: String = group.try_get(2)?;
         let position: i64 = group.try_get(3)?;
-        let state_sql = if state.is_empty() {
-            "state IS NULL"
-        } else {
-            "state = $6"
-        };
-        let sql = format!(
-            "UPDATE clusters SET position = NULL, changed_at = $1 WHERE environment = $2 AND cluster_type = $3 \
-             AND stale = $4 AND position = $5 AND {state_sql}"
-        );
+        let sql = off_branch_sql(state.is_empty());
         let mut q = sqlx::query(&sql)
             .bind(now)
             .bind(environment)

@@ -1,7 +1,7 @@
 //! The query plans of the statements that must not grow with the fleet: on a database of
 //! 20,000 clusters (statistics gathered), each statement the gate, the environment status, the
 //! fleet map, the promotions page, the cluster-type page, the ingest batch, the GitOps refresh
-//! and the staleness sweep run on `clusters` is explained, and the test fails when a plan
+//! (a rewind's too) and the staleness sweep run on `clusters` is explained, and the test fails when a plan
 //! reads the whole table (or a whole index) of the clusters or of their latest states instead
 //! of a range of an index — on SQLite, and on
 //! PostgreSQL when `KALYPSO_TEST_POSTGRES_URL` is set (with sequential scans priced out, so
@@ -149,6 +149,20 @@ fn cases(backend: Backend) -> Vec<Case> {
             sql: crate::gitops::PENDING_UNAPPLIED.to_owned(),
             binds: vec![Text("dev")],
             index: Some("clusters_unapplied"),
+            ordered: false,
+        },
+        Case {
+            what: "the refresh's clusters of a group on a commit a rewind abandoned",
+            sql: crate::gitops::off_branch_sql(false),
+            binds: vec![
+                Int(5),
+                Text("dev"),
+                Text("t-1"),
+                Int(0),
+                Int(2),
+                Text("compliant"),
+            ],
+            index: Some("clusters_group"),
             ordered: false,
         },
         Case {
