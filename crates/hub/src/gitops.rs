@@ -11,7 +11,9 @@
 //! kalypso-git), fetches each GitOps branch into the cache, walks its first-parent history
 //! from the head down to the newest commit already stored, and stores the new commits and
 //! what changed as intervals ([`diff`]). Every write is keyed, so replicas refreshing at the
-//! same time store the same rows once.
+//! same time store the same rows once. A branch found rewound (commits stored as on it after
+//! the commit the walk stopped at) has those commits taken off it first, with what they
+//! changed and the clusters that ran them (`docs/hub.md`, "Rewound branches").
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -353,7 +355,7 @@ pub struct RefreshReport {
     pub environments: usize,
     /// New commits stored.
     pub commits: usize,
-    /// Environments whose branch was found rewound (see [`store_history`]).
+    /// Environments whose branch was found rewound (`docs/hub.md`, "Rewound branches").
     pub rewound: usize,
     /// Per-environment failures (redacted).
     pub errors: Vec<String>,
