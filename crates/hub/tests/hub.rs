@@ -1316,6 +1316,61 @@ async fn oci_scenario(url: &str, dir: &Path, registry: &kalypso_testkit::TestReg
     assert_eq!(g["verdict"], "pending", "{g}");
     assert_eq!(g["clusters"][0]["name"], "large-2");
     assert_eq!(g["clusters"][0]["state"], "behind");
+
+    // The tag is moved back to the first index (a rollback by hand): the second index is off
+    // the branch, and each cluster stands where its cluster type's artifact does in the first
+    // index — drone-1 and large-2 at the head (their artifacts are the head's), large-1, which
+    // runs large's second artifact, behind.
+    let oci_path = location.trim_start_matches("oci://");
+    registry
+        .skopeo(&[
+            "copy",
+            "--all",
+            "--preserve-digests",
+            "--src-tls-verify=false",
+            "--dest-tls-verify=false",
+            &format!("docker://{oci_path}@sha256:{first_index}"),
+            &format!("docker://{oci_path}:dev"),
+        ])
+        .unwrap();
+    assert_eq!(artifacts(&location).await.0, first_index);
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    let env = get(&mut c, "/api/v1/environments/dev").await;
+    assert_eq!(env["latest"]["commit"], first_index.as_str());
+    let g = get(&mut c, &gate(&first_index)).await;
+    let states: Vec<(&str, &str)> = g["clusters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["name"].as_str().unwrap(), c["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("large-1", "behind"),
+            ("drone-1", "compliant"),
+            ("large-2", "compliant")
+        ],
+        "{g}"
+    );
+    assert_eq!(
+        get(&mut c, &gate(&second_index)).await["verdict"],
+        "unknown-commit"
+    );
+    let settings = GitSettings {
+        control_plane: repos.control_plane.display().to_string(),
+        cache_dir: dir.join("hub-cache"),
+        auth: AuthSettings::default(),
+        retry: RetryPolicy::default(),
+        main_branch: "main".to_owned(),
+        registry: Default::default(),
+    };
+    let report = kalypso_hub::gitops::refresh(hub.state.db(), &settings)
+        .await
+        .unwrap();
+    assert_eq!((report.commits, report.rewound), (0, 0), "{report:?}");
+    let check = kalypso_hub::counts::check(hub.state.db(), 0).await.unwrap();
+    assert_eq!(check.repaired, 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
