@@ -1,7 +1,7 @@
 //! The incremental aggregates against a full recount: random report sequences (sequential and
-//! concurrent, registrations in batches, duplicated, out of order, for unknown commits and for
-//! commits the hub reads later, from clusters that change cluster type or environment, and
-//! clusters that go stale and come back) are posted to a hub over HTTP, and after each stretch
+//! concurrent, registrations in batches, duplicated, out of order, for unknown commits, for
+//! commits the hub reads later and for commits a rewind of the branch abandoned, from clusters
+//! that change cluster type or environment, and clusters that go stale and come back) are posted to a hub over HTTP, and after each stretch
 //! every aggregate is compared with a recount of the `clusters` table: the stored counts, the
 //! counts as readers correct them for staleness, every gate of every commit (counts, verdict
 //! and the list of clusters), every environment's status, the cluster-type lists page by page,
@@ -721,6 +721,45 @@ async fn scenario(url: &str, dir: &Path, seed: u64) {
     }
     hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
     check_all(&db, staleness(hour), seed, "after reading new commits").await;
+
+    // 3b. A rewind: one environment's branch is reset to its second commit and built on; the
+    //     clusters on the commits it abandons move out of their groups, reports keep naming
+    //     abandoned commits (the generator still knows them), and every platform position is
+    //     one of the branch's.
+    let rewound = ENVIRONMENTS[(seed % 2) as usize];
+    let second = repos.commits[rewound][1].clone();
+    kalypso_testkit::git(
+        &repos.gitops,
+        &["update-ref", &format!("refs/heads/{rewound}"), &second],
+    );
+    let (path, content) = readme("t4");
+    let sha = write_files(
+        &repos.gitops,
+        rewound,
+        &[(path.as_str(), content.as_deref())],
+        "t4 after a rewind",
+    );
+    fleet.commits.get_mut(rewound).unwrap().push(sha);
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    check_all(&db, staleness(hour), seed, "after a rewind").await;
+    for _ in 0..40 {
+        let (path, body) = fleet.report();
+        post(&mut c, &path, &body).await;
+    }
+    hub.state.refresher().refresh_now(Duration::from_secs(30)).await;
+    check_all(&db, staleness(hour), seed, "reports after a rewind").await;
+    let off_branch: i64 = sqlx::query(
+        "SELECT COUNT(*) FROM clusters c WHERE c.position IS NOT NULL AND NOT EXISTS \
+         (SELECT 1 FROM gitops_commits g WHERE g.environment = c.environment AND g.position = c.position)",
+    )
+    .fetch_one(db.pool())
+    .await
+    .unwrap()
+    .get(0);
+    assert_eq!(
+        off_branch, 0,
+        "seed {seed}: clusters on commits the branch no longer has"
+    );
 
     // 4. Staleness: a replica that calls clusters stale after a second sweeps them on start,
     //    readers count the ones it has not swept yet, and a report brings one back.
