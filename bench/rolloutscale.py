@@ -21,6 +21,13 @@ notification-controller does). Then it times, as a user meets it (whole processe
       - next wave step: the canaries report the new commit compliant, the hub has read the
         commit, and `sync --hub` delivers the rest (the hub's answer plus a commit that changes
         the rest wave's cluster types);
+  - a wave step of one cluster type (gitscale's change, as a wave): the rest reports the change,
+    the rollout completes (not timed), then the ConfigMap of the rest wave's first cluster type
+    changes (the one whose folders are nearest in size to the first cluster type's, whose
+    ConfigMap gitscale changes): the first wave (the canaries, whose folders do not change:
+    the commit carries the rollout state), the canaries report it, and the next wave step
+    delivers the one cluster type (about 500 files): the like-for-like
+    comparison with today's one-ConfigMap sync;
   - the rollout view `GET /api/v1/environments/dev/rollout` over HTTP with every cluster
     registered (first load, then the median of five more), after the next wave step (the rest
     waiting), and again with one cluster in fifty of the rest failed;
@@ -34,7 +41,8 @@ than 0.1 s of CPU in a second (done reading the last commit and the control plan
 the hub on another machine than sync; here the two share two cores, and without the wait the
 syncs that followed the previous sync at once (the no-policy ones: no wait for the hub between
 them) could run beside the hub reading the previous commit. The hub's CPU during each sync (its refresh every second,
-and reading the new commit as the sync ends) is printed beside it.
+and reading the new commit as the sync ends) is printed beside it, and each sync's CPU as user
+and system time (the system time swings with the machine's memory: see docs/performance.md).
 
 Each sync row is reported as wall time and as a ratio to the floor of the same run; the issue's
 goal for a wave step is ≤ 0.05× (what a one-ConfigMap sync may cost). This machine's speed swings
@@ -298,9 +306,15 @@ class Hub:
 
 
 def children_cpu():
-    """CPU seconds (user + system) of the children waited for so far."""
+    """CPU seconds (user, system) of the children waited for so far."""
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime, r.ru_stime
+
+
+def config_map_of(cp, cluster_type):
+    """The path of `cluster_type`'s own ConfigMap on the control plane's dev branch."""
+    files = git(cp, "ls-tree", "-r", "--name-only", "dev").splitlines()
+    return next(f for f in files if f.endswith(f"/{cluster_type}/{cluster_type}-config.yaml"))
 
 
 def load_average():
@@ -344,6 +358,7 @@ def main():
     hub = Hub(binary, work, cp)
     loads = []
     cpus = {}
+    splits = {}
     hub_cpus = {}
 
     def head():
@@ -354,20 +369,29 @@ def main():
         hub.settle()
         os.sync()
         loads.append(load_average())
-        cpu = children_cpu()
+        user, system = children_cpu()
         hub_cpu = hub.cpu()
         t = time.monotonic()
         p = subprocess.run([binary, "sync", f"file://{cp}", "--env", "dev", "--hub", hub.url],
                            capture_output=True, text=True, env=env)
         took = time.monotonic() - t
-        cpus[label] = children_cpu() - cpu
+        user_after, system_after = children_cpu()
+        cpus[label] = (user_after - user) + (system_after - system)
+        splits[label] = (user_after - user, system_after - system)
         hub_cpus[label] = hub.cpu() - hub_cpu
         if p.returncode != 0:
             sys.exit(f"sync ({label}) failed:\n{p.stdout}\n{p.stderr}")
         summary = [l for l in (p.stdout + p.stderr).splitlines() if "wave" in l or "rollout" in l]
-        print(f"{label}: {took:.2f} s, CPU {cpus[label]:.2f} s (the hub beside it: {hub_cpus[label]:.2f} s); "
+        print(f"{label}: {took:.2f} s, CPU {cpus[label]:.2f} s (user {splits[label][0]:.2f} s, system "
+              f"{splits[label][1]:.2f} s; the hub beside it: {hub_cpus[label]:.2f} s); "
               f"{' / '.join(summary[-2:])}", file=sys.stderr, flush=True)
         return took
+
+    def change_dev(path, message, key):
+        git(cp, "checkout", "-q", "dev")
+        edit(os.path.join(cp, path), "\ndata:\n", f"\ndata:\n  {key}: changed\n")
+        git(cp, "commit", "-qam", message)
+        git(cp, "checkout", "-q", "main")
 
     def changed_files():
         return len(git(gitops, "diff", "--name-only", "dev~1", "dev").splitlines())
@@ -414,6 +438,36 @@ def main():
         assert w5 != w4, "the next wave step delivered nothing"
 
         hub.wait_head(w5)
+
+        # A wave step that changes one cluster type (gitscale's change, as a wave): every
+        # cluster reports the change, the rollout completes; then the ConfigMap of a cluster
+        # type of the rest wave changes: the first wave (the canaries, whose content does not
+        # change) is delivered, the canaries report it, and the next wave step delivers the
+        # one cluster type.
+        report(clusters, w5)
+        hub.wait_compliant(w5, cluster_types)
+        sync("change, complete")
+        hub.wait_head(head())
+        # The rest wave's cluster type whose folders are the nearest in size to the first
+        # cluster type's, whose ConfigMap gitscale changes.
+        sizes = {}
+        for path in git(gitops, "ls-tree", "-r", "--name-only", "dev").splitlines():
+            sizes[path.split("/", 1)[0]] = sizes.get(path.split("/", 1)[0], 0) + 1
+        one = min((ct for ct in cluster_types if ct not in canaries),
+                  key=lambda ct: (abs(sizes.get(ct, 0) - sizes.get(cluster_types[0], 0)), ct))
+        change_dev(config_map_of(cp, one), f"one cluster type of the rest wave ({one})", "WAVE_TEST_KEY")
+        one_first = sync(f"one cluster type ({one}): wave 1 (canary, nothing of theirs changes)")
+        one_first_files = changed_files()
+        w7 = head()
+        hub.wait_head(w7)
+        report([c for c in clusters if c[1] in canaries], w7)
+        hub.wait_compliant(w7, canaries)
+        one_next = sync(f"one cluster type ({one}): wave 2 (rest), the next wave step")
+        one_next_files = changed_files()
+        w5 = head()
+        assert w5 != w7, "the one-cluster-type wave step delivered nothing"
+        hub.wait_head(w5)
+
         if args.no_view:
             view_waiting = view_failed = (float("nan"), float("nan"))
             failed_count = 0
@@ -425,12 +479,6 @@ def main():
         # commit delivers the environment whole), then the same kind of change (region-0's
         # ConfigMap again) and gitscale's (the first cluster type's ConfigMap), each delivered
         # whole by one sync.
-        def change_dev(path, message, key):
-            git(cp, "checkout", "-q", "dev")
-            edit(os.path.join(cp, path), "\ndata:\n", f"\ndata:\n  {key}: changed\n")
-            git(cp, "commit", "-qam", message)
-            git(cp, "checkout", "-q", "main")
-
         git(cp, "checkout", "-q", "dev")
         git(cp, "rm", "-q", "rollout-policy.yaml")
         git(cp, "commit", "-qm", "no rollout policy")
@@ -440,8 +488,7 @@ def main():
                    "WHOLE_TEST_KEY")
         whole_region = sync("no policy: region-0 ConfigMap changed")
         whole_region_files = changed_files()
-        change_dev(os.path.join("cluster-types", "region-0", cluster_types[0], f"{cluster_types[0]}-config.yaml"),
-                   "one cluster type", "SCALE_TEST_KEY")
+        change_dev(config_map_of(cp, cluster_types[0]), "one cluster type", "SCALE_TEST_KEY")
         whole_one = sync("no policy: one cluster type's ConfigMap changed (gitscale's change)")
         whole_one_files = changed_files()
 
@@ -451,25 +498,29 @@ def main():
         subprocess.run(f"git -C {gitops} archive dev | tar -x -C {floor_dir}", shell=True, check=True)
         run(["git", "init", "-q", "-b", "dev", floor_dir])
         os.sync()
-        cpu = children_cpu()
+        cpu = sum(children_cpu())
         t = time.monotonic()
         git(floor_dir, "add", "-A")
         git(floor_dir, "commit", "-qm", "floor")
         floor = time.monotonic() - t
-        floor_cpu = children_cpu() - cpu
+        floor_cpu = sum(children_cpu()) - cpu
     finally:
         hub.close()
     ratio = lambda s: f"{s:.2f} s = {s / floor:.3f}×"
     print(f"CPU (user + system) of each step, and as a ratio to the floor's CPU ({floor_cpu:.2f} s):")
     for label, c in cpus.items():
-        print(f"  {label}: {c:.2f} s = {c / floor_cpu:.3f}× (the hub beside it: {hub_cpus[label]:.2f} s)")
+        print(f"  {label}: {c:.2f} s = {c / floor_cpu:.3f}× (user {splits[label][0]:.2f} s, system "
+              f"{splits[label][1]:.2f} s; the hub beside it: {hub_cpus[label]:.2f} s)")
     print()
     print("| files | floor (git add -A && commit) | first rollout: wave 1 (empty branch) | first rollout: wave 2 "
           "| change: first wave (canary) | waiting step | next wave step (rest) "
+          "| one cluster type: first wave (canary) | one cluster type: next wave step (rest) "
           "| no policy: region-0 change | no policy: one cluster type's change | load average at the syncs |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print(f"| {files} | {floor:.2f} s | {ratio(full)} | {ratio(bulk)} | {ratio(first_wave)} ({first_files} files) "
           f"| {ratio(waiting)} | {ratio(next_wave)} ({next_files} files; goal ≤ {WAVE_STEP_GOAL}×) "
+          f"| {ratio(one_first)} ({one_first_files} files) "
+          f"| {ratio(one_next)} ({one_next_files} files; goal ≤ {WAVE_STEP_GOAL}×) "
           f"| {ratio(whole_region)} ({whole_region_files} files) | {ratio(whole_one)} ({whole_one_files} files) "
           f"| {' / '.join(loads)} |")
     print()

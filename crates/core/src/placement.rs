@@ -51,10 +51,15 @@ pub fn current_from_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> Curre
 pub fn current_from_folders<'a>(folders: impl IntoIterator<Item = (&'a str, &'a str)>) -> CurrentAssignment {
     let mut current = CurrentAssignment::new();
     for (cluster_type, target) in folders {
-        current
-            .entry(target.to_owned())
-            .or_default()
-            .insert(cluster_type.to_owned());
+        // A target's name is copied when first met, not for every cluster type it is on.
+        match current.get_mut(target) {
+            Some(cluster_types) => {
+                cluster_types.insert(cluster_type.to_owned());
+            }
+            None => {
+                current.insert(target.to_owned(), BTreeSet::from([cluster_type.to_owned()]));
+            }
+        }
     }
     current
 }

@@ -33,20 +33,24 @@ pub fn warn(env: &ScheduledEnvironment, diagnostics: &mut Diagnostics) {
 /// The warnings about `env` (see [`warn`]), assuming it loaded without errors.
 pub fn warnings(env: &ScheduledEnvironment) -> Vec<Diagnostic> {
     let mut out = Vec::new();
-    // One pass over the assignments (a fleet has hundreds of thousands) for what every check
-    // asks of them.
-    let mut used_policies: BTreeSet<&str> = BTreeSet::new();
-    let mut placed_targets: BTreeSet<&str> = BTreeSet::new();
+    // The policies no assignment names: the assignments are read until every policy was
+    // named (in a fleet, after a few of its hundreds of thousands of assignments).
+    let mut unused: BTreeSet<&str> = env.schedule.policies.keys().map(String::as_str).collect();
     for assignment in env.schedule.iter() {
-        used_policies.extend(assignment.policies.iter().map(String::as_str));
-        placed_targets.insert(&assignment.deployment_target);
+        if unused.is_empty() {
+            break;
+        }
+        for policy in &assignment.policies {
+            unused.remove(policy.as_str());
+        }
     }
-    policies(env, &used_policies, &mut out);
+    policies(env, &unused, &mut out);
     // A policy with an invalid selector (an error already) might have placed anything: what
     // depends on the assignments is not certain.
     if env.schedule.policies.len() == env.namespace.policies.len() {
-        targets(env, &placed_targets, &mut out);
+        // One pass over the assignments for what the other checks ask of them.
         let pairs = Pairs::of(env);
+        targets(env, &pairs, &mut out);
         let applying: BTreeMap<&str, bool> = platform_config_maps(env)
             .map(|(name, map)| (name.as_str(), pairs.any_matches(map.labels())))
             .collect();
@@ -56,9 +60,9 @@ pub fn warnings(env: &ScheduledEnvironment) -> Vec<Diagnostic> {
     out
 }
 
-fn policies(env: &ScheduledEnvironment, used: &BTreeSet<&str>, out: &mut Vec<Diagnostic>) {
+fn policies(env: &ScheduledEnvironment, unused: &BTreeSet<&str>, out: &mut Vec<Diagnostic>) {
     for (name, policy) in &env.schedule.policies {
-        if used.contains(name.as_str()) {
+        if !unused.contains(name.as_str()) {
             continue;
         }
         let Some(object) = env.namespace.policies.get(name) else {
@@ -96,9 +100,9 @@ fn policies(env: &ScheduledEnvironment, used: &BTreeSet<&str>, out: &mut Vec<Dia
     }
 }
 
-fn targets(env: &ScheduledEnvironment, placed: &BTreeSet<&str>, out: &mut Vec<Diagnostic>) {
+fn targets(env: &ScheduledEnvironment, pairs: &Pairs<'_>, out: &mut Vec<Diagnostic>) {
     for (name, target) in &env.targets {
-        if target.spec.environment != env.name() || placed.contains(name.as_str()) {
+        if target.spec.environment != env.name() || pairs.placed(name) {
             continue;
         }
         out.push(
@@ -132,10 +136,14 @@ fn platform_config_maps(
 struct Pairs<'e> {
     /// Every assignment, by cluster type name (a filter naming one sees only those).
     by_cluster_type: HashMap<&'e str, Vec<Pair<'e>>>,
-    /// Every assignment, by deployment target name.
+    /// Every assignment, by deployment target name (a target of the environment that no
+    /// assignment has: an empty list).
     by_target: HashMap<&'e str, Vec<Pair<'e>>>,
     /// One assignment per distinct (cluster type labels, target labels).
     by_labels: Vec<Pair<'e>>,
+    /// The targets of assignments whose cluster type or target the environment does not
+    /// have (none, when the schedule is the environment's own).
+    unknown: BTreeSet<&'e str>,
 }
 
 type ClusterType = Object<kalypso_api::ClusterTypeSpec>;
@@ -157,39 +165,53 @@ impl<'e> Pairs<'e> {
             .iter()
             .map(|(name, ct)| (name.as_str(), (ct, intern(ct.labels()))))
             .collect();
-        let targets: HashMap<&str, (&DeploymentTarget, usize)> = env
+        let mut targets: HashMap<&str, (&DeploymentTarget, usize, Vec<Pair<'e>>)> = env
             .targets
             .iter()
-            .map(|(name, t)| (name.as_str(), (t, intern(&t.labels))))
+            .map(|(name, t)| (name.as_str(), (t, intern(&t.labels), Vec::new())))
             .collect();
         let mut seen: HashSet<(usize, usize)> = HashSet::new();
-        let mut pairs = Pairs {
-            by_cluster_type: HashMap::new(),
-            by_target: HashMap::new(),
-            by_labels: Vec::new(),
-        };
-        for a in env.schedule.iter() {
-            let (Some(&(ct, ct_labels)), Some(&(target, target_labels))) = (
-                cluster_types.get(a.cluster_type.as_str()),
-                targets.get(a.deployment_target.as_str()),
-            ) else {
-                continue;
-            };
-            pairs
-                .by_cluster_type
-                .entry(a.cluster_type.as_str())
-                .or_default()
-                .push((ct, target));
-            pairs
-                .by_target
-                .entry(a.deployment_target.as_str())
-                .or_default()
-                .push((ct, target));
-            if seen.insert((ct_labels, target_labels)) {
-                pairs.by_labels.push((ct, target));
+        let mut by_cluster_type: HashMap<&'e str, Vec<Pair<'e>>> = HashMap::new();
+        let mut by_labels = Vec::new();
+        let mut unknown = BTreeSet::new();
+        // The assignments come in tree order, a cluster type's together: each cluster type is
+        // looked up once.
+        let mut assignments = env.schedule.iter().peekable();
+        while let Some(first) = assignments.peek() {
+            let name = first.cluster_type.as_str();
+            let cluster_type = cluster_types.get(name).copied();
+            let mut pairs = Vec::new();
+            while let Some(a) = assignments.next_if(|a| a.cluster_type == name) {
+                let (Some((ct, ct_labels)), Some((target, target_labels, of_target))) =
+                    (cluster_type, targets.get_mut(a.deployment_target.as_str()))
+                else {
+                    unknown.insert(a.deployment_target.as_str());
+                    continue;
+                };
+                pairs.push((ct, *target));
+                of_target.push((ct, *target));
+                if seen.insert((ct_labels, *target_labels)) {
+                    by_labels.push((ct, *target));
+                }
+            }
+            if !pairs.is_empty() {
+                by_cluster_type.entry(name).or_default().extend(pairs);
             }
         }
-        pairs
+        Pairs {
+            by_cluster_type,
+            by_target: targets
+                .into_iter()
+                .map(|(name, (_, _, pairs))| (name, pairs))
+                .collect(),
+            by_labels,
+            unknown,
+        }
+    }
+
+    /// Whether an assignment places deployment target `name`.
+    fn placed(&self, name: &str) -> bool {
+        self.by_target.get(name).is_some_and(|pairs| !pairs.is_empty()) || self.unknown.contains(name)
     }
 
     /// Whether labels `filter` select at least one assignment.

@@ -18,7 +18,7 @@
 //!   repository) are ever closed, and only those older than the one it keeps.
 
 use git2::Oid;
-use kalypso_core::placement::{CurrentAssignment, current_from_folders};
+use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::tree::RepoContent;
 use serde::Deserialize;
 
@@ -504,13 +504,10 @@ pub fn placement(
 ) -> Result<CurrentAssignment, repo::Error> {
     let repo = Repo::open_mirror(url, cache)?;
     repo.fetch_branches(transport, &[branch], &[])?;
-    let folders = match repo.branch(branch)? {
+    Ok(match repo.branch(branch)? {
         Some(head) => repo.target_folders(head)?,
-        None => Vec::new(),
-    };
-    Ok(current_from_folders(
-        folders.iter().map(|(ct, dt)| (ct.as_str(), dt.as_str())),
-    ))
+        None => CurrentAssignment::new(),
+    })
 }
 
 /// Delivers `content` (every package rendered: nothing [`RepoContent::delivered`]) to `dest`.

@@ -1,11 +1,12 @@
 //! Reading a repository: branches, commits, source trees, files and whole GitOps trees,
 //! straight from git objects.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 use git2::{ErrorCode, ObjectType, Oid, TreeWalkMode, TreeWalkResult};
+use kalypso_core::placement::CurrentAssignment;
 use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
 use kalypso_core::tree::{Blob, Tree};
 
@@ -200,11 +201,12 @@ impl Repo {
         Ok(Some(blob.content().to_vec()))
     }
 
-    /// The folders two levels deep in `commit` (in a GitOps tree: cluster type, deployment
-    /// target), without reading any file. Dot-folders are left out.
-    pub fn target_folders(&self, commit: Oid) -> Result<Vec<(String, String)>, ReadError> {
+    /// Where the GitOps tree of `commit` has each deployment target: its folders two levels
+    /// deep (cluster type, deployment target), without reading any file. Dot-folders are left
+    /// out.
+    pub fn target_folders(&self, commit: Oid) -> Result<CurrentAssignment, ReadError> {
         let root = self.subtree(commit, "")?;
-        let mut out = Vec::new();
+        let mut current = CurrentAssignment::new();
         for outer in root.iter() {
             let Some(first) = outer.name().ok().filter(|n| !n.starts_with('.')) else {
                 continue;
@@ -220,11 +222,19 @@ impl Repo {
                 if entry.kind() == Some(ObjectType::Tree)
                     && let Ok(second) = entry.name()
                 {
-                    out.push((first.to_owned(), second.to_owned()));
+                    // Folder names are copied once each: a target's name when first met.
+                    match current.get_mut(second) {
+                        Some(cluster_types) => {
+                            cluster_types.insert(first.to_owned());
+                        }
+                        None => {
+                            current.insert(second.to_owned(), BTreeSet::from([first.to_owned()]));
+                        }
+                    }
                 }
             }
         }
-        Ok(out)
+        Ok(current)
     }
 
     /// Every file of `commit` (`None`: an empty tree).
