@@ -63,6 +63,7 @@ pub fn run(cli: Cli) -> ExitCode {
     if !command.is_daemon() {
         // Retries and warnings of the git commands; the daemons log as configured.
         commands::init_logs(&global);
+        without_huge_pages();
     }
     let global = &global;
     let result = pool.install(|| match command {
@@ -92,5 +93,19 @@ pub fn run(cli: Cli) -> ExitCode {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Turns the kernel's transparent huge pages off for this process, unless
+/// `MIMALLOC_ALLOW_THP` says what the allocator should do. A one-shot command touches most of
+/// its memory once: with huge pages the kernel zeroes 2 MiB at each first touch, used or not,
+/// which cost a one-ConfigMap sync of the M fleet half its system time
+/// (docs/performance.md, "The allocator's huge pages"). A daemon reuses its pages, so it keeps
+/// them.
+fn without_huge_pages() {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
+        // Best effort: a kernel without the prctl leaves the process as it was.
+        let _ = rustix::thread::disable_transparent_huge_pages(true);
     }
 }
