@@ -70,7 +70,9 @@ fn read_as_string(value: &str, style: libyaml_safer::ScalarStyle) -> Option<bool
         return Some(true);
     }
     match value {
-        "" | "~" | "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE" => Some(false),
+        "" | "~" | "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE" => {
+            Some(false)
+        }
         _ if value.as_bytes()[0].is_ascii_alphabetic() => Some(true),
         _ => None,
     }
