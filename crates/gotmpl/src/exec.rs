@@ -1155,13 +1155,21 @@ impl<'t> State<'t, '_> {
                 }
                 self.before_print(pipe, node)?;
                 let interface = matches!(m.elem_type(), Type::Interface);
-                // Copied out of the map before printing: printing a map takes its lock, and
-                // a Go map can hold itself.
-                let held = m.with_entries(|entries| entries.get(&key.key).cloned());
                 // A missing key, or a nil held in an interface element, prints as
                 // `<no value>` (`elem_val`, then `Val::inner`).
-                let held = held.filter(|v| !(interface && v.is_nil()));
-                write_printed(self.out, held.as_ref());
+                fn printed(held: Option<&Value>, interface: bool) -> Option<&Value> {
+                    held.filter(|v| !(interface && v.is_nil()))
+                }
+                if m.is_frozen() {
+                    // Read without a lock: printed where it is held.
+                    let out = &mut *self.out;
+                    m.with_entries(|entries| write_printed(out, printed(entries.get(&key.key), interface)));
+                } else {
+                    // Copied out of the map before printing: printing a map takes its lock,
+                    // and a Go map can hold itself.
+                    let held = m.with_entries(|entries| entries.get(&key.key).cloned());
+                    write_printed(self.out, printed(held.as_ref(), interface));
+                }
                 self.check_output()?;
                 Ok(true)
             }
