@@ -801,6 +801,9 @@ impl<'t> State<'t, '_> {
         let Some(write) = func.write_body() else {
             return Ok(false);
         };
+        if let Some(i) = self.passed_variable(before, last, func) {
+            return self.print_written_variable(node, pipe, i, write).map(|()| true);
+        }
         // eval_pipeline, up to its last command.
         self.node = At::Pipe(pipe);
         let mut value: Option<Val> = None;
@@ -1175,6 +1178,79 @@ impl<'t> State<'t, '_> {
             }
             _ => Ok(false),
         }
+    }
+
+    /// For a pipeline `$x | f` whose function `f` takes the variable's value as it is held
+    /// (one parameter of its type, or `interface {}`: no conversion, no error), where the
+    /// variable is held; `None` for any other pipeline, or when that value is not passed
+    /// unchanged (nil, missing, another type). Has no effect.
+    fn passed_variable(&self, before: &[CommandNode], last: &CommandNode, func: &Func) -> Option<usize> {
+        let [first] = before else {
+            return None;
+        };
+        let ([Operand::Variable(var)], [_]) = (&first.args[..], &last.args[..]) else {
+            return None;
+        };
+        if !var.fields.is_empty() {
+            return None;
+        }
+        let param = match (func.params(), func.variadic_type()) {
+            ([param], _) | ([], Some(param)) => param,
+            _ => return None,
+        };
+        let i = self.var_index(var.id)?;
+        // The value after the stage (`unwrap_iface`), as `validate_type` passes it.
+        let value = match &self.vars[i].1 {
+            Val::Conc(v) => v,
+            Val::Iface(v) if !v.is_nil() => v,
+            _ => return None,
+        };
+        (has_type(value, param) || deref_matches(value, param)).then_some(i)
+    }
+
+    /// [`State::print_written`] of `$x | f` where [`State::passed_variable`] found `$x`
+    /// (held at `i`): the same steps and nodes as the general path, the variable's value
+    /// passed from where it is held instead of through a copy.
+    fn print_written_variable(
+        &mut self,
+        node: &'t Node,
+        pipe: &'t PipeNode,
+        i: usize,
+        write: &crate::value::func::WriteBody,
+    ) -> R<()> {
+        let (first, last) = (&pipe.cmds[0], &pipe.cmds[1]);
+        let Operand::Identifier { name, .. } = &last.args[0] else {
+            return Err(self.errorf("internal error: not a call"));
+        };
+        // eval_pipeline; eval_command and eval_variable_node of `$x`.
+        self.node = At::Pipe(pipe);
+        self.step()?;
+        self.at(&first.args[0]);
+        // eval_command and eval_call of `f`, whose argument passes as it is.
+        self.step()?;
+        self.at(&last.args[0]);
+        let node_at = At::Command(last);
+        self.step()?;
+        let start = self.out.len();
+        let (vars, out) = (&self.vars, &mut *self.out);
+        let arg = std::slice::from_ref(match &vars[i].1 {
+            Val::Conc(v) | Val::Iface(v) => v,
+            Val::Missing => &Value::Nil,
+        });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(arg, out)));
+        let written = self.out.len() - start;
+        let result = match result {
+            Ok(Ok(())) => self.charge_result(node_at, name, written),
+            Ok(Err(e)) => Err(self.call_error(node_at, name, &e)),
+            Err(panic) => Err(self.call_panic(node_at, name, &panic)),
+        };
+        if let Err(e) = result {
+            self.out.truncate(start);
+            return Err(e);
+        }
+        // print_value
+        self.at_node(node);
+        self.check_output()
     }
 
     /// What evaluating a one-command pipeline does before its value is printed: the step

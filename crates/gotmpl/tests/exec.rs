@@ -374,6 +374,15 @@ fn string_functions_print_as_functions_returning_strings() {
             Ok(Value::String(kalypso_gotmpl::Str::from_bytes(out)))
         }),
     );
+    m.insert("wany", Func::string([], Some(Type::Interface), tag));
+    m.insert(
+        "vany",
+        Func::variadic([], Type::Interface, |a| {
+            let mut out = Vec::new();
+            tag(a, &mut out)?;
+            Ok(Value::String(kalypso_gotmpl::Str::from_bytes(out)))
+        }),
+    );
     let funcs = Arc::new(m);
     let data = data();
     let run = |text: &str, limits: &Limits| -> Result<String, String> {
@@ -401,6 +410,18 @@ fn string_functions_print_as_functions_returning_strings() {
         "{{ range $i, $v := .list }}{{ $v | wtag $.name }}{{ end }}",
         "{{ $x := wtag .name }}{{ $x }}",
         "{{ wtag (wtag .name) }}",
+        "{{ $x := .name }}{{ $x | wtag }}",
+        "{{ $x := .name }}{{ $x | wtag \"a\" }}",
+        "{{ $x := 3 }}{{ $x | wtag }}",
+        "{{ $x := .nil }}{{ $x | wtag }}{{ $x | wany }}",
+        "{{ $x := .missing }}{{ $x | wany }}",
+        "{{ $x := \"fail\" }}{{ $x | wany }}",
+        "{{ $x := \"panic\" }}{{ $x | wtag }}",
+        "{{ $x := .list }}{{ $x | wany }}",
+        "{{ $ | wany }}{{ $ | wtag }}",
+        "{{ $x.y | wtag }}",
+        "{{ range $i, $v := .list }}{{ $v | wtag }}{{ $i | wany }}{{ end }}",
+        "{{ range $k, $v := .m }}{{ $k | wtag }}{{ $v | wany }}{{ $v | wtag }}{{ end }}",
     ];
     let limits = [
         Limits::default(),
@@ -424,7 +445,8 @@ fn string_functions_print_as_functions_returning_strings() {
     for text in texts {
         for limits in &limits {
             let written = run(text, limits);
-            let returned = run(&text.replace("wtag", "vtag"), limits).map_err(|e| e.replace("vtag", "wtag"));
+            let returned = run(&text.replace("wtag", "vtag").replace("wany", "vany"), limits)
+                .map_err(|e| e.replace("vtag", "wtag").replace("vany", "wany"));
             assert_eq!(written, returned, "{text} with {limits:?}");
         }
     }

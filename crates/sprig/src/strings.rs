@@ -205,7 +205,10 @@ pub(crate) fn register_all(m: &mut FuncMap) {
                 if i > 0 {
                     out.push(b' ');
                 }
-                append_quote(out, strval(v).as_bytes());
+                match v {
+                    Value::String(s) => append_quote(out, s.as_bytes()),
+                    _ => append_quote(out, strval(v).as_bytes()),
+                }
             }
             Ok(())
         }),
