@@ -775,7 +775,7 @@ fn load_parsed(
                             "document is {shape}, not a Kubernetes object (a mapping with apiVersion, kind and metadata)"
                         ),
                     )
-                    .at(&origin),
+                    .at(origin),
                 );
             } else if non_object_shape(doc.text).is_none() && !is_null_document(doc.text) {
                 diagnostics.push(serde_yaml_error(&err, doc, file, identity));
