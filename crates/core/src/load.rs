@@ -583,6 +583,9 @@ fn known_kinds() -> String {
 struct Prescanned {
     merged: Option<String>,
     identity: Identity,
+    /// What the deserializer will read, when the scan can tell (see
+    /// [`crate::yaml_scan::Resolved`]).
+    resolved: Option<crate::yaml_scan::Resolved>,
 }
 
 /// Checks a document against the YAML limits, for duplicate and complex keys, undefined
@@ -620,6 +623,9 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
         doc.first_line,
     );
     let identity = Identity::of(scan.kind, scan.name, doc.text);
+    // The scan's view holds only where the deserializer nests no deeper than its own
+    // recursion limit (128), which it then never reaches: the scan refuses deeper documents.
+    let resolved = scan.resolved.filter(|_| limits.yaml_depth <= 100);
     if !scan.problems.is_empty() {
         for p in scan.problems {
             let (code, message) = match p.kind {
@@ -650,6 +656,7 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
         return Some(Prescanned {
             merged: None,
             identity,
+            resolved,
         });
     }
     // YAML 1.1 merge keys, which Kubernetes tools resolve: merged into the document, which
@@ -662,6 +669,7 @@ fn prescan(doc: &Document<'_>, origin: &Origin, diagnostics: &mut Diagnostics) -
         Ok(text) => Some(Prescanned {
             merged: Some(text),
             identity,
+            resolved: None,
         }),
         Err(e) => {
             diagnostics.push(serde_yaml_error(&e, doc, origin, &identity));
@@ -689,10 +697,63 @@ fn top_level_key(text: &str, line: u32) -> Option<String> {
 }
 
 fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostics) -> Option<AnyObject> {
+    load_document_as(doc, file, true, diagnostics)
+}
+
+/// [`load_document`], taking what the scan resolved (`use_scan`) or parsing the document
+/// for its `apiVersion`, `kind` and name (the tests compare the two).
+fn load_document_as(
+    doc: &Document<'_>,
+    file: &Origin,
+    use_scan: bool,
+    diagnostics: &mut Diagnostics,
+) -> Option<AnyObject> {
     let origin = file.at_line(content_line(doc));
-    let Prescanned { merged, identity } = prescan(doc, &origin, diagnostics)?;
+    let Prescanned {
+        merged,
+        identity,
+        resolved,
+    } = prescan(doc, &origin, diagnostics)?;
+    let Some(resolved) = resolved.filter(|_| use_scan) else {
+        return load_parsed(doc, merged.as_deref(), &origin, file, &identity, diagnostics);
+    };
+    // The scan read apiVersion, kind and metadata.name as the parse below would have; that
+    // parse fails only where the object's parse fails too (a YAML error), so on a failure
+    // it is made, and if it fails, the document is reported as it reports it.
+    let meta = TypeMetaStrings {
+        api_version: resolved.api_version.as_deref(),
+        kind: resolved.kind.as_deref(),
+        name: resolved.name.unwrap_or_default(),
+    };
+    let mut found = Diagnostics::new();
+    let loaded = load_typed(doc, &meta, &origin, !resolved.other_target_keys, &mut found);
+    if loaded.is_none() && serde_yaml_ng::from_str::<TypeMeta>(doc.text).is_err() {
+        return load_parsed(doc, None, &origin, file, &identity, diagnostics);
+    }
+    diagnostics.extend(found);
+    loaded
+}
+
+/// A document's `apiVersion`, `kind` (as strings, if they are) and `metadata.name` (the
+/// empty string if it is none).
+struct TypeMetaStrings<'a> {
+    api_version: Option<&'a str>,
+    kind: Option<&'a str>,
+    name: String,
+}
+
+/// Loads a document whose `apiVersion`, `kind` and `metadata.name` are read by parsing it
+/// (`merged`: its text with merge keys applied).
+fn load_parsed(
+    doc: &Document<'_>,
+    merged: Option<&str>,
+    origin: &Origin,
+    file: &Origin,
+    identity: &Identity,
+    diagnostics: &mut Diagnostics,
+) -> Option<AnyObject> {
     let merged_doc;
-    let doc = match &merged {
+    let doc = match merged {
         Some(text) => {
             merged_doc = Document {
                 text,
@@ -714,10 +775,10 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                             "document is {shape}, not a Kubernetes object (a mapping with apiVersion, kind and metadata)"
                         ),
                     )
-                    .at(&origin),
+                    .at(origin),
                 );
             } else if non_object_shape(doc.text).is_none() && !is_null_document(doc.text) {
-                diagnostics.push(serde_yaml_error(&err, doc, file, &identity));
+                diagnostics.push(serde_yaml_error(&err, doc, file, identity));
             }
             return None;
         }
@@ -731,6 +792,26 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
         .and_then(|n| n.as_str())
         .unwrap_or_default()
         .to_owned();
+    let meta = TypeMetaStrings {
+        api_version,
+        kind: kind_name,
+        name,
+    };
+    load_typed(doc, &meta, origin, false, diagnostics)
+}
+
+/// Loads a document as the object its `apiVersion` and `kind` say it is (`targets_known`:
+/// the scan saw that a Workload's deployment targets have only known fields).
+fn load_typed(
+    doc: &Document<'_>,
+    meta: &TypeMetaStrings<'_>,
+    origin: &Origin,
+    targets_known: bool,
+    diagnostics: &mut Diagnostics,
+) -> Option<AnyObject> {
+    let origin = origin.clone();
+    let name = meta.name.clone();
+    let (api_version, kind_name) = (meta.api_version, meta.kind);
     let (Some(api_version), Some(kind_name)) = (api_version, kind_name) else {
         // An error, not a warning: skipping the document would drop the object it was meant
         // to be (a ClusterType, a Workload...) and the render would delete its folders.
@@ -853,7 +934,9 @@ fn load_document(doc: &Document<'_>, file: &Origin, diagnostics: &mut Diagnostic
                         );
                     }
                 }
-                warn_unknown_target_fields(doc, &origin, &name, diagnostics);
+                if !targets_known {
+                    warn_unknown_target_fields(doc, &origin, &name, diagnostics);
+                }
                 AnyObject::Workload(workload)
             }
             Kind::DeploymentTarget => {
@@ -1160,8 +1243,7 @@ fn flattened_leaf(text: &str, kind: Kind, path: &str) -> Option<(String, String)
     Some((path_string(&segments), err.into_inner().to_string()))
 }
 
-/// The fields of a Workload's deployment target.
-const TARGET_FIELDS: &[&str] = &["name", "labels", "environment", "manifests", "configSchemas"];
+use crate::yaml_scan::TARGET_FIELDS;
 
 /// Warns about unknown fields of a Workload's deployment targets, which the generic check
 /// cannot see (their spec is flattened into them). A misspelled `environment` would
@@ -1321,6 +1403,72 @@ fn parse_document<T: DeserializeOwned>(
 mod tests {
     use super::*;
     use crate::source::SourceFile;
+
+    /// Loads each document of `text` both ways (with what the scan resolved, and parsed for
+    /// its type) and checks that objects and diagnostics are the same; returns whether the
+    /// scan resolved each.
+    fn same_both_ways(text: &str) -> Vec<bool> {
+        let origin = Origin::new("f.yaml", 0);
+        split_documents(text)
+            .iter()
+            .map(|doc| {
+                let (mut scanned, mut parsed) = (Diagnostics::new(), Diagnostics::new());
+                let a = load_document_as(doc, &origin, true, &mut scanned);
+                let b = load_document_as(doc, &origin, false, &mut parsed);
+                assert_eq!(format!("{a:?}"), format!("{b:?}"), "{}", doc.text);
+                assert_eq!(scanned, parsed, "{}", doc.text);
+                let limits = crate::yaml_scan::ScanLimits {
+                    depth: 100,
+                    alias_nodes: 100_000,
+                };
+                crate::yaml_scan::scan(doc.text, limits, 1).resolved.is_some()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_scans_type_and_name_are_those_the_parse_reads() {
+        let head = "apiVersion: scheduler.kalypso.io/v1alpha1\nkind: ";
+        let workload = |target: &str| {
+            format!(
+                "{head}Workload\nmetadata:\n  name: w\nspec:\n  deploymentTargets:\n  - name: t\n    \
+                 environment: dev\n    manifests: {{repo: r, branch: b, path: p}}\n{target}"
+            )
+        };
+        let cases: Vec<(String, bool)> = vec![
+            (format!("{head}ClusterType\nmetadata:\n  name: a\nspec:\n  reconciler: r\n  namespaceService: n\n"), true),
+            (format!("{head}ClusterType\nmetadata:\n  name: \"3\"\nspec:\n  reconciler: r\n  namespaceService: n\n"), true),
+            (format!("{head}ClusterType\nmetadata:\n  name: 3\nspec:\n  reconciler: r\n  namespaceService: n\n"), false),
+            (format!("{head}ClusterType\nmetadata:\n  name: true\nspec:\n  reconciler: r\n  namespaceService: n\n"), true),
+            (format!("{head}ClusterType\nmetadata:\n  name: [a]\nspec: {{}}\n"), true),
+            (format!("{head}ClusterType\nmetadata: [name]\nspec: {{}}\n"), true),
+            (format!("{head}ClusterType\nmetadata:\n  name: nan\nspec:\n  reconciler: r\n  namespaceService: n\n"), true),
+            (format!("{head}!!str ClusterType\nmetadata:\n  name: a\nspec: {{}}\n"), false),
+            (format!("{head}Clustertype\nmetadata:\n  name: a\n"), true),
+            (format!("{head}null\nmetadata:\n  name: a\n"), true),
+            (format!("{head}\nmetadata:\n  name: a\n"), true),
+            ("apiVersion: 1\nkind: ClusterType\nmetadata:\n  name: a\n".to_owned(), false),
+            ("apiVersion: v1\nkind: Secret\nmetadata:\n  name: s\ndata: {a: b}\n".to_owned(), true),
+            ("kind: ConfigMap\nmetadata:\n  name: c\n".to_owned(), true),
+            ("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\ndata:\n  a: 1\n".to_owned(), true),
+            ("apiVersion: v1\nkind: 'ConfigMap'\nmetadata:\n  name: \"c\"\n  labels: {x: y}\ndata: {a: b}\n".to_owned(), true),
+            ("apiVersion: v1\nkind: ConfigMap\nmetadata: &m\n  name: c\nother: *m\n".to_owned(), false),
+            ("- a\n- b\n".to_owned(), false),
+            ("just text\n".to_owned(), false),
+            (format!("{head}Workload\nmetadata:\n  name: w\nspec:\n  deploymentTargets: 3\n"), true),
+            (workload(""), true),
+            (workload("    enviroment: x\n"), true),
+            (workload("    1: x\n"), true),
+            (workload("  - name: u\n    environment: dev\n    extra: {a: b}\n    manifests: {repo: r, branch: b, path: p}\n"), true),
+            (format!("{head}SchedulingPolicy\nmetadata:\n  name: p\nspec:\n  deploymentTargetSelector: {{}}\n"), true),
+        ];
+        for (text, resolved) in cases {
+            let got = same_both_ways(&text);
+            assert_eq!(got, [resolved], "{text}");
+        }
+        let kinds = same_both_ways("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: c\n---\nkind: x\n");
+        assert_eq!(kinds, [true, true]);
+    }
 
     #[test]
     fn splits_documents_and_tracks_lines() {

@@ -16,7 +16,9 @@
 //!   scan says whether the document has any, so that the loader merges them first.
 //!
 //! It also notes the document's top-level `kind` and `metadata.name`, so that a document
-//! refused here is still reported against its object.
+//! refused here is still reported against its object, and, where it can tell them exactly as
+//! the deserializer will read them, `apiVersion`, `kind` and `metadata.name` as strings (see
+//! [`Resolved`]), so that the loader need not parse the document once more only for them.
 
 use std::collections::HashMap;
 
@@ -33,6 +35,47 @@ pub(crate) struct Scan {
     pub kind: Option<String>,
     /// The top-level `metadata.name`, if it is a scalar (the first one).
     pub name: Option<String>,
+    /// What the deserializer will read, when the scan can be sure of it (see [`Resolved`]).
+    pub resolved: Option<Resolved>,
+}
+
+/// `apiVersion`, `kind` and `metadata.name` as serde_yaml reads them into a value and takes
+/// them as strings: the string, or `None` for a value that is no string (a number, null, a
+/// list) or for no value. The scan gives them only for a document whose values it resolves
+/// as the deserializer does: a mapping, with no aliases, tags or merge keys, and these three
+/// absent, lists or mappings, or scalars it can tell are strings or not (quoted, or plain and
+/// starting with a letter); any other document is parsed for them.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Resolved {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
+    pub name: Option<String>,
+    /// Whether an item of the top-level `spec.deploymentTargets` list is a mapping with a
+    /// key other than [`TARGET_FIELDS`] (a Workload's unknown target fields: the loader
+    /// looks at those documents again to name them).
+    pub other_target_keys: bool,
+}
+
+/// The fields of a Workload's deployment target.
+pub(crate) const TARGET_FIELDS: &[&str] = &["name", "labels", "environment", "manifests", "configSchemas"];
+
+/// Whether serde_yaml reads an untagged scalar written in `style` as a string: `Some(true)`
+/// for a quoted or block scalar and for a plain one that starts with a letter and is no
+/// null or boolean (no number starts with a letter: those that Rust's float parser reads,
+/// `inf` and `nan`, are not finite, which serde_yaml does not take as numbers); `Some(false)`
+/// for a plain null, boolean or empty value; `None` when the scan does not tell (a plain
+/// scalar that starts otherwise: a number, or a string like `1a`).
+fn read_as_string(value: &str, style: libyaml_safer::ScalarStyle) -> Option<bool> {
+    if style != libyaml_safer::ScalarStyle::Plain {
+        return Some(true);
+    }
+    match value {
+        "" | "~" | "null" | "Null" | "NULL" | "true" | "True" | "TRUE" | "false" | "False" | "FALSE" => {
+            Some(false)
+        }
+        _ if value.as_bytes()[0].is_ascii_alphabetic() => Some(true),
+        _ => None,
+    }
 }
 
 /// What kind of problem a [`Problem`] is.
@@ -271,6 +314,10 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
     let mut expanded = 0usize;
     // The path of the last node that started (for a walk to a place).
     let mut last_node = String::new();
+    // What the deserializer will read (see `Resolved`), and whether the scan can tell it.
+    let mut resolved = Resolved::default();
+    let mut resolvable = true;
+    let mut root_mapping = false;
     loop {
         let event = match parser.parse() {
             Ok(event) => event,
@@ -304,13 +351,15 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
             });
             return out;
         }
-        if matches!(
-            event.data,
-            EventData::Scalar { .. }
-                | EventData::Alias { .. }
-                | EventData::SequenceStart { .. }
-                | EventData::MappingStart { .. }
-        ) {
+        if stop_at.is_some()
+            && matches!(
+                event.data,
+                EventData::Scalar { .. }
+                    | EventData::Alias { .. }
+                    | EventData::SequenceStart { .. }
+                    | EventData::MappingStart { .. }
+            )
+        {
             last_node = path_string(&path);
             if let (EventData::Scalar { value, .. }, Some(Container::Mapping { at_key: true, .. })) =
                 (&event.data, stack.last())
@@ -323,11 +372,17 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
         let is_sequence = matches!(event.data, EventData::SequenceStart { .. });
         // A node's size, anchor and shape, for aliases and for the container that holds it.
         let node: Option<(usize, Option<String>, Shape)> = match event.data {
-            EventData::StreamEnd => return out,
+            EventData::StreamEnd => {
+                if resolvable && root_mapping && !out.has_merge_keys {
+                    out.resolved = Some(resolved);
+                }
+                return out;
+            }
             EventData::DocumentEnd { .. }
             | EventData::StreamStart { .. }
             | EventData::DocumentStart { .. } => None,
             EventData::Alias { anchor } => {
+                resolvable = false;
                 let Some(&(size, shape)) = anchors.get(&anchor) else {
                     out.problems.push(Problem {
                         line,
@@ -374,10 +429,13 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
             }
             EventData::Scalar {
                 anchor,
+                tag,
                 value,
                 plain_implicit,
+                style,
                 ..
             } => {
+                resolvable &= tag.is_none();
                 // A key?
                 if let Some(Container::Mapping {
                     at_key,
@@ -408,6 +466,15 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
                     } else {
                         seen.insert(value.clone(), line);
                     }
+                    if let [spec, targets, item] = path.as_slice()
+                        && spec == "spec"
+                        && targets == "deploymentTargets"
+                        && item.starts_with('[')
+                        && stack.len() == 4
+                        && !TARGET_FIELDS.contains(&value.as_str())
+                    {
+                        resolved.other_target_keys = true;
+                    }
                     path.push(value);
                     if let Some(a) = anchor {
                         anchors.insert(a, (1, Shape::Scalar));
@@ -415,16 +482,30 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
                     continue;
                 }
                 // A value: note the object's kind and name (the first ones written).
-                match (stack.len(), path.as_slice()) {
-                    (1, [k]) if k == "kind" && out.kind.is_none() => out.kind = Some(value.clone()),
+                let noted = match (stack.len(), path.as_slice()) {
+                    (1, [k]) if k == "kind" && out.kind.is_none() => {
+                        out.kind = Some(value.clone());
+                        Some(&mut resolved.kind)
+                    }
+                    (1, [k]) if k == "apiVersion" => Some(&mut resolved.api_version),
                     (2, [m, n]) if m == "metadata" && n == "name" && out.name.is_none() => {
                         out.name = Some(value.clone());
+                        Some(&mut resolved.name)
                     }
-                    _ => {}
+                    _ => None,
+                };
+                if let Some(noted) = noted {
+                    match read_as_string(&value, style) {
+                        Some(true) => *noted = Some(value),
+                        Some(false) => *noted = None,
+                        None => resolvable = false,
+                    }
                 }
                 Some((1, anchor, Shape::Scalar))
             }
-            EventData::SequenceStart { anchor, .. } | EventData::MappingStart { anchor, .. } => {
+            EventData::SequenceStart { anchor, tag, .. } | EventData::MappingStart { anchor, tag, .. } => {
+                resolvable &= tag.is_none();
+                root_mapping |= stack.is_empty() && !is_sequence;
                 if stack.len() >= limits.depth {
                     // The start of the path is enough to find the place.
                     let shown = if path.len() > 6 {

@@ -238,7 +238,9 @@ impl<'t> State<'t, '_> {
                 self.check_output()?;
             }
             Node::Action(a) => {
-                if a.pipe.decl.is_empty() && self.print_held(dot, node, &a.pipe)? {
+                if a.pipe.decl.is_empty()
+                    && (self.print_held(dot, node, &a.pipe)? || self.print_written(dot, node, &a.pipe)?)
+                {
                     return Ok(Flow::Normal);
                 }
                 let val = self.eval_pipeline(dot, &a.pipe)?;
@@ -664,13 +666,68 @@ impl<'t> State<'t, '_> {
         args: &'t [Operand],
         final_: Option<Val>,
     ) -> R<Val> {
-        let (params, variadic): (&[Type], Option<&Type>) = match fun {
+        let func = match fun {
             Callee::Builtin(b) => {
                 let (n, v) = b.arity();
                 return self.eval_builtin_call(dot, b, node, name, args, final_, n, v);
             }
-            Callee::User(f) => (f.params(), f.variadic_type()),
+            Callee::User(f) => f,
         };
+        let argv = self.call_args(dot, func.params(), func.variadic_type(), name, args, final_)?;
+        self.step()?;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func.call(argv.as_slice())));
+        match result {
+            Ok(Ok(v)) => {
+                self.charge_result(node, name, crate::budget::shallow_size(&v))?;
+                Ok(Val::from_result(v))
+            }
+            Ok(Err(e)) => Err(self.call_error(node, name, &e)),
+            Err(panic) => Err(self.call_panic(node, name, &panic)),
+        }
+    }
+
+    /// Charges a function's result of `size` bytes to the allocation budget.
+    fn charge_result(&mut self, node: At<'t>, name: &str, size: usize) -> R<()> {
+        if let Err(e) = crate::budget::charge(size) {
+            self.node = node;
+            return Err(self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message())));
+        }
+        Ok(())
+    }
+
+    /// The error of a call that returned `e`.
+    fn call_error(&mut self, node: At<'t>, name: &str, e: &crate::FuncError) -> Error {
+        self.node = node;
+        if e.is_limit() {
+            self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message()))
+        } else {
+            self.errorf(format!("error calling {name}: {}", e.message()))
+        }
+    }
+
+    /// The error of a call that panicked.
+    fn call_panic(&mut self, node: At<'t>, name: &str, panic: &(dyn std::any::Any + Send)) -> Error {
+        self.node = node;
+        let msg = panic
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "panic".to_owned());
+        self.errorf(format!("error calling {name}: {msg}"))
+    }
+
+    /// The arguments of a call to a function of a [`crate::FuncMap`] with `params` (and
+    /// `variadic` ones): the number checked, each evaluated and converted, `final_` (the
+    /// previous command's value) last.
+    fn call_args(
+        &mut self,
+        dot: &Val,
+        params: &[Type],
+        variadic: Option<&Type>,
+        name: &str,
+        args: &'t [Operand],
+        final_: Option<Val>,
+    ) -> R<Args> {
         let num_in = args.len() + usize::from(final_.is_some());
         let num_fixed;
         if variadic.is_some() {
@@ -719,39 +776,71 @@ impl<'t> State<'t, '_> {
             let v = self.validate_type(f, ParamType::Go(t))?;
             argv.push(v.into_value());
         }
-        let Callee::User(func) = fun else {
-            return Err(self.errorf("internal error: builtin"));
+        Ok(argv)
+    }
+
+    /// Prints an action whose pipeline ends in a call of a function made with
+    /// [`crate::Func::string`] (`{{ .X | quote }}`) by having the function append its
+    /// result to the output, with the same steps, output and errors as
+    /// [`State::eval_pipeline`] followed by [`State::print_value`] (the result charged to
+    /// the allocation budget as its string would be). Returns `false`, having done nothing,
+    /// for any other pipeline.
+    fn print_written(&mut self, dot: &Val, node: &'t Node, pipe: &'t PipeNode) -> R<bool> {
+        let Some((last, before)) = pipe.cmds.split_last() else {
+            return Ok(false);
         };
-        self.step()?;
-        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| func.call(argv.as_slice())));
-        match result {
-            Ok(Ok(v)) => {
-                if let Err(e) = crate::budget::charge(crate::budget::shallow_size(&v)) {
-                    self.node = node;
-                    return Err(
-                        self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message()))
-                    );
-                }
-                Ok(Val::from_result(v))
-            }
-            Ok(Err(e)) if e.is_limit() => {
-                self.node = node;
-                Err(self.error_kind(ErrorKind::Limit, format!("error calling {name}: {}", e.message())))
-            }
-            Ok(Err(e)) => {
-                self.node = node;
-                Err(self.errorf(format!("error calling {name}: {}", e.message())))
-            }
-            Err(panic) => {
-                self.node = node;
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_else(|| "panic".to_owned());
-                Err(self.errorf(format!("error calling {name}: {msg}")))
-            }
+        let first = &last.args[0];
+        let Operand::Identifier {
+            func: FuncRef::User(func),
+            name,
+            ..
+        } = first
+        else {
+            return Ok(false);
+        };
+        let Some(write) = func.write_body() else {
+            return Ok(false);
+        };
+        if let Some(i) = self.passed_variable(before, last, func) {
+            return self.print_written_variable(node, pipe, i, write).map(|()| true);
         }
+        // eval_pipeline, up to its last command.
+        self.node = At::Pipe(pipe);
+        let mut value: Option<Val> = None;
+        for cmd in before {
+            let v = self.eval_command(dot, cmd, value.take())?;
+            value = Some(v.unwrap_iface());
+        }
+        // eval_command and eval_call of the last one.
+        self.step()?;
+        self.at(first);
+        let node_at = At::Command(last);
+        let argv = self.call_args(
+            dot,
+            func.params(),
+            func.variadic_type(),
+            name,
+            &last.args[1..],
+            value,
+        )?;
+        self.step()?;
+        let start = self.out.len();
+        let out = &mut *self.out;
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(argv.as_slice(), out)));
+        let written = self.out.len() - start;
+        let result = match result {
+            Ok(Ok(())) => self.charge_result(node_at, name, written),
+            Ok(Err(e)) => Err(self.call_error(node_at, name, &e)),
+            Err(panic) => Err(self.call_panic(node_at, name, &panic)),
+        };
+        if let Err(e) = result {
+            self.out.truncate(start);
+            return Err(e);
+        }
+        // print_value
+        self.at_node(node);
+        self.check_output()?;
+        Ok(true)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -1069,18 +1158,99 @@ impl<'t> State<'t, '_> {
                 }
                 self.before_print(pipe, node)?;
                 let interface = matches!(m.elem_type(), Type::Interface);
-                // Copied out of the map before printing: printing a map takes its lock, and
-                // a Go map can hold itself.
-                let held = m.with_entries(|entries| entries.get(&key.key).cloned());
                 // A missing key, or a nil held in an interface element, prints as
                 // `<no value>` (`elem_val`, then `Val::inner`).
-                let held = held.filter(|v| !(interface && v.is_nil()));
-                write_printed(self.out, held.as_ref());
+                fn printed(held: Option<&Value>, interface: bool) -> Option<&Value> {
+                    held.filter(|v| !(interface && v.is_nil()))
+                }
+                if m.is_frozen() {
+                    // Read without a lock: printed where it is held.
+                    let out = &mut *self.out;
+                    m.with_entries(|entries| write_printed(out, printed(entries.get(&key.key), interface)));
+                } else {
+                    // Copied out of the map before printing: printing a map takes its lock,
+                    // and a Go map can hold itself.
+                    let held = m.with_entries(|entries| entries.get(&key.key).cloned());
+                    write_printed(self.out, printed(held.as_ref(), interface));
+                }
                 self.check_output()?;
                 Ok(true)
             }
             _ => Ok(false),
         }
+    }
+
+    /// For a pipeline `$x | f` whose function `f` takes the variable's value as it is held
+    /// (one parameter of its type, or `interface {}`: no conversion, no error), where the
+    /// variable is held; `None` for any other pipeline, or when that value is not passed
+    /// unchanged (nil, missing, another type). Has no effect.
+    fn passed_variable(&self, before: &[CommandNode], last: &CommandNode, func: &Func) -> Option<usize> {
+        let [first] = before else {
+            return None;
+        };
+        let ([Operand::Variable(var)], [_]) = (&first.args[..], &last.args[..]) else {
+            return None;
+        };
+        if !var.fields.is_empty() {
+            return None;
+        }
+        let param = match (func.params(), func.variadic_type()) {
+            ([param], _) | ([], Some(param)) => param,
+            _ => return None,
+        };
+        let i = self.var_index(var.id)?;
+        // The value after the stage (`unwrap_iface`), as `validate_type` passes it.
+        let value = match &self.vars[i].1 {
+            Val::Conc(v) => v,
+            Val::Iface(v) if !v.is_nil() => v,
+            _ => return None,
+        };
+        (has_type(value, param) || deref_matches(value, param)).then_some(i)
+    }
+
+    /// [`State::print_written`] of `$x | f` where [`State::passed_variable`] found `$x`
+    /// (held at `i`): the same steps and nodes as the general path, the variable's value
+    /// passed from where it is held instead of through a copy.
+    fn print_written_variable(
+        &mut self,
+        node: &'t Node,
+        pipe: &'t PipeNode,
+        i: usize,
+        write: &crate::value::func::WriteBody,
+    ) -> R<()> {
+        let (first, last) = (&pipe.cmds[0], &pipe.cmds[1]);
+        let Operand::Identifier { name, .. } = &last.args[0] else {
+            return Err(self.errorf("internal error: not a call"));
+        };
+        // eval_pipeline; eval_command and eval_variable_node of `$x`.
+        self.node = At::Pipe(pipe);
+        self.step()?;
+        self.at(&first.args[0]);
+        // eval_command and eval_call of `f`, whose argument passes as it is.
+        self.step()?;
+        self.at(&last.args[0]);
+        let node_at = At::Command(last);
+        self.step()?;
+        let start = self.out.len();
+        let (vars, out) = (&self.vars, &mut *self.out);
+        let arg = std::slice::from_ref(match &vars[i].1 {
+            Val::Conc(v) | Val::Iface(v) => v,
+            Val::Missing => &Value::Nil,
+        });
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(arg, out)));
+        let written = self.out.len() - start;
+        let result = match result {
+            Ok(Ok(())) => self.charge_result(node_at, name, written),
+            Ok(Err(e)) => Err(self.call_error(node_at, name, &e)),
+            Err(panic) => Err(self.call_panic(node_at, name, &panic)),
+        };
+        if let Err(e) = result {
+            self.out.truncate(start);
+            return Err(e);
+        }
+        // print_value
+        self.at_node(node);
+        self.check_output()
     }
 
     /// What evaluating a one-command pipeline does before its value is printed: the step

@@ -657,6 +657,9 @@ struct MapCell {
     /// visited, deepest nesting), once a walk has passed the limits.
     shape: OnceLock<(usize, usize)>,
     entries: Mutex<Arc<Entries>>,
+    /// For a frozen map, its entries (the same as under the lock), read without taking it:
+    /// a frozen map's data is read by every thread that renders with it.
+    fixed: Option<Arc<Entries>>,
 }
 
 /// Values whose last reference is being dropped, taken apart one level at a time so that
@@ -680,6 +683,7 @@ fn drop_iteratively(mut stack: Vec<Value>) {
 }
 
 fn take_entries(cell: &mut MapCell, stack: &mut Vec<Value>) {
+    cell.fixed = None;
     let slot = cell.entries.get_mut().unwrap_or_else(PoisonError::into_inner);
     if slot.is_empty() {
         return;
@@ -733,6 +737,7 @@ impl Map {
     }
 
     fn cell(key: Type, elem: Type, nil: bool, frozen: bool, entries: Entries) -> Map {
+        let entries = Arc::new(entries);
         Map(Arc::new(MapCell {
             key,
             elem,
@@ -740,7 +745,8 @@ impl Map {
             frozen,
             derived: Mutex::new(Vec::new()),
             shape: OnceLock::new(),
-            entries: Mutex::new(Arc::new(entries)),
+            fixed: frozen.then(|| Arc::clone(&entries)),
+            entries: Mutex::new(entries),
         }))
     }
 
@@ -845,6 +851,9 @@ impl Map {
     /// The current entries, in Go's key order. The snapshot does not change when the map is
     /// mutated later.
     pub fn snapshot(&self) -> Arc<Entries> {
+        if let Some(fixed) = &self.0.fixed {
+            return Arc::clone(fixed);
+        }
         self.0
             .entries
             .lock()
@@ -854,7 +863,7 @@ impl Map {
 
     /// Number of entries.
     pub fn len(&self) -> usize {
-        self.snapshot().len()
+        self.with_entries(Entries::len)
     }
 
     /// Whether there are no entries.
@@ -865,13 +874,16 @@ impl Map {
     /// Runs `f` with the current entries, under the map's lock, without copying them or
     /// their values. `f` must not use this map.
     pub(crate) fn with_entries<R>(&self, f: impl FnOnce(&Entries) -> R) -> R {
+        if let Some(fixed) = &self.0.fixed {
+            return f(fixed);
+        }
         let entries = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);
         f(&entries)
     }
 
     /// The value for `key`.
     pub fn get(&self, key: &MapKey) -> Option<Value> {
-        self.snapshot().get(key).cloned()
+        self.with_entries(|entries| entries.get(key).cloned())
     }
 
     /// The value for a string key.
@@ -884,7 +896,8 @@ impl Map {
     /// Go panics when assigning to a nil map; callers that emulate Go code must check
     /// [`Map::is_nil`] first.
     ///
-    /// A frozen map must not be changed: callers check [`Map::is_frozen`] first.
+    /// A frozen map must not be changed: callers check [`Map::is_frozen`] first (a change
+    /// would not be seen: a frozen map's entries are read from where they were frozen).
     pub fn insert(&self, key: MapKey, value: Value) {
         debug_assert!(!self.0.frozen, "insert into a frozen map");
         let mut guard = self.0.entries.lock().unwrap_or_else(PoisonError::into_inner);

@@ -341,3 +341,117 @@ fn actions_print_fields_and_variables_as_go_does() {
          (3 steps: actions, loop iterations and calls)"
     );
 }
+
+/// A function made with `Func::string` (`wtag`) behaves as the same function returning its
+/// string (`vtag`): an action that prints its result has it appended to the output directly,
+/// with the same output, steps, budget and errors.
+#[test]
+fn string_functions_print_as_functions_returning_strings() {
+    use kalypso_gotmpl::{Func, FuncError, FuncMap, Type};
+    use std::sync::Arc;
+    fn tag(a: &[Value], out: &mut Vec<u8>) -> Result<(), FuncError> {
+        out.push(b'<');
+        for v in a {
+            match v.as_string().map(|s| s.to_string()).as_deref() {
+                Some("fail") => return Err(FuncError::new("failed")),
+                Some("limit") => return Err(FuncError::limit("too much")),
+                Some("panic") => panic!("boom"),
+                Some(s) => out.extend_from_slice(s.as_bytes()),
+                None => out.extend_from_slice(b"?"),
+            }
+        }
+        out.push(b'>');
+        Ok(())
+    }
+    let mut m = FuncMap::new();
+    m.extend(Arc::try_unwrap(common::funcs()).unwrap_or_else(|a| (*a).clone()));
+    m.insert("wtag", Func::string([Type::String], Some(Type::String), tag));
+    m.insert(
+        "vtag",
+        Func::variadic([Type::String], Type::String, |a| {
+            let mut out = Vec::new();
+            tag(a, &mut out)?;
+            Ok(Value::String(kalypso_gotmpl::Str::from_bytes(out)))
+        }),
+    );
+    m.insert("wany", Func::string([], Some(Type::Interface), tag));
+    m.insert(
+        "vany",
+        Func::variadic([], Type::Interface, |a| {
+            let mut out = Vec::new();
+            tag(a, &mut out)?;
+            Ok(Value::String(kalypso_gotmpl::Str::from_bytes(out)))
+        }),
+    );
+    let funcs = Arc::new(m);
+    let data = data();
+    let run = |text: &str, limits: &Limits| -> Result<String, String> {
+        let t = Template::parse("template", text, funcs.clone()).map_err(|e| e.to_string())?;
+        let mut out = b"before|".to_vec();
+        match t.execute(&data, &mut out, limits) {
+            Ok(()) => Ok(String::from_utf8_lossy(&out).into_owned()),
+            // What was written before the error, too.
+            Err(e) => Err(format!("{e} after {}", String::from_utf8_lossy(&out))),
+        }
+    };
+    let texts = [
+        "{{ wtag .name }}",
+        "{{ wtag .name \"b\" \"c\" }}",
+        "{{ .name | wtag }}",
+        "{{ .name | upper | wtag \"x\" }}",
+        "{{ wtag }}",
+        "{{ wtag 3 }}",
+        "{{ .nil | wtag }}",
+        "{{ .missing | wtag }}",
+        "{{ wtag \"fail\" }}",
+        "{{ wtag \"limit\" }}",
+        "{{ wtag \"panic\" }}",
+        "{{ range .list }}{{ . | wtag }}{{ end }}",
+        "{{ range $i, $v := .list }}{{ $v | wtag $.name }}{{ end }}",
+        "{{ $x := wtag .name }}{{ $x }}",
+        "{{ wtag (wtag .name) }}",
+        "{{ $x := .name }}{{ $x | wtag }}",
+        "{{ $x := .name }}{{ $x | wtag \"a\" }}",
+        "{{ $x := 3 }}{{ $x | wtag }}",
+        "{{ $x := .nil }}{{ $x | wtag }}{{ $x | wany }}",
+        "{{ $x := .missing }}{{ $x | wany }}",
+        "{{ $x := \"fail\" }}{{ $x | wany }}",
+        "{{ $x := \"panic\" }}{{ $x | wtag }}",
+        "{{ $x := .list }}{{ $x | wany }}",
+        "{{ $ | wany }}{{ $ | wtag }}",
+        "{{ $x.y | wtag }}",
+        "{{ range $i, $v := .list }}{{ $v | wtag }}{{ $i | wany }}{{ end }}",
+        "{{ range $k, $v := .m }}{{ $k | wtag }}{{ $v | wany }}{{ $v | wtag }}{{ end }}",
+    ];
+    let limits = [
+        Limits::default(),
+        Limits {
+            max_steps: 2,
+            ..Limits::default()
+        },
+        Limits {
+            max_steps: 3,
+            ..Limits::default()
+        },
+        Limits {
+            max_output: 9,
+            ..Limits::default()
+        },
+        Limits {
+            max_alloc: 4,
+            ..Limits::default()
+        },
+    ];
+    for text in texts {
+        for limits in &limits {
+            let written = run(text, limits);
+            let returned = run(&text.replace("wtag", "vtag").replace("wany", "vany"), limits)
+                .map_err(|e| e.replace("vtag", "wtag").replace("vany", "wany"));
+            assert_eq!(written, returned, "{text} with {limits:?}");
+        }
+    }
+    assert_eq!(
+        run("{{ .name | wtag }}", &Limits::default()).as_deref(),
+        Ok("before|<kalypso>")
+    );
+}

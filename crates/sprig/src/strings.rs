@@ -7,7 +7,7 @@
 //! quirks are reproduced on purpose: output must match the Go original byte for byte.
 
 use kalypso_gotmpl::strconv::append_quote;
-use kalypso_gotmpl::{FuncError, FuncMap, Map, MapKey, Str, Type, Value, budget};
+use kalypso_gotmpl::{Func, FuncError, FuncMap, Map, MapKey, Str, Type, Value, budget};
 
 use crate::util::{
     RUNE_ERROR, arg, arg_bytes, arg_int, decode_rune, find, func, is_digit, is_letter, is_lower, is_number,
@@ -199,32 +199,34 @@ pub(crate) fn register_all(m: &mut FuncMap) {
     register(
         m,
         &["quote"],
-        variadic(vec![], Type::Interface, |a| {
-            // The quoted parts joined by spaces, built in one buffer.
-            let mut out = Vec::new();
+        Func::string(vec![], Some(Type::Interface), |a, out| {
+            // The quoted parts joined by spaces.
             for (i, v) in a.iter().filter(|v| !v.is_nil()).enumerate() {
                 if i > 0 {
                     out.push(b' ');
                 }
-                append_quote(&mut out, strval(v).as_bytes());
+                match v {
+                    Value::String(s) => append_quote(out, s.as_bytes()),
+                    _ => append_quote(out, strval(v).as_bytes()),
+                }
             }
-            Ok(string_value(out))
+            Ok(())
         }),
     );
     register(
         m,
         &["squote"],
-        variadic(vec![], Type::Interface, |a| {
-            let mut out = Vec::new();
+        Func::string(vec![], Some(Type::Interface), |a, out| {
+            let start = out.len();
             for v in a.iter().filter(|v| !v.is_nil()) {
-                if !out.is_empty() {
+                if out.len() > start {
                     out.push(b' ');
                 }
                 out.push(b'\'');
                 out.extend(kalypso_gotmpl::fmt::sprint_value(v));
                 out.push(b'\'');
             }
-            Ok(string_value(out))
+            Ok(())
         }),
     );
     register(
@@ -245,17 +247,16 @@ pub(crate) fn register_all(m: &mut FuncMap) {
     register(
         m,
         &["indent"],
-        func(vec![int(), s()], |a| {
-            indent(arg_int(a, 0), arg_bytes(a, 1)).map(string_value)
+        Func::string(vec![int(), s()], None, |a, out| {
+            indent(out, arg_int(a, 0), arg_bytes(a, 1))
         }),
     );
     register(
         m,
         &["nindent"],
-        func(vec![int(), s()], |a| {
-            let mut out = vec![b'\n'];
-            out.extend(indent(arg_int(a, 0), arg_bytes(a, 1))?);
-            Ok(string_value(out))
+        Func::string(vec![int(), s()], None, |a, out| {
+            out.push(b'\n');
+            indent(out, arg_int(a, 0), arg_bytes(a, 1))
         }),
     );
     register(
@@ -497,16 +498,16 @@ pub(crate) fn repeat(s: &[u8], count: i64) -> Result<Vec<u8>, FuncError> {
     Ok(s.repeat(count as usize))
 }
 
-/// Sprig's `indent`: `pad + strings.Replace(v, "\n", "\n" + pad, -1)`, built in one buffer
-/// of the exact size (a rendered config is indented once per assignment).
-fn indent(spaces: i64, v: &[u8]) -> Result<Vec<u8>, FuncError> {
+/// Sprig's `indent`: `pad + strings.Replace(v, "\n", "\n" + pad, -1)`, appended to `out` in
+/// one pass with the exact room reserved (a rendered config is indented once per assignment).
+fn indent(out: &mut Vec<u8>, spaces: i64, v: &[u8]) -> Result<(), FuncError> {
     let pad = repeat(b" ", spaces)?;
     let newlines = memchr::memchr_iter(b'\n', v).count();
     let len = (pad.len() as u128) * (newlines as u128 + 1) + v.len() as u128;
     if len > MAX_REPEAT_BYTES as u128 {
         return Err(FuncError::new("strings: Repeat output length overflow"));
     }
-    let mut out = Vec::with_capacity(len as usize);
+    out.reserve(len as usize);
     out.extend_from_slice(&pad);
     let mut start = 0;
     for newline in memchr::memchr_iter(b'\n', v) {
@@ -515,7 +516,7 @@ fn indent(spaces: i64, v: &[u8]) -> Result<Vec<u8>, FuncError> {
         start = newline + 1;
     }
     out.extend_from_slice(&v[start..]);
-    Ok(out)
+    Ok(())
 }
 
 /// Go's `strings.Trim(s, cutset)`.

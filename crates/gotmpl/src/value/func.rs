@@ -63,6 +63,9 @@ pub type FuncResult = Result<Value, FuncError>;
 
 type Body = dyn Fn(&[Value]) -> FuncResult + Send + Sync;
 
+/// The body of a function whose result is a string, appending it to a buffer.
+pub(crate) type WriteBody = dyn Fn(&[Value], &mut Vec<u8>) -> Result<(), FuncError> + Send + Sync;
+
 /// A function with a Go signature.
 ///
 /// The body receives the fixed arguments followed by the variadic ones, each already
@@ -73,6 +76,8 @@ pub struct Func {
     params: Arc<[Type]>,
     variadic: Option<Type>,
     body: Arc<Body>,
+    /// For a function made with [`Func::string`]: its body, which appends.
+    write: Option<Arc<WriteBody>>,
 }
 
 impl Func {
@@ -85,6 +90,7 @@ impl Func {
             params: params.into().into(),
             variadic: None,
             body: Arc::new(body),
+            write: None,
         }
     }
 
@@ -98,7 +104,37 @@ impl Func {
             params: params.into().into(),
             variadic: Some(rest),
             body: Arc::new(body),
+            write: None,
         }
+    }
+
+    /// A function whose result is a string (`func(p0, ..., rest ...V) string` when `rest`
+    /// is given), made by appending it to a buffer: `write(args, out)` appends the result to
+    /// `out`, or returns an error (having appended anything). An action that prints the
+    /// function's result (`{{ .X | quote }}`) has it appended straight to the template's
+    /// output; elsewhere the result is a string value built the same way.
+    pub fn string(
+        params: impl Into<Vec<Type>>,
+        rest: Option<Type>,
+        write: impl Fn(&[Value], &mut Vec<u8>) -> Result<(), FuncError> + Send + Sync + 'static,
+    ) -> Func {
+        let write: Arc<WriteBody> = Arc::new(write);
+        let written = Arc::clone(&write);
+        Func {
+            params: params.into().into(),
+            variadic: rest,
+            body: Arc::new(move |args: &[Value]| {
+                let mut out = Vec::new();
+                written(args, &mut out)?;
+                Ok(Value::String(crate::Str::from_bytes(out)))
+            }),
+            write: Some(write),
+        }
+    }
+
+    /// The appending body of a function made with [`Func::string`].
+    pub(crate) fn write_body(&self) -> Option<&WriteBody> {
+        self.write.as_deref()
     }
 
     /// The fixed parameter types.
