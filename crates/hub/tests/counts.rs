@@ -15,7 +15,6 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use kalypso_git::{AuthSettings, RetryPolicy};
@@ -25,7 +24,10 @@ use kalypso_hub::{Db, DbOptions, GitSettings, HubConfig, HubState, query};
 use kalypso_hub_api::ClusterState;
 use kalypso_testkit::{init_bare, write_files};
 use serde_json::json;
-use sqlx::{Connection, Row};
+use sqlx::Row;
+
+mod common;
+use common::databases;
 
 const ENVIRONMENTS: [&str; 2] = ["dev", "prod"];
 const CLUSTERS: usize = 24;
@@ -50,40 +52,6 @@ impl Rng {
     fn chance(&mut self, percent: u64) -> bool {
         self.next() % 100 < percent
     }
-}
-
-static DATABASES: AtomicU32 = AtomicU32::new(0);
-
-async fn fresh_postgres(base: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let name = format!(
-        "kalypso_hub_counts_{}_{}",
-        std::process::id(),
-        DATABASES.fetch_add(1, Ordering::SeqCst)
-    );
-    let mut conn = sqlx::AnyConnection::connect(base).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
-}
-
-async fn databases(dir: &Path) -> Vec<String> {
-    let mut out = vec![format!("sqlite://{}", dir.join("counts.db").display())];
-    if let Ok(base) = std::env::var("KALYPSO_TEST_POSTGRES_URL")
-        && !base.trim().is_empty()
-    {
-        out.push(fresh_postgres(base.trim()).await);
-    }
-    out
 }
 
 /// A control plane with `dev` and `prod`, each delivering to the branch of its name of one
@@ -827,7 +795,7 @@ async fn scenario(url: &str, dir: &Path, seed: u64) {
 async fn aggregates_equal_a_recount_after_random_report_sequences() {
     for seed in [1_u64, 2, 3] {
         let tmp = tempfile::tempdir().unwrap();
-        for (i, url) in databases(tmp.path()).await.into_iter().enumerate() {
+        for (i, url) in databases(tmp.path(), "counts").await.into_iter().enumerate() {
             let dir = tmp.path().join(format!("repos{i}"));
             scenario(&url, &dir, seed).await;
         }

@@ -6,7 +6,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use kalypso_git::redact::Secret;
@@ -16,6 +15,9 @@ use kalypso_hub::{GitSettings, HubConfig, HubState};
 use kalypso_testkit::{init_bare, write_files};
 use serde_json::{Value, json};
 use sqlx::Connection;
+
+mod common;
+use common::databases;
 
 const FIXTURE_SHA: &str = "6f1e9c2a4b7d8e0f1a2b3c4d5e6f708192a3b4c5";
 
@@ -34,46 +36,6 @@ fn flux(name: &str, cluster: &str, cluster_type: &str, commit: &str, time: &str)
     v["metadata"]["revision"] = format!("dev@sha1:{commit}").into();
     v["timestamp"] = time.into();
     serde_json::to_vec(&v).unwrap()
-}
-
-static DATABASES: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh PostgreSQL database on the server `base` names; its URL.
-async fn fresh_postgres(base: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let name = format!(
-        "kalypso_hub_test_{}_{}_{}",
-        std::process::id(),
-        DATABASES.fetch_add(1, Ordering::SeqCst),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let mut conn = sqlx::AnyConnection::connect(base)
-        .await
-        .expect("KALYPSO_TEST_POSTGRES_URL reachable");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
-}
-
-/// The databases every scenario runs on: SQLite in `dir`, and PostgreSQL when configured.
-async fn databases(dir: &Path, label: &str) -> Vec<String> {
-    let mut out = vec![format!("sqlite://{}", dir.join(format!("{label}.db")).display())];
-    if let Some(base) = kalypso_testkit::postgres_url("the hub's scenarios on PostgreSQL") {
-        out.push(fresh_postgres(&base).await);
-    }
-    out
 }
 
 struct Hub {

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU16, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,47 +23,13 @@ use kalypso_hub::notify::NotificationsConfig;
 use kalypso_hub::{GitSettings, HubConfig, HubState};
 use kalypso_testkit::{init_bare, write_files};
 use serde_json::{Value, json};
-use sqlx::Connection;
+
+mod common;
+use common::databases;
 
 /// Control-plane commits the GitOps branches carry.
 const P1: &str = "1111111111111111111111111111111111111111";
 const P2: &str = "2222222222222222222222222222222222222222";
-
-static DATABASES: AtomicU32 = AtomicU32::new(0);
-
-async fn fresh_postgres(base: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let name = format!(
-        "kalypso_hub_promotion_{}_{}_{}",
-        std::process::id(),
-        DATABASES.fetch_add(1, Ordering::SeqCst),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let mut conn = sqlx::AnyConnection::connect(base).await.unwrap();
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
-}
-
-async fn databases(dir: &Path, label: &str) -> Vec<String> {
-    let mut out = vec![format!("sqlite://{}", dir.join(format!("{label}.db")).display())];
-    if let Some(base) = kalypso_testkit::postgres_url("the promotion flow on PostgreSQL") {
-        out.push(fresh_postgres(&base).await);
-    }
-    out
-}
 
 /// The key the hub signs session cookies with: the test signs people in with it, as a replica
 /// sharing the key would (the sign-in itself, at a real OpenID Provider, is tests/sign_in.rs).

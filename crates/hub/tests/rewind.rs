@@ -17,7 +17,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use kalypso_git::{AuthSettings, RetryPolicy};
@@ -25,47 +24,10 @@ use kalypso_hub::client::Client;
 use kalypso_hub::{GitSettings, HubConfig, HubState};
 use kalypso_testkit::{git, init_bare, write_files};
 use serde_json::{Value, json};
-use sqlx::{Connection, Row};
+use sqlx::Row;
 
-static DATABASES: AtomicU32 = AtomicU32::new(0);
-
-/// A fresh PostgreSQL database on the server `base` names; its URL.
-async fn fresh_postgres(base: &str) -> String {
-    sqlx::any::install_default_drivers();
-    let name = format!(
-        "kalypso_hub_rewind_{}_{}_{}",
-        std::process::id(),
-        DATABASES.fetch_add(1, Ordering::SeqCst),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos()
-    );
-    let mut conn = sqlx::AnyConnection::connect(base)
-        .await
-        .expect("KALYPSO_TEST_POSTGRES_URL reachable");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
-}
-
-/// The databases a case runs on: SQLite in `dir`, and PostgreSQL when configured.
-async fn databases(dir: &Path, label: &str) -> Vec<String> {
-    let mut out = vec![format!("sqlite://{}", dir.join(format!("{label}.db")).display())];
-    if let Some(base) = kalypso_testkit::postgres_url("the hub's rewind cases on PostgreSQL") {
-        out.push(fresh_postgres(&base).await);
-    }
-    out
-}
+mod common;
+use common::databases;
 
 struct Hub {
     addr: SocketAddr,
