@@ -827,19 +827,7 @@ impl<'t> State<'t, '_> {
         let start = self.out.len();
         let out = &mut *self.out;
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(argv.as_slice(), out)));
-        let written = self.out.len() - start;
-        let result = match result {
-            Ok(Ok(())) => self.charge_result(node_at, name, written),
-            Ok(Err(e)) => Err(self.call_error(node_at, name, &e)),
-            Err(panic) => Err(self.call_panic(node_at, name, &panic)),
-        };
-        if let Err(e) = result {
-            self.out.truncate(start);
-            return Err(e);
-        }
-        // print_value
-        self.at_node(node);
-        self.check_output()?;
+        self.settle_written(node, node_at, name, start, result)?;
         Ok(true)
     }
 
@@ -1238,6 +1226,20 @@ impl<'t> State<'t, '_> {
             Val::Missing => &Value::Nil,
         });
         let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| write(arg, out)));
+        self.settle_written(node, node_at, name, start, result)
+    }
+
+    /// After a function wrote its result into the output from `start`: charges what it
+    /// wrote, or takes it back and reports its error (or panic) at the call; then, as printing
+    /// a value does, checks the output's size.
+    fn settle_written(
+        &mut self,
+        node: &'t Node,
+        node_at: At<'t>,
+        name: &str,
+        start: usize,
+        result: std::thread::Result<Result<(), crate::FuncError>>,
+    ) -> R<()> {
         let written = self.out.len() - start;
         let result = match result {
             Ok(Ok(())) => self.charge_result(node_at, name, written),
