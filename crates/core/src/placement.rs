@@ -51,17 +51,22 @@ pub fn current_from_paths<'a>(paths: impl IntoIterator<Item = &'a str>) -> Curre
 pub fn current_from_folders<'a>(folders: impl IntoIterator<Item = (&'a str, &'a str)>) -> CurrentAssignment {
     let mut current = CurrentAssignment::new();
     for (cluster_type, target) in folders {
-        // A target's name is copied when first met, not for every cluster type it is on.
-        match current.get_mut(target) {
-            Some(cluster_types) => {
-                cluster_types.insert(cluster_type.to_owned());
-            }
-            None => {
-                current.insert(target.to_owned(), BTreeSet::from([cluster_type.to_owned()]));
-            }
-        }
+        add_folder(&mut current, cluster_type, target);
     }
     current
+}
+
+/// Adds a GitOps tree's folder `<cluster type>/<deployment target>` to `current`. A target's
+/// name is copied when first met, not for every cluster type it is on.
+pub fn add_folder(current: &mut CurrentAssignment, cluster_type: &str, target: &str) {
+    match current.get_mut(target) {
+        Some(cluster_types) => {
+            cluster_types.insert(cluster_type.to_owned());
+        }
+        None => {
+            current.insert(target.to_owned(), BTreeSet::from([cluster_type.to_owned()]));
+        }
+    }
 }
 
 /// One HTTP POST to a SchedulerExtender.

@@ -1,12 +1,12 @@
 //! Reading a repository: branches, commits, source trees, files and whole GitOps trees,
 //! straight from git objects.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
 use git2::{ErrorCode, ObjectType, Oid, TreeWalkMode, TreeWalkResult};
-use kalypso_core::placement::CurrentAssignment;
+use kalypso_core::placement::{CurrentAssignment, add_folder};
 use kalypso_core::source::{SOURCEIGNORE, SourceFile, SourceTree};
 use kalypso_core::tree::{Blob, Tree};
 
@@ -222,15 +222,7 @@ impl Repo {
                 if entry.kind() == Some(ObjectType::Tree)
                     && let Ok(second) = entry.name()
                 {
-                    // Folder names are copied once each: a target's name when first met.
-                    match current.get_mut(second) {
-                        Some(cluster_types) => {
-                            cluster_types.insert(first.to_owned());
-                        }
-                        None => {
-                            current.insert(second.to_owned(), BTreeSet::from([first.to_owned()]));
-                        }
-                    }
+                    add_folder(&mut current, first, second);
                 }
             }
         }
