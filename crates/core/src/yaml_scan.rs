@@ -300,6 +300,17 @@ fn shape_words(shape: Shape) -> &'static str {
     }
 }
 
+/// Whether an event starts a node (a scalar, an alias, a sequence or a mapping).
+fn starts_node(data: &EventData) -> bool {
+    matches!(
+        data,
+        EventData::Scalar { .. }
+            | EventData::Alias { .. }
+            | EventData::SequenceStart { .. }
+            | EventData::MappingStart { .. }
+    )
+}
+
 #[allow(clippy::too_many_lines)]
 fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, first_line: u32) -> Scan {
     let mut out = Scan::default();
@@ -334,14 +345,7 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
         {
             // A walk to a place: the path of the node that starts there, or else of the one
             // the place is in, is the answer.
-            let at_node = (line, column) == stop
-                && matches!(
-                    event.data,
-                    EventData::Scalar { .. }
-                        | EventData::Alias { .. }
-                        | EventData::SequenceStart { .. }
-                        | EventData::MappingStart { .. }
-                );
+            let at_node = (line, column) == stop && starts_node(&event.data);
             out.problems.push(Problem {
                 line,
                 column,
@@ -351,15 +355,7 @@ fn scan_events(text: &str, limits: ScanLimits, stop_at: Option<(u32, u32)>, firs
             });
             return out;
         }
-        if stop_at.is_some()
-            && matches!(
-                event.data,
-                EventData::Scalar { .. }
-                    | EventData::Alias { .. }
-                    | EventData::SequenceStart { .. }
-                    | EventData::MappingStart { .. }
-            )
-        {
+        if stop_at.is_some() && starts_node(&event.data) {
             last_node = path_string(&path);
             if let (EventData::Scalar { value, .. }, Some(Container::Mapping { at_key: true, .. })) =
                 (&event.data, stack.last())
