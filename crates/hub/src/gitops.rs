@@ -671,17 +671,7 @@ pub async fn refresh_and_observe(
     notifier: &crate::notify::Notifier,
     observed: &Arc<crate::control_plane::Observed>,
 ) -> Result<RefreshReport, RefreshError> {
-    let mut known: HashMap<String, HashMap<String, i64>> = HashMap::new();
-    for row in sqlx::query("SELECT environment, sha, position FROM gitops_commits")
-        .fetch_all(db.pool())
-        .await
-        .map_err(DbError::from)?
-    {
-        let env: String = row.try_get(0).map_err(DbError::from)?;
-        let sha: String = row.try_get(1).map_err(DbError::from)?;
-        let position: i64 = row.try_get(2).map_err(DbError::from)?;
-        known.entry(env).or_default().insert(sha, position);
-    }
+    let known = stored_positions(db, "gitops_commits").await?;
     // What each environment's stored history was before its branch is read (see
     // [`StoredHistory`]): the commits a rewind took off the branch are few, usually none.
     let mut stored: HashMap<String, StoredHistory> = HashMap::new();
@@ -690,17 +680,10 @@ pub async fn refresh_and_observe(
         entry.top = commits.values().copied().max();
         entry.last_position = entry.top;
     }
-    for row in sqlx::query("SELECT environment, sha, position FROM gitops_abandoned")
-        .fetch_all(db.pool())
-        .await
-        .map_err(DbError::from)?
-    {
-        let env: String = row.try_get(0).map_err(DbError::from)?;
-        let sha: String = row.try_get(1).map_err(DbError::from)?;
-        let position: i64 = row.try_get(2).map_err(DbError::from)?;
+    for (env, abandoned) in stored_positions(db, "gitops_abandoned").await? {
         let entry = stored.entry(env).or_default();
-        entry.last_position = entry.last_position.max(Some(position));
-        entry.abandoned.insert(sha, position);
+        entry.last_position = entry.last_position.max(abandoned.values().copied().max());
+        entry.abandoned = abandoned;
     }
     // Each environment's newest stored commit and the control-plane commit it carries (what
     // an OCI environment without a new index runs).
@@ -773,6 +756,26 @@ pub async fn refresh_and_observe(
         }
     }
     Ok(report)
+}
+
+/// The commits stored in `table` (`gitops_commits` or `gitops_abandoned`) with their
+/// positions, by environment.
+async fn stored_positions(
+    db: &Db,
+    table: &'static str,
+) -> Result<HashMap<String, HashMap<String, i64>>, RefreshError> {
+    let mut out: HashMap<String, HashMap<String, i64>> = HashMap::new();
+    for row in sqlx::query(&format!("SELECT environment, sha, position FROM {table}"))
+        .fetch_all(db.pool())
+        .await
+        .map_err(DbError::from)?
+    {
+        let env: String = row.try_get(0).map_err(DbError::from)?;
+        let sha: String = row.try_get(1).map_err(DbError::from)?;
+        let position: i64 = row.try_get(2).map_err(DbError::from)?;
+        out.entry(env).or_default().insert(sha, position);
+    }
+    Ok(out)
 }
 
 /// What a pass found stored of an environment's history before it read the branch.
@@ -903,19 +906,18 @@ async fn store_history(db: &Db, env: &EnvHistory, stored: &StoredHistory) -> Res
         // A commit the branch comes back to keeps its position, which follows the one before
         // it on the branch (a commit was stored with its first-parent history); should it
         // not, it is numbered anew, and the writers forget the old number.
-        let position = match stored.abandoned.get(&commit.sha) {
-            Some(&p) if p > previous => p,
-            Some(_) => {
-                crate::ingest::forget_positions();
-                next += 1;
-                next - 1
-            }
-            None => {
+        let kept = stored.abandoned.get(&commit.sha).copied();
+        let position = match kept {
+            Some(p) if p > previous => p,
+            _ => {
+                if kept.is_some() {
+                    crate::ingest::forget_positions();
+                }
                 next += 1;
                 next - 1
             }
         };
-        if stored.abandoned.contains_key(&commit.sha) {
+        if kept.is_some() {
             sqlx::query("DELETE FROM gitops_abandoned WHERE environment = $1 AND sha = $2")
                 .bind(&env.name)
                 .bind(&commit.sha)
