@@ -11,8 +11,8 @@
 //!
 //! The result depends only on which sources match, and that depends only on the cluster
 //! type and on the deployment target's values for the few label keys the sources use.
-//! [`ConfigSources::key_for`] computes that key, so a fleet with thousands of assignments
-//! merges each distinct configuration once.
+//! [`ConfigSources::target_key`] computes the target's part of that key, so a fleet with
+//! thousands of assignments merges each distinct configuration once.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -226,24 +226,23 @@ impl ConfigSources {
         }
     }
 
-    /// A key that is equal for two assignments exactly when the same sources match both:
-    /// the cluster type and the target's values of the label keys the sources use.
-    pub fn key_for(&self, cluster_type: &str, target: &DeploymentTarget) -> ConfigKey {
-        let mut target_values: Vec<Option<String>> = self
+    /// What decides, with the cluster type, which sources match an assignment to `target`:
+    /// the target's values of the label keys the sources use. Two assignments of one
+    /// cluster type have the same configuration exactly when their targets' keys are equal,
+    /// so the key is computed once per target, not per assignment.
+    pub fn target_key<'t>(&self, target: &'t DeploymentTarget) -> TargetKey<'t> {
+        let mut values: Vec<Option<&'t str>> = self
             .relevant_keys
             .iter()
-            .map(|k| target.labels.get(k).cloned())
+            .map(|k| target.labels.get(k).map(String::as_str))
             .collect();
         if self.uses_target_name {
-            target_values.push(Some(target.name.clone()));
+            values.push(Some(target.name.as_str()));
         }
         if self.uses_workload {
-            target_values.push(target.labels.get(labels::WORKLOAD).cloned());
+            values.push(target.labels.get(labels::WORKLOAD).map(String::as_str));
         }
-        ConfigKey {
-            cluster_type: cluster_type.to_owned(),
-            target_values,
-        }
+        TargetKey(values)
     }
 
     /// Merges the sources that match the assignment.
@@ -291,12 +290,10 @@ impl ConfigSources {
     }
 }
 
-/// Identifies a distinct configuration (see [`ConfigSources::key_for`]).
+/// A target's part of what identifies a distinct configuration (see
+/// [`ConfigSources::target_key`]); the cluster type is the other.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConfigKey {
-    cluster_type: String,
-    target_values: Vec<Option<String>>,
-}
+pub struct TargetKey<'t>(Vec<Option<&'t str>>);
 
 /// The original's merge of a later config value `b` into an earlier one `a`.
 ///
@@ -365,7 +362,7 @@ fn names_equal(a: Option<&Value>, b: Option<&Value>) -> bool {
     }
 }
 
-/// A shared, immutable configuration, as cached per [`ConfigKey`].
+/// A shared, immutable configuration, as cached per cluster type and [`TargetKey`].
 pub type SharedConfig = Arc<ConfigData>;
 
 /// The type of a config map: `map[string]interface {}`.

@@ -1339,10 +1339,23 @@ fn parse_document<T: DeserializeOwned>(
     diagnostics: &mut Diagnostics,
 ) -> Option<T> {
     let mut unknown: Vec<Vec<Segment>> = Vec::new();
-    let mut track = |path: serde_ignored::Path<'_>| unknown.push(segments(&path));
-    let de = serde_yaml_ng::Deserializer::from_str(doc.text);
-    let ignored = serde_ignored::Deserializer::new(de, &mut track);
-    let result: Result<T, _> = serde_path_to_error::deserialize(ignored);
+    // Parsed first without tracking the path of each value (which copies every key); the
+    // path is only wanted for an error, and a document that fails is parsed again with it.
+    let untracked: Option<T> = {
+        let mut track = |path: serde_ignored::Path<'_>| unknown.push(segments(&path));
+        let de = serde_yaml_ng::Deserializer::from_str(doc.text);
+        T::deserialize(serde_ignored::Deserializer::new(de, &mut track)).ok()
+    };
+    let result: Result<T, _> = match untracked {
+        Some(v) => Ok(v),
+        None => {
+            unknown.clear();
+            let mut track = |path: serde_ignored::Path<'_>| unknown.push(segments(&path));
+            let de = serde_yaml_ng::Deserializer::from_str(doc.text);
+            let ignored = serde_ignored::Deserializer::new(de, &mut track);
+            serde_path_to_error::deserialize(ignored)
+        }
+    };
     for path in unknown.into_iter().filter(|p| is_unknown_field(kind, p)) {
         diagnostics.push(
             Diagnostic::warning(

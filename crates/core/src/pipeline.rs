@@ -12,7 +12,7 @@ use kalypso_gotmpl::{Map, Str};
 use kalypso_template::Engine;
 use rayon::prelude::*;
 
-use crate::config::{ConfigData, ConfigKey, ConfigSources, labels_match};
+use crate::config::{ConfigData, ConfigSources, TargetKey, labels_match};
 use crate::diag::{Code, Diagnostic, Diagnostics};
 use crate::fingerprint::{FORMAT, Fingerprint, Hasher};
 use crate::load::load_tree;
@@ -313,6 +313,10 @@ pub struct Prepared<'e> {
     jobs: Vec<Job<'e>>,
 }
 
+/// What identifies a distinct configuration: the cluster type and the class of the target
+/// (targets of equal [`TargetKey`] share one).
+type ConfigKey<'a> = (&'a str, usize);
+
 /// Resolves everything the assignments of `env` need. Missing or broken templates are
 /// reported here (once per cluster type).
 pub(crate) fn prepare<'e>(
@@ -399,39 +403,44 @@ pub(crate) fn prepare<'e>(
         }
     }
 
-    // Per-target values and identities, once per target.
-    let mut targets: HashMap<&str, (Arc<TargetValues>, Fingerprint)> = HashMap::new();
+    // Per-target values, identities and configuration classes (targets of equal
+    // `target_key`), once per target.
+    let mut target_classes: HashMap<TargetKey<'e>, usize> = HashMap::new();
+    let mut targets: HashMap<&str, (Arc<TargetValues>, Fingerprint, usize)> = HashMap::new();
     for a in env.schedule.iter() {
-        targets.entry(a.deployment_target.as_str()).or_insert_with(|| {
-            let t = &env.targets[&a.deployment_target];
-            let id = Hasher::new()
-                .str(&t.name)
-                .str(&t.workload)
-                .str(&t.workspace)
-                .str(&t.spec.environment)
-                .labels(&t.labels)
-                .labels(&t.spec.manifests)
-                .strs(t.spec.config_schemas.iter().map(String::as_str))
-                .finish();
-            (Arc::new(TargetValues::new(t)), id)
-        });
+        if targets.contains_key(a.deployment_target.as_str()) {
+            continue;
+        }
+        let t = &env.targets[&a.deployment_target];
+        let id = Hasher::new()
+            .str(&t.name)
+            .str(&t.workload)
+            .str(&t.workspace)
+            .str(&t.spec.environment)
+            .labels(&t.labels)
+            .labels(&t.spec.manifests)
+            .strs(t.spec.config_schemas.iter().map(String::as_str))
+            .finish();
+        let next = target_classes.len();
+        let class = *target_classes.entry(env.config.target_key(t)).or_insert(next);
+        targets.insert(
+            a.deployment_target.as_str(),
+            (Arc::new(TargetValues::new(t)), id, class),
+        );
     }
 
-    // Distinct configurations, merged once each.
+    // Distinct configurations, merged once each: one per cluster type and target class.
     let assignments: Vec<&Assignment> = env.schedule.iter().collect();
-    let keys: Vec<ConfigKey> = assignments
-        .par_iter()
-        .map(|a| {
-            env.config
-                .key_for(&a.cluster_type, &env.targets[&a.deployment_target])
-        })
+    let keys: Vec<ConfigKey<'_>> = assignments
+        .iter()
+        .map(|a| (a.cluster_type.as_str(), targets[a.deployment_target.as_str()].2))
         .collect();
-    let mut representatives: HashMap<&ConfigKey, &Assignment> = HashMap::new();
+    let mut representatives: HashMap<&ConfigKey<'_>, &Assignment> = HashMap::new();
     for (key, a) in keys.iter().zip(&assignments) {
         representatives.entry(key).or_insert(a);
     }
-    let distinct: Vec<(&ConfigKey, &Assignment)> = representatives.into_iter().collect();
-    let configs: HashMap<&ConfigKey, (Arc<ConfigData>, Map, Fingerprint)> = distinct
+    let distinct: Vec<(&ConfigKey<'_>, &Assignment)> = representatives.into_iter().collect();
+    let configs: HashMap<&ConfigKey<'_>, (Arc<ConfigData>, Map, Fingerprint)> = distinct
         .par_iter()
         .map(|(key, a)| {
             let ct = &ns.cluster_types[&a.cluster_type];
@@ -453,7 +462,7 @@ pub(crate) fn prepare<'e>(
             let ct = &ns.cluster_types[&a.cluster_type];
             let target = &env.targets[&a.deployment_target];
             let (templates, templates_id, ct_name) = &per_cluster_type[a.cluster_type.as_str()];
-            let (target_values, target_id) = &targets[a.deployment_target.as_str()];
+            let (target_values, target_id, _) = &targets[a.deployment_target.as_str()];
             let (config, shared_config, config_id) = &configs[key];
             let schemas: Vec<&str> = ns
                 .config_schemas
@@ -580,6 +589,8 @@ impl<'e> Prepared<'e> {
             renders: renders.into_inner(),
             ..Rendered::default()
         };
+        // The assignments held by the sink come in tree order: their set is built at once.
+        let mut held = Vec::new();
         for (n, ((job, result), choice)) in self.jobs.iter().zip(results).zip(choices).enumerate() {
             let a = job.assignment;
             match result {
@@ -593,7 +604,7 @@ impl<'e> Prepared<'e> {
                             rendered.content.packages.insert(key, package);
                         }
                         None if *choice == Choice::Held => {
-                            rendered.content.delivered.insert(key);
+                            held.push(key);
                         }
                         None => {}
                     }
@@ -642,6 +653,7 @@ impl<'e> Prepared<'e> {
                 }
             }
         }
+        rendered.content.delivered = held.into_iter().collect();
         rendered.content.cluster_types = ns.cluster_types.keys().cloned().collect();
         rendered.content.promoted_commit = ns
             .promoted_base()

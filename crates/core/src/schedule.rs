@@ -94,6 +94,20 @@ pub fn schedule_with(
 ) -> Schedule {
     let mut result = Schedule::default();
     let mut placed: Vec<(String, PlacementSpec, Vec<&str>)> = Vec::new();
+    // The pairs of the policies without placement fields, gathered per cluster type (in the
+    // namespace's order) and made into assignments once all policies are read
+    // ([`assignments_of`]), instead of a map lookup per policy and pair.
+    let slot_of: HashMap<&str, usize> = ns
+        .cluster_types
+        .values()
+        .enumerate()
+        .map(|(slot, ct)| (ct.name(), slot))
+        .collect();
+    let mut chosen: Vec<(&str, Vec<(&DeploymentTarget, &str)>)> = ns
+        .cluster_types
+        .values()
+        .map(|ct| (ct.name(), Vec::new()))
+        .collect();
     let extenders = placement::extenders(ns, diagnostics);
     for (name, policy) in &ns.policies {
         let mut compile = |selector, field: &str| match Selector::parse(selector) {
@@ -143,23 +157,16 @@ pub fn schedule_with(
                 placed.push((name.clone(), spec, cluster_types));
             }
         } else if !cluster_types.is_empty() {
+            let slots: Vec<usize> = cluster_types.iter().map(|ct| slot_of[ct]).collect();
             for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
-                for ct in &cluster_types {
-                    let assignment = result
-                        .assignments
-                        .entry(((*ct).to_owned(), target.name.clone()))
-                        .or_insert_with(|| Assignment {
-                            cluster_type: (*ct).to_owned(),
-                            deployment_target: target.name.clone(),
-                            workload: target.workload.clone(),
-                            policies: Vec::new(),
-                        });
-                    assignment.policies.push(name.clone());
+                for &slot in &slots {
+                    chosen[slot].1.push((target, name.as_str()));
                 }
             }
         }
         result.policies.insert(name.clone(), compiled);
     }
+    result.assignments = assignments_of(chosen);
     if !placed.is_empty() {
         let mut assigned: HashMap<String, u64> = HashMap::new();
         for a in result.assignments.values() {
@@ -181,6 +188,37 @@ pub fn schedule_with(
         add_decisions(targets, decisions, &mut result);
     }
     result
+}
+
+/// The assignments of the pairs `chosen` gives per cluster type: each policy's targets of a
+/// cluster type, policy after policy (in name order), each policy's in name order. The same
+/// map as one entry per policy and pair in that order: a target's policies keep their order
+/// (a stable sort, which merges the policies' runs of targets), and the map is built from the
+/// pairs at once.
+fn assignments_of(
+    chosen: Vec<(&str, Vec<(&DeploymentTarget, &str)>)>,
+) -> BTreeMap<(String, String), Assignment> {
+    let mut pairs = Vec::with_capacity(chosen.iter().map(|(_, targets)| targets.len()).sum());
+    for (ct, mut targets) in chosen {
+        targets.sort_by(|a, b| a.0.name.cmp(&b.0.name));
+        let mut targets = targets.into_iter().peekable();
+        while let Some((target, policy)) = targets.next() {
+            let mut policies = vec![policy.to_owned()];
+            while let Some((_, other)) = targets.next_if(|(next, _)| next.name == target.name) {
+                policies.push(other.to_owned());
+            }
+            pairs.push((
+                (ct.to_owned(), target.name.clone()),
+                Assignment {
+                    cluster_type: ct.to_owned(),
+                    deployment_target: target.name.clone(),
+                    workload: target.workload.clone(),
+                    policies,
+                },
+            ));
+        }
+    }
+    pairs.into_iter().collect()
 }
 
 /// Adds the assignments of placement decisions, and the decisions for `explain`.
@@ -311,5 +349,88 @@ mod tests {
                 ("small/w-green".to_owned(), vec!["a".to_owned()])
             ]
         );
+    }
+
+    /// The assignments as one map entry per policy and pair, in the policies' order: what
+    /// [`assignments_of`] must equal.
+    fn one_entry_per_pair(
+        ns: &Namespace,
+        targets: &BTreeMap<String, DeploymentTarget>,
+    ) -> BTreeMap<(String, String), Assignment> {
+        let mut assignments: BTreeMap<(String, String), Assignment> = BTreeMap::new();
+        for (name, policy) in &ns.policies {
+            let (Ok(target_selector), Ok(cluster_type_selector)) = (
+                Selector::parse(&policy.spec.deployment_target_selector.label_selector),
+                Selector::parse(&policy.spec.cluster_type_selector.label_selector),
+            ) else {
+                panic!("policy {name}: invalid selectors");
+            };
+            let compiled = CompiledPolicy {
+                name: name.clone(),
+                workspace: policy.spec.deployment_target_selector.workspace.clone(),
+                target_selector,
+                cluster_type_selector,
+            };
+            for target in targets.values().filter(|t| compiled.selects_target(t, &ns.name)) {
+                for ct in ns.cluster_types.values() {
+                    if !compiled.cluster_type_selector.matches(ct.labels()) {
+                        continue;
+                    }
+                    assignments
+                        .entry((ct.name().to_owned(), target.name.clone()))
+                        .or_insert_with(|| Assignment {
+                            cluster_type: ct.name().to_owned(),
+                            deployment_target: target.name.clone(),
+                            workload: target.workload.clone(),
+                            policies: Vec::new(),
+                        })
+                        .policies
+                        .push(name.clone());
+                }
+            }
+        }
+        assignments
+    }
+
+    #[test]
+    fn assignments_gathered_per_cluster_type_are_those_of_one_entry_per_pair() {
+        let mut ns = Namespace::new("dev");
+        let mut d = Diagnostics::new();
+        let mut objects = Vec::new();
+        for i in 0..12 {
+            let size = ["large", "small", "edge"][i % 3];
+            objects.push(cluster_type(
+                &format!("ct-{i:02}"),
+                &[("size", size), ("ring", &(i % 2).to_string())],
+            ));
+        }
+        objects.extend([
+            policy("all", "", &[], &[]),
+            policy("green-large", "", &[("zone", "green")], &[("size", "large")]),
+            policy("blue-ring", "team", &[("zone", "blue")], &[("ring", "1")]),
+            policy("edge", "", &[("tier", "1")], &[("size", "edge")]),
+            policy("none", "", &[("zone", "red")], &[("size", "none")]),
+            policy("a-first", "", &[("tier", "1")], &[("ring", "0")]),
+        ]);
+        ns.apply(&Kustomization::Environment, objects, &mut d);
+        let targets: BTreeMap<String, DeploymentTarget> = (0..40)
+            .map(|i| {
+                let zone = ["green", "blue", "red"][i % 3];
+                let tier = (i % 2).to_string();
+                let workspace = if i % 4 == 0 { "other" } else { "team" };
+                target(
+                    &format!("t-{}", 40 - i),
+                    "dev",
+                    workspace,
+                    &[("zone", zone), ("tier", &tier)],
+                )
+            })
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        let s = schedule(&ns, &targets, &mut d);
+        assert!(d.is_empty(), "{d}");
+        let expected = one_entry_per_pair(&ns, &targets);
+        assert!(expected.values().any(|a| a.policies.len() > 2));
+        assert_eq!(s.assignments, expected);
     }
 }
