@@ -136,6 +136,19 @@ pub fn redact_url(url: &str) -> String {
     }
 }
 
+/// The URL of database `name` on the server `url` names (`scheme://authority/database?query`,
+/// its query kept): where the hub's benchmark and tests make a database of their own beside
+/// the one they were given. `None` for a URL without `://`.
+pub fn with_database(url: &str, name: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let (authority, query) = match rest.split_once('?') {
+        Some((a, q)) => (a, format!("?{q}")),
+        None => (rest, String::new()),
+    };
+    let host = authority.split('/').next().unwrap_or_default();
+    Some(format!("{scheme}://{host}/{name}{query}"))
+}
+
 /// The database: a pool and its engine.
 #[derive(Clone, Debug)]
 pub struct Db {
@@ -252,5 +265,18 @@ mod tests {
             "postgres://kalypso:***@db:5432/hub"
         );
         assert_eq!(redact_url("sqlite://hub.db"), "sqlite://hub.db");
+    }
+
+    #[test]
+    fn another_database_on_the_same_server_keeps_the_query() {
+        assert_eq!(
+            with_database("postgres://k:p@db:5432/postgres?sslmode=disable", "t1").as_deref(),
+            Some("postgres://k:p@db:5432/t1?sslmode=disable")
+        );
+        assert_eq!(
+            with_database("postgres://k:p@db:5432", "t1").as_deref(),
+            Some("postgres://k:p@db:5432/t1")
+        );
+        assert_eq!(with_database("no-scheme", "t1"), None);
     }
 }

@@ -34,12 +34,6 @@ where
     let mut admin_do = async |statement: String| sqlx::query(&statement).execute(&mut admin).await.map(drop);
     admin_do(format!("DROP DATABASE IF EXISTS {name}")).await.unwrap();
     admin_do(format!("CREATE DATABASE {name}")).await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    check(format!("{head}://{host}/{name}{query}")).await;
+    check(crate::db::with_database(base, &name).expect("KALYPSO_TEST_POSTGRES_URL is a URL")).await;
     admin_do(format!("DROP DATABASE {name}")).await.unwrap();
 }

@@ -103,17 +103,6 @@ async fn serve(database: &str, writers: usize) {
         .unwrap();
 }
 
-/// `base` with its database replaced by `name`.
-fn database_url(base: &str, name: &str) -> String {
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
-}
-
 async fn postgres_admin(base: &str, sql: &str) {
     sqlx::any::install_default_drivers();
     let mut conn = sqlx::AnyConnection::connect(base).await.unwrap();
@@ -403,7 +392,8 @@ async fn drive(args: &[String]) {
             let base = std::env::var("KALYPSO_TEST_POSTGRES_URL").expect("KALYPSO_TEST_POSTGRES_URL");
             let name = format!("kalypso_hub_bench_{}", std::process::id());
             postgres_admin(&base, &format!("CREATE DATABASE {name}")).await;
-            let url = database_url(&base, &name);
+            let url =
+                kalypso_hub::db::with_database(&base, &name).expect("KALYPSO_TEST_POSTGRES_URL is a URL");
             if !keep {
                 cleanup.postgres = Some((base, name));
             }

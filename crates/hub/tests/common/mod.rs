@@ -28,13 +28,7 @@ async fn fresh_postgres(base: &str) -> String {
         .await
         .unwrap();
     conn.close().await.unwrap();
-    let (head, tail) = base.split_once("://").unwrap();
-    let (authority, query) = match tail.split_once('?') {
-        Some((a, q)) => (a, format!("?{q}")),
-        None => (tail, String::new()),
-    };
-    let host = authority.split('/').next().unwrap();
-    format!("{head}://{host}/{name}{query}")
+    kalypso_hub::db::with_database(base, &name).expect("KALYPSO_TEST_POSTGRES_URL is a URL")
 }
 
 /// The databases a case runs on: SQLite (`<label>.db` in `dir`), and a fresh PostgreSQL
