@@ -12,9 +12,14 @@ use std::sync::Arc;
 
 /// An immutable, cheaply clonable Go string.
 #[derive(Clone)]
-pub struct Str {
-    bytes: Arc<[u8]>,
-    utf8: bool,
+pub struct Str(Repr);
+
+/// Valid UTF-8 is held as text, so that reading it as `&str` checks nothing again; only the
+/// rare invalid string is held as bytes.
+#[derive(Clone)]
+enum Repr {
+    Text(Arc<str>),
+    Bytes(Arc<[u8]>),
 }
 
 impl Str {
@@ -24,24 +29,26 @@ impl Str {
     }
 
     /// A string from arbitrary bytes (validated once).
-    pub fn from_bytes(bytes: impl Into<Arc<[u8]>>) -> Str {
-        let bytes = bytes.into();
-        let utf8 = std::str::from_utf8(&bytes).is_ok();
-        Str { bytes, utf8 }
+    pub fn from_bytes(bytes: impl Into<Vec<u8>>) -> Str {
+        match String::from_utf8(bytes.into()) {
+            Ok(text) => Str::from(text),
+            Err(e) => Str(Repr::Bytes(Arc::from(e.into_bytes()))),
+        }
     }
 
     /// The bytes, exactly.
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes
+        match &self.0 {
+            Repr::Text(s) => s.as_bytes(),
+            Repr::Bytes(b) => b,
+        }
     }
 
     /// The text, if the bytes are valid UTF-8.
     pub fn as_str(&self) -> Option<&str> {
-        if self.utf8 {
-            // The flag is only set when `from_utf8` succeeded on these very bytes.
-            std::str::from_utf8(&self.bytes).ok()
-        } else {
-            None
+        match &self.0 {
+            Repr::Text(s) => Some(s),
+            Repr::Bytes(_) => None,
         }
     }
 
@@ -49,23 +56,23 @@ impl Str {
     pub fn to_str_lossy(&self) -> Cow<'_, str> {
         match self.as_str() {
             Some(s) => Cow::Borrowed(s),
-            None => String::from_utf8_lossy(&self.bytes),
+            None => String::from_utf8_lossy(self.as_bytes()),
         }
     }
 
     /// Whether the bytes are valid UTF-8.
     pub fn is_utf8(&self) -> bool {
-        self.utf8
+        matches!(self.0, Repr::Text(_))
     }
 
     /// Length in bytes, as Go's `len` reports it.
     pub fn len(&self) -> usize {
-        self.bytes.len()
+        self.as_bytes().len()
     }
 
     /// Whether the string is empty.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.as_bytes().is_empty()
     }
 }
 
@@ -77,19 +84,13 @@ impl Default for Str {
 
 impl From<&str> for Str {
     fn from(s: &str) -> Str {
-        Str {
-            bytes: Arc::from(s.as_bytes()),
-            utf8: true,
-        }
+        Str(Repr::Text(Arc::from(s)))
     }
 }
 
 impl From<String> for Str {
     fn from(s: String) -> Str {
-        Str {
-            bytes: Arc::from(s.into_bytes()),
-            utf8: true,
-        }
+        Str(Repr::Text(Arc::from(s)))
     }
 }
 
@@ -119,7 +120,7 @@ impl From<&[u8]> for Str {
 
 impl PartialEq for Str {
     fn eq(&self, other: &Str) -> bool {
-        self.bytes == other.bytes
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -127,13 +128,13 @@ impl Eq for Str {}
 
 impl PartialEq<str> for Str {
     fn eq(&self, other: &str) -> bool {
-        &*self.bytes == other.as_bytes()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
 impl PartialEq<&str> for Str {
     fn eq(&self, other: &&str) -> bool {
-        &*self.bytes == other.as_bytes()
+        self.as_bytes() == other.as_bytes()
     }
 }
 
@@ -146,19 +147,19 @@ impl PartialOrd for Str {
 /// Byte-wise order, as Go compares strings.
 impl Ord for Str {
     fn cmp(&self, other: &Str) -> std::cmp::Ordering {
-        self.bytes.cmp(&other.bytes)
+        self.as_bytes().cmp(other.as_bytes())
     }
 }
 
 impl Hash for Str {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        self.bytes.hash(state);
+        self.as_bytes().hash(state);
     }
 }
 
 impl std::borrow::Borrow<[u8]> for Str {
     fn borrow(&self) -> &[u8] {
-        &self.bytes
+        self.as_bytes()
     }
 }
 
@@ -172,7 +173,7 @@ impl fmt::Debug for Str {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self.as_str() {
             Some(s) => fmt::Debug::fmt(s, f),
-            None => write!(f, "b{:?}", String::from_utf8_lossy(&self.bytes)),
+            None => write!(f, "b{:?}", String::from_utf8_lossy(self.as_bytes())),
         }
     }
 }

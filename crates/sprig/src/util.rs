@@ -501,7 +501,7 @@ pub(crate) fn arg_map(args: &[Value], i: usize) -> Map {
 
 /// A Go string value from bytes.
 pub(crate) fn string_value(b: impl Into<Vec<u8>>) -> Value {
-    Value::String(Str::from_bytes(b.into()))
+    Value::String(Str::from_bytes(b))
 }
 
 /// A `[]string` value.
