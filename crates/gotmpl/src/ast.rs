@@ -56,6 +56,9 @@ pub(crate) struct BranchNode {
     pub pipe: PipeNode,
     pub list: ListNode,
     pub else_list: Option<ListNode>,
+    /// Whether `list` reads dot anywhere ([`ListNode::reads_dot`]): a `range` whose body
+    /// does not need not copy each element into dot.
+    pub list_reads_dot: bool,
 }
 
 #[derive(Debug)]
@@ -327,6 +330,53 @@ impl Node {
     }
 }
 
+impl ListNode {
+    /// Whether executing the list can read dot: whether any node in it, at any depth, has
+    /// `.` or a field of dot (`.Field`), in an action, a control's pipeline or a `template`
+    /// call's data. Nested `range` and `with` bodies count too, though they have a dot of
+    /// their own.
+    pub fn reads_dot(&self) -> bool {
+        self.nodes.iter().any(Node::reads_dot)
+    }
+}
+
+impl Node {
+    fn reads_dot(&self) -> bool {
+        match self {
+            Node::Text(_) | Node::Break(_) | Node::Continue(_) => false,
+            Node::Action(a) => a.pipe.reads_dot(),
+            Node::If(b) | Node::Range(b) | Node::With(b) => {
+                b.pipe.reads_dot()
+                    || b.list.reads_dot()
+                    || b.else_list.as_ref().is_some_and(ListNode::reads_dot)
+            }
+            Node::Template(t) => t.pipe.as_ref().is_some_and(PipeNode::reads_dot),
+        }
+    }
+}
+
+impl PipeNode {
+    fn reads_dot(&self) -> bool {
+        self.cmds.iter().any(|c| c.args.iter().any(Operand::reads_dot))
+    }
+}
+
+impl Operand {
+    fn reads_dot(&self) -> bool {
+        match self {
+            Operand::Dot(_) | Operand::Field { .. } => true,
+            Operand::Chain { node, .. } => node.reads_dot(),
+            Operand::Pipe(p) => p.reads_dot(),
+            Operand::Identifier { .. }
+            | Operand::Variable(_)
+            | Operand::Nil(_)
+            | Operand::Bool(..)
+            | Operand::Number(_)
+            | Operand::String { .. } => false,
+        }
+    }
+}
+
 impl BranchNode {
     fn write_to(&self, name: &str, sb: &mut String) {
         sb.push_str("{{");
@@ -414,5 +464,52 @@ impl Drop for PipeNode {
         let mut stack = Vec::new();
         take_pipe(self, &mut stack);
         drain(&mut stack);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Whether the body of the first `range` of the main template reads dot.
+    fn range_body_reads_dot(text: &str) -> bool {
+        let parsed = crate::parse::parse("t", text, &crate::FuncMap::default()).expect("parses");
+        parsed.trees[parsed.main]
+            .root
+            .nodes
+            .iter()
+            .find_map(|n| match n {
+                super::Node::Range(b) => Some(b.list_reads_dot),
+                _ => None,
+            })
+            .expect("a range")
+    }
+
+    #[test]
+    fn a_range_body_reads_dot_through_any_operand_at_any_depth() {
+        let reads = [
+            "{{ range $v := .l }}{{ . }}{{ end }}",
+            "{{ range $v := .l }}{{ .F }}{{ end }}",
+            "{{ range $v := .l }}{{ (.).F }}{{ end }}",
+            "{{ range $v := .l }}{{ print (print .) }}{{ end }}",
+            "{{ range $v := .l }}{{ if .F }}{{ end }}{{ end }}",
+            "{{ range $v := .l }}{{ if $v }}{{ else }}{{ . }}{{ end }}{{ end }}",
+            "{{ range $v := .l }}{{ with $v }}{{ . }}{{ end }}{{ end }}",
+            "{{ range $v := .l }}{{ range $v }}{{ end }}{{ .F }}{{ end }}",
+            "{{ range $v := .l }}{{ $x := . }}{{ end }}",
+            "{{ define \"x\" }}{{ end }}{{ range $v := .l }}{{ template \"x\" . }}{{ end }}",
+        ];
+        let does_not = [
+            "{{ range $v := .l }}{{ $v }}{{ end }}",
+            "{{ range $k, $v := .l }}{{ $k }}: {{ $v | print }}{{ end }}",
+            "{{ range $v := .l }}{{ $.F }}{{ $v.F }}{{ end }}",
+            "{{ range $v := .l }}text{{ break }}{{ end }}",
+            "{{ define \"x\" }}{{ . }}{{ end }}{{ range $v := .l }}{{ template \"x\" $v }}{{ template \"x\" }}{{ end }}",
+            "{{ range $v := .l }}{{ else }}{{ . }}{{ end }}",
+        ];
+        for text in reads {
+            assert!(range_body_reads_dot(text), "{text}");
+        }
+        for text in does_not {
+            assert!(!range_body_reads_dot(text), "{text}");
+        }
     }
 }

@@ -303,25 +303,30 @@ impl<'t> State<'t, '_> {
     ) -> R<Flow> {
         self.step()?;
         let decl = &r.pipe.decl;
+        // The element goes to dot and to the variable; a body that never reads dot gets it
+        // only in its variable (moved there, not copied): dot is then nothing, which
+        // nothing in that body can observe.
+        let (elem, dot) = match (decl.is_empty(), r.list_reads_dot) {
+            (true, _) => (Val::Missing, elem),
+            (false, true) => (elem.clone(), elem),
+            (false, false) => (elem, Val::Missing),
+        };
         if !decl.is_empty() {
             if r.pipe.is_assign {
                 if decl.len() > 1 {
                     self.set_var(decl[0].id, &decl[0].name, index.clone())?;
+                    self.set_var(decl[1].id, &decl[1].name, elem)?;
                 } else {
-                    self.set_var(decl[0].id, &decl[0].name, elem.clone())?;
+                    self.set_var(decl[0].id, &decl[0].name, elem)?;
                 }
             } else {
-                self.set_top_var(1, elem.clone());
+                self.set_top_var(1, elem);
+                if decl.len() > 1 {
+                    self.set_top_var(2, index);
+                }
             }
         }
-        if decl.len() > 1 {
-            if r.pipe.is_assign {
-                self.set_var(decl[1].id, &decl[1].name, elem.clone())?;
-            } else {
-                self.set_top_var(2, index);
-            }
-        }
-        let flow = self.walk_list(&elem, &r.list);
+        let flow = self.walk_list(&dot, &r.list);
         self.vars.truncate(mark);
         match flow? {
             Flow::Break => Ok(Flow::Break),

@@ -557,6 +557,7 @@ impl<'a> Parser<'a> {
         let (pipe, list, else_list) = r?;
         let branch = Box::new(BranchNode {
             pos: pipe.pos,
+            list_reads_dot: list.reads_dot(),
             pipe,
             list,
             else_list,

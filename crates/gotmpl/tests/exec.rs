@@ -455,3 +455,70 @@ fn string_functions_print_as_functions_returning_strings() {
         Ok("before|<kalypso>")
     );
 }
+
+/// A `range` whose body never reads dot moves each element into its variable instead of
+/// copying it into dot as well: every form of the range's variables, with and without dot
+/// in the body (at any depth: nested controls, parenthesized pipelines, `template` data),
+/// prints what Go prints.
+#[test]
+fn range_bodies_with_and_without_dot() {
+    let d = data();
+    let cases = [
+        ("{{ range $k, $v := .m }}{{ $k }}={{ $v }}{{ end }}", "a=1"),
+        (
+            "{{ range $k, $v := .m }}{{ $k }}={{ $v }}{{ . }}{{ end }}",
+            "a=11",
+        ),
+        ("{{ range $v := .list }}{{ $v }}{{ end }}", "ab"),
+        ("{{ range $i, $v := .list }}{{ $i }}{{ $v }}{{ end }}", "0a1b"),
+        (
+            "{{ range $i, $v := .list }}{{ $i }}{{ $v }}{{ (.) }}{{ end }}",
+            "0aa1bb",
+        ),
+        ("{{ range .list }}x{{ end }}", "xx"),
+        ("{{ range .list }}{{ . }}{{ end }}", "ab"),
+        ("{{ $x := 0 }}{{ range $x = .list }}{{ end }}{{ $x }}", "b"),
+        (
+            "{{ $i := 0 }}{{ $v := 0 }}{{ range $i, $v = .list }}{{ end }}{{ $i }}{{ $v }}",
+            "1b",
+        ),
+        (
+            "{{ range $v := .list }}{{ with $v }}{{ . }}{{ end }}{{ end }}",
+            "ab",
+        ),
+        (
+            "{{ range $v := .list }}{{ if eq $v \"b\" }}{{ . }}{{ end }}{{ end }}",
+            "b",
+        ),
+        (
+            "{{ range $v := .list }}{{ if eq $v \"b\" }}{{ $v | printf \"%s!\" }}{{ end }}{{ end }}",
+            "b!",
+        ),
+        (
+            "{{ define \"t\" }}[{{ . }}]{{ end }}{{ range $v := .list }}{{ template \"t\" . }}{{ end }}",
+            "[a][b]",
+        ),
+        (
+            "{{ define \"t\" }}[{{ . }}]{{ end }}{{ range $v := .list }}{{ template \"t\" }}{{ end }}",
+            "[<no value>][<no value>]",
+        ),
+        (
+            "{{ define \"t\" }}[{{ . }}]{{ end }}{{ range $v := .list }}{{ template \"t\" $v }}{{ end }}",
+            "[a][b]",
+        ),
+        ("{{ range $v := .list }}{{ $.name }}{{ end }}", "kalypsokalypso"),
+        ("{{ range $i := 2 }}{{ $i }}{{ end }}", "01"),
+        (
+            "{{ range $v := .list }}{{ range $w := $.list }}{{ $v }}{{ $w }}{{ end }}{{ end }}",
+            "aaabbabb",
+        ),
+        ("{{ range $v := .list }}{{ $v }}{{ else }}{{ . }}{{ end }}", "ab"),
+        (
+            "{{ range $v := .nil }}{{ $v }}{{ else }}{{ .name }}{{ end }}",
+            "kalypso",
+        ),
+    ];
+    for (text, want) in cases {
+        assert_eq!(render(text, &d).as_deref(), Ok(want), "{text}");
+    }
+}
