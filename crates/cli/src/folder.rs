@@ -143,7 +143,11 @@ impl Writer for Fresh {
         let (ct, dt) = (&assignment.cluster_type, &assignment.deployment_target);
         let files = package.files().map(|(name, blob)| (name, &blob[..]));
         let stamp = self.entries.is_some();
-        match tree.write_folder(&format!("{ct}/{dt}"), files, stamp) {
+        let mut folder = String::with_capacity(ct.len() + 1 + dt.len());
+        folder.push_str(ct);
+        folder.push('/');
+        folder.push_str(dt);
+        match tree.write_folder(&folder, files, stamp) {
             Ok(metadata) => {
                 self.files_written
                     .fetch_add(package.files().count(), Ordering::Relaxed);
@@ -211,17 +215,23 @@ impl Sink for FolderSink<'_> {
         let rendered = &run.rendered;
         // Everything the layout writes: each cluster type's README, the promoted commit, and
         // the files of every assignment that was rendered.
-        let rules = Rules::new(
-            content.cluster_types.iter().map(String::as_str),
-            rendered.records.iter().map(|r| {
-                (
-                    r.assignment.cluster_type.as_str(),
-                    r.assignment.deployment_target.as_str(),
+        // Built when first needed: a fresh tree without a render cache needs none.
+        let built_rules = std::cell::OnceCell::new();
+        let rules = || {
+            built_rules.get_or_init(|| {
+                Rules::new(
+                    content.cluster_types.iter().map(String::as_str),
+                    rendered.records.iter().map(|r| {
+                        (
+                            r.assignment.cluster_type.as_str(),
+                            r.assignment.deployment_target.as_str(),
+                        )
+                    }),
                 )
-            }),
-        )
-        .keeping(&content.kept)
-        .holding(&content.held);
+                .keeping(&content.kept)
+                .holding(&content.held)
+            })
+        };
         let readme = readme();
         // The promoted commit, when one is pinned (like every file, written only if it differs).
         let promoted = promotes(None, content);
@@ -273,7 +283,7 @@ impl Sink for FolderSink<'_> {
                         files.push((format!("{ct}/{dt}/{name}"), blob.clone()));
                     }
                 }
-                let stats = write_update(&self.out, &rules, &files).with_context(writing)?;
+                let stats = write_update(&self.out, rules(), &files).with_context(writing)?;
                 relinked = stats.relinked;
                 let entries = if self.cache.is_some() {
                     stamp_packages(&self.out, rendered)
@@ -290,7 +300,7 @@ impl Sink for FolderSink<'_> {
         self.progress.stage("saving the render cache");
         if let Some((path, memo)) = &mut self.cache {
             let cache = &mut memo.cache;
-            let mut changed = cache.update(|ct, dt| rules.keeps_folder(ct, dt), entries);
+            let mut changed = cache.update(|ct, dt| rules().keeps_folder(ct, dt), entries);
             if relinked {
                 let clean = content
                     .delivered

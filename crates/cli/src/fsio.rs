@@ -27,7 +27,7 @@
 //! system's: nothing is `fsync`ed. No write ever follows a symbolic link out of the output
 //! folder, and the files of `.git` are never read or written.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::fs;
 use std::io::{self, Write};
 use std::os::fd::OwnedFd;
@@ -172,10 +172,11 @@ fn check_relative(rel: &str) -> Result<(), FsError> {
 
 /// A plain name: one safe path segment (see [`check_relative`]).
 fn check_name(name: &str) -> Result<(), FsError> {
-    if name.contains('/') {
-        return Err(FsError::UnsafePath(name.to_owned()));
+    if output::is_plain_name(name) {
+        Ok(())
+    } else {
+        Err(FsError::UnsafePath(name.to_owned()))
     }
-    check_relative(name)
 }
 
 /// Fails if any existing component of `rel` below `root` (including `rel` itself) is a
@@ -314,7 +315,7 @@ pub struct FreshTree {
     made_parents: Vec<PathBuf>,
     root: OwnedFd,
     /// Handles of the top-level folders made by [`FreshTree::create`].
-    folders: HashMap<String, OwnedFd>,
+    folders: foldhash::HashMap<String, OwnedFd>,
     committed: bool,
 }
 
@@ -379,7 +380,7 @@ impl FreshTree {
             staging,
             made_parents,
             root,
-            folders: HashMap::new(),
+            folders: foldhash::HashMap::default(),
             committed: false,
         };
         for folder in folders {

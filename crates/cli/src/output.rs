@@ -385,11 +385,32 @@ impl Drop for OutputLock {
 /// Whether `rel` is a plain relative path that stays below the folder it is joined to: not
 /// empty, not absolute, no `.`, `..` or empty segments, no backslash or NUL.
 pub fn is_plain_relative(rel: &str) -> bool {
-    !rel.is_empty()
-        && !rel.starts_with('/')
-        && rel
-            .split('/')
-            .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\') && !s.contains('\0'))
+    // One pass over the bytes (every file a render writes is checked).
+    let bytes = rel.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        match b {
+            b'\\' | 0 => return false,
+            b'/' => {
+                if !is_plain_segment(&bytes[start..i]) {
+                    return false;
+                }
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    is_plain_segment(&bytes[start..])
+}
+
+/// Whether `name` is one plain path segment: [`is_plain_relative`] without a `/`.
+pub fn is_plain_name(name: &str) -> bool {
+    let bytes = name.as_bytes();
+    !bytes.iter().any(|&b| matches!(b, b'/' | b'\\' | 0)) && is_plain_segment(bytes)
+}
+
+fn is_plain_segment(segment: &[u8]) -> bool {
+    !segment.is_empty() && segment != b"." && segment != b".."
 }
 
 /// Where the journal of an update of `out` in progress is kept.
@@ -752,6 +773,53 @@ fn is_target_folder(path: &Path) -> Result<bool, OutputError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The one-pass checks against their definition, segment by segment.
+    #[test]
+    fn plain_paths_and_names_are_what_their_definition_says() {
+        fn by_definition(rel: &str) -> bool {
+            !rel.is_empty()
+                && !rel.starts_with('/')
+                && rel
+                    .split('/')
+                    .all(|s| !s.is_empty() && s != "." && s != ".." && !s.contains('\\') && !s.contains('\0'))
+        }
+        let paths = [
+            "",
+            "/",
+            "a",
+            "a/b",
+            "a/b/c.yaml",
+            "/a",
+            "a/",
+            "a//b",
+            ".",
+            "..",
+            "./a",
+            "a/.",
+            "a/..",
+            "../a",
+            "a/../b",
+            ".a",
+            "a..",
+            "..a/b",
+            "a\\b",
+            "a/b\\",
+            "a\0b",
+            "\0",
+            "a/\0",
+            "é/ü",
+            "a b/c",
+        ];
+        for rel in paths {
+            assert_eq!(is_plain_relative(rel), by_definition(rel), "{rel:?}");
+            assert_eq!(
+                is_plain_name(rel),
+                !rel.contains('/') && by_definition(rel),
+                "{rel:?}"
+            );
+        }
+    }
 
     fn files(root: &Path, paths: &[&str]) {
         for p in paths {

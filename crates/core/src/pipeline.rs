@@ -4,9 +4,10 @@
 //! Front ends do not call these stages one by one: [`crate::run::run`] drives them for
 //! every front end, which differ only in where the inputs come from and where the tree goes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
 use kalypso_api::Kind;
 use kalypso_gotmpl::{Map, Str};
 use kalypso_template::Engine;
@@ -383,10 +384,8 @@ pub(crate) fn prepare<'e>(
     // templates get as `.Namespace`) must be one Kubernetes accepts.
     for a in env.schedule.iter() {
         let target = &env.targets[&a.deployment_target];
-        let namespace = format!(
-            "{}-{}-{}",
-            target.spec.environment, a.cluster_type, a.deployment_target
-        );
+        let namespace =
+            crate::render::namespace(&target.spec.environment, &a.cluster_type, &a.deployment_target);
         if let Some(e) = crate::names::dns_label_error(&namespace) {
             diagnostics.push(
                 Diagnostic::error(

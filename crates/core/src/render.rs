@@ -130,20 +130,30 @@ pub struct TargetValues {
     environment: Str,
     workspace: Str,
     workload: Str,
+    /// The target's labels and manifests as one map each shared by its renders that may
+    /// change maps (Go maps are references).
     labels: Map,
     manifests: Map,
+    /// The same, frozen, for the renders whose templates cannot change a map (shared
+    /// data): read without a lock, their values printed where they are held.
+    frozen_labels: Map,
+    frozen_manifests: Map,
 }
 
 impl TargetValues {
     /// The values of `target`.
     pub fn new(target: &DeploymentTarget) -> TargetValues {
+        let labels = kalypso_template::string_map(&target.labels);
+        let manifests = kalypso_template::string_map(&target.spec.manifests);
         TargetValues {
             name: Str::from(target.name.as_str()),
             environment: Str::from(target.spec.environment.as_str()),
             workspace: Str::from(target.workspace.as_str()),
             workload: Str::from(target.workload.as_str()),
-            labels: kalypso_template::string_map(&target.labels),
-            manifests: kalypso_template::string_map(&target.spec.manifests),
+            frozen_labels: labels.frozen_copy(),
+            frozen_manifests: manifests.frozen_copy(),
+            labels,
+            manifests,
         }
     }
 }
@@ -151,20 +161,42 @@ impl TargetValues {
 /// The original's template data for one assignment. The namespace is
 /// `<target environment>-<cluster type>-<target>`; `config` is the assignment's own copy of
 /// its config ([`ConfigData::to_map`]) or the frozen one it shares
-/// ([`ConfigData::frozen_map`]).
-pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map) -> TemplateData {
-    let namespace = format!("{}-{cluster_type}-{}", target.environment, target.name);
+/// ([`ConfigData::frozen_map`]); with `shared` (the latter), the target's labels and
+/// manifests are its frozen maps too.
+pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map, shared: bool) -> TemplateData {
+    let (labels, manifests) = if shared {
+        (&target.frozen_labels, &target.frozen_manifests)
+    } else {
+        (&target.labels, &target.manifests)
+    };
+    let namespace = namespace(
+        &target.environment.to_str_lossy(),
+        &cluster_type.to_str_lossy(),
+        &target.name.to_str_lossy(),
+    );
     TemplateData {
         deployment_target_name: target.name.clone(),
         namespace: Str::from(namespace),
         environment: target.environment.clone(),
         workspace: target.workspace.clone(),
         workload: target.workload.clone(),
-        labels: Some(target.labels.clone()),
-        manifests: Some(target.manifests.clone()),
+        labels: Some(labels.clone()),
+        manifests: Some(manifests.clone()),
         cluster_type: cluster_type.clone(),
         config_data: Some(config),
     }
+}
+
+/// An assignment's namespace: `<target environment>-<cluster type>-<target>`.
+pub fn namespace(environment: &str, cluster_type: &str, target: &str) -> String {
+    let mut namespace = String::with_capacity(environment.len() + cluster_type.len() + target.len() + 2);
+    for (i, part) in [environment, cluster_type, target].into_iter().enumerate() {
+        if i > 0 {
+            namespace.push('-');
+        }
+        namespace.push_str(part);
+    }
+    namespace
 }
 
 /// Renders every manifest of `template` into `out` (cleared first), joined as the original
@@ -277,7 +309,7 @@ pub fn render_package(
         render_templates(
             engine,
             templates,
-            &template_data(target, cluster_type, config),
+            &template_data(target, cluster_type, config, shared),
             shared,
         )
     };

@@ -17,9 +17,10 @@
 //! types move to new content and the others stay, as a progressive rollout needs.
 
 use std::cell::OnceCell;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
 use kalypso_api::Kind;
 use kalypso_template::Engine;
 use rayon::prelude::*;

@@ -8,8 +8,9 @@
 //! key (a template that hands the whole config or the whole data to a function may read any
 //! key). `validate --strict` turns the warnings into failures.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use kalypso_api::{ConfigMapData, Kind, Labels, Manifest, labels};
 
 use crate::config::labels_match;

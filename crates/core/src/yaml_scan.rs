@@ -20,7 +20,7 @@
 //! the deserializer will read them, `apiVersion`, `kind` and `metadata.name` as strings (see
 //! [`Resolved`]), so that the loader need not parse the document once more only for them.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt};
 
 use libyaml_safer::{EventData, Parser};
 
