@@ -59,6 +59,9 @@ pub(crate) struct BranchNode {
     /// Whether `list` reads dot anywhere ([`ListNode::reads_dot`]): a `range` whose body
     /// does not need not copy each element into dot.
     pub list_reads_dot: bool,
+    /// Whether the pipeline, `list` or `else_list` reads dot anywhere: kept so that an
+    /// enclosing branch's answer takes this one's as it is, without walking it again.
+    pub reads_dot: bool,
 }
 
 #[derive(Debug)]
@@ -334,7 +337,8 @@ impl ListNode {
     /// Whether executing the list can read dot: whether any node in it, at any depth, has
     /// `.` or a field of dot (`.Field`), in an action, a control's pipeline or a `template`
     /// call's data. Nested `range` and `with` bodies count too, though they have a dot of
-    /// their own.
+    /// their own. A nested control's answer is the one kept in its [`BranchNode`], so
+    /// building every branch's answer walks each node once.
     pub fn reads_dot(&self) -> bool {
         self.nodes.iter().any(Node::reads_dot)
     }
@@ -345,19 +349,17 @@ impl Node {
         match self {
             Node::Text(_) | Node::Break(_) | Node::Continue(_) => false,
             Node::Action(a) => a.pipe.reads_dot(),
-            Node::If(b) | Node::Range(b) | Node::With(b) => {
-                b.pipe.reads_dot()
-                    || b.list.reads_dot()
-                    || b.else_list.as_ref().is_some_and(ListNode::reads_dot)
-            }
+            Node::If(b) | Node::Range(b) | Node::With(b) => b.reads_dot,
             Node::Template(t) => t.pipe.as_ref().is_some_and(PipeNode::reads_dot),
         }
     }
 }
 
 impl PipeNode {
-    fn reads_dot(&self) -> bool {
-        self.cmds.iter().any(|c| c.args.iter().any(Operand::reads_dot))
+    /// Whether any operand of the pipeline reads dot (parenthesized pipelines nest as deep
+    /// as the parser allows, hence the stack check).
+    pub fn reads_dot(&self) -> bool {
+        crate::stack::grow(|| self.cmds.iter().any(|c| c.args.iter().any(Operand::reads_dot)))
     }
 }
 

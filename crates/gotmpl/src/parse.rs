@@ -555,9 +555,13 @@ impl<'a> Parser<'a> {
         let r = self.parse_control(context);
         self.t.vars.truncate(mark);
         let (pipe, list, else_list) = r?;
+        let list_reads_dot = list.reads_dot();
+        let reads_dot =
+            list_reads_dot || pipe.reads_dot() || else_list.as_ref().is_some_and(ListNode::reads_dot);
         let branch = Box::new(BranchNode {
             pos: pipe.pos,
-            list_reads_dot: list.reads_dot(),
+            list_reads_dot,
+            reads_dot,
             pipe,
             list,
             else_list,
