@@ -32,16 +32,7 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The benchmark inputs live in the project's shared data folder next to the repository, not in
-# it (benchmarks are not tests; the tests use the copy in tests/data). KALYPSO_SHARED_BENCH
-# points elsewhere.
-SHARED_BENCH = os.environ.get(
-    "KALYPSO_SHARED_BENCH", os.path.normpath(os.path.join(ROOT, "..", "shared", "bench")))
-FLEETS = {
-    "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
-    "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
-}
+from fleets import FLEETS, ROOT, SHARED_BENCH
 
 
 def run(cmd, env=None, cwd=None):

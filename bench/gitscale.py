@@ -29,14 +29,8 @@ import sys
 import time
 import urllib.request
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_BENCH = os.environ.get(
-    "KALYPSO_SHARED_BENCH", os.path.normpath(os.path.join(ROOT, "..", "shared", "bench")))
-FLEETS = {
-    "s": ["--workloads", "50", "--cluster-types", "20", "--policies", "10"],
-    "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
-    "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
-}
+from fleets import FLEETS, ROOT, SHARED_BENCH
+
 GOALS = {"full": 1.0, "one_configmap": 0.05, "nochange": 0.02}
 SERVE_POLL_GOAL = 0.3
 

@@ -32,14 +32,8 @@ import subprocess
 import sys
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-# The repository's copy of ../shared/bench/fleetgen.py (tests/data/fleetgen), the same generator.
-FLEETGEN = os.path.join(ROOT, "tests", "data", "fleetgen", "fleetgen.py")
-FLEETS = {
-    "s": ["--workloads", "50", "--cluster-types", "20", "--policies", "10"],
-    "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
-    "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
-}
+from fleets import FLEETGEN, FLEETS, ROOT
+
 GOALS = {"full": 1.0, "one_configmap": 0.05}
 REGISTRY = os.environ.get("KALYPSO_DOCKER_REGISTRY", "/usr/bin/docker-registry")
 

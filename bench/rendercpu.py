@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The CPU time of a full render, binary against binary (issue 31 item 4's measurement).
 
-Generates a fleetgen fleet (../shared/bench/fleetgen.py; the B fleet by default) and renders
+Generates a fleetgen fleet (the repository's copy in tests/data/fleetgen; the B fleet by default) and renders
 it with each of the given kalypso binaries in turn, RUNS times, each into a fresh output folder
 under /dev/shm (`render --no-cache -q`), and prints, for each binary, the median and range of
 the user and system CPU time (getrusage of the process) and of the wall time, and the user
@@ -25,14 +25,7 @@ import sys
 import tempfile
 import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-SHARED_BENCH = os.environ.get(
-    "KALYPSO_SHARED_BENCH", os.path.normpath(os.path.join(ROOT, "..", "shared", "bench")))
-FLEETS = {
-    "s": ["--workloads", "50", "--cluster-types", "20", "--policies", "10"],
-    "b": ["--workloads", "200", "--cluster-types", "100", "--policies", "30"],
-    "m": ["--workloads", "500", "--cluster-types", "200", "--policies", "60"],
-}
+from fleets import FLEETGEN, FLEETS
 
 
 def same_tree(a, b):
@@ -74,7 +67,7 @@ def main():
     work = tempfile.mkdtemp(prefix="kalypso-rendercpu-", dir=root)
     try:
         fleet = os.path.join(work, "fleet")
-        subprocess.run([sys.executable, os.path.join(SHARED_BENCH, "fleetgen.py"), fleet]
+        subprocess.run([sys.executable, FLEETGEN, fleet]
                        + FLEETS[args.fleet], check=True, stdout=subprocess.DEVNULL)
         first = os.path.join(work, "first")
         for i, (name, binary) in enumerate(binaries):
