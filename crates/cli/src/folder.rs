@@ -143,11 +143,7 @@ impl Writer for Fresh {
         let (ct, dt) = (&assignment.cluster_type, &assignment.deployment_target);
         let files = package.files().map(|(name, blob)| (name, &blob[..]));
         let stamp = self.entries.is_some();
-        let mut folder = String::with_capacity(ct.len() + 1 + dt.len());
-        folder.push_str(ct);
-        folder.push('/');
-        folder.push_str(dt);
-        match tree.write_folder(&folder, files, stamp) {
+        match tree.write_folder(&[ct.as_str(), dt.as_str()].join("/"), files, stamp) {
             Ok(metadata) => {
                 self.files_written
                     .fetch_add(package.files().count(), Ordering::Relaxed);

@@ -407,25 +407,21 @@ pub(crate) fn prepare<'e>(
     let mut target_classes: HashMap<TargetKey<'e>, usize> = HashMap::new();
     let mut targets: HashMap<&str, (Arc<TargetValues>, Fingerprint, usize)> = HashMap::new();
     for a in env.schedule.iter() {
-        if targets.contains_key(a.deployment_target.as_str()) {
-            continue;
-        }
-        let t = &env.targets[&a.deployment_target];
-        let id = Hasher::new()
-            .str(&t.name)
-            .str(&t.workload)
-            .str(&t.workspace)
-            .str(&t.spec.environment)
-            .labels(&t.labels)
-            .labels(&t.spec.manifests)
-            .strs(t.spec.config_schemas.iter().map(String::as_str))
-            .finish();
-        let next = target_classes.len();
-        let class = *target_classes.entry(env.config.target_key(t)).or_insert(next);
-        targets.insert(
-            a.deployment_target.as_str(),
-            (Arc::new(TargetValues::new(t)), id, class),
-        );
+        targets.entry(a.deployment_target.as_str()).or_insert_with(|| {
+            let t = &env.targets[&a.deployment_target];
+            let id = Hasher::new()
+                .str(&t.name)
+                .str(&t.workload)
+                .str(&t.workspace)
+                .str(&t.spec.environment)
+                .labels(&t.labels)
+                .labels(&t.spec.manifests)
+                .strs(t.spec.config_schemas.iter().map(String::as_str))
+                .finish();
+            let next = target_classes.len();
+            let class = *target_classes.entry(env.config.target_key(t)).or_insert(next);
+            (Arc::new(TargetValues::new(t)), id, class)
+        });
     }
 
     // Distinct configurations, merged once each: one per cluster type and target class.

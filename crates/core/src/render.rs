@@ -189,14 +189,7 @@ pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map, sha
 
 /// An assignment's namespace: `<target environment>-<cluster type>-<target>`.
 pub fn namespace(environment: &str, cluster_type: &str, target: &str) -> String {
-    let mut namespace = String::with_capacity(environment.len() + cluster_type.len() + target.len() + 2);
-    for (i, part) in [environment, cluster_type, target].into_iter().enumerate() {
-        if i > 0 {
-            namespace.push('-');
-        }
-        namespace.push_str(part);
-    }
-    namespace
+    [environment, cluster_type, target].join("-")
 }
 
 /// Renders every manifest of `template` into `out` (cleared first), joined as the original
