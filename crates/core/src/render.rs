@@ -158,25 +158,26 @@ impl TargetValues {
     }
 }
 
-/// The original's template data for one assignment. The namespace is
-/// `<target environment>-<cluster type>-<target>`; `config` is the assignment's own copy of
+/// The original's template data for one assignment. `namespace` is the assignment's
+/// ([`namespace`]: `<target environment>-<cluster type>-<target>`); `config` is the assignment's own copy of
 /// its config ([`ConfigData::to_map`]) or the frozen one it shares
 /// ([`ConfigData::frozen_map`]); with `shared` (the latter), the target's labels and
 /// manifests are its frozen maps too.
-pub fn template_data(target: &TargetValues, cluster_type: &Str, config: Map, shared: bool) -> TemplateData {
+pub fn template_data(
+    target: &TargetValues,
+    cluster_type: &Str,
+    namespace: &Str,
+    config: Map,
+    shared: bool,
+) -> TemplateData {
     let (labels, manifests) = if shared {
         (&target.frozen_labels, &target.frozen_manifests)
     } else {
         (&target.labels, &target.manifests)
     };
-    let namespace = namespace(
-        &target.environment.to_str_lossy(),
-        &cluster_type.to_str_lossy(),
-        &target.name.to_str_lossy(),
-    );
     TemplateData {
         deployment_target_name: target.name.clone(),
-        namespace: Str::from(namespace),
+        namespace: namespace.clone(),
         environment: target.environment.clone(),
         workspace: target.workspace.clone(),
         workload: target.workload.clone(),
@@ -286,7 +287,8 @@ pub struct RenderFailure {
     pub message: String,
 }
 
-/// Renders one assignment's package. Unless one of its templates may change a map, the data
+/// Renders one assignment's package (`namespace` is the assignment's, see [`namespace`]).
+/// Unless one of its templates may change a map, the data
 /// holds `shared_config`, the frozen config shared by every assignment with the same config;
 /// otherwise (also when nested rendering turns out such a template) the package is rendered
 /// from the assignment's own copy of `config`.
@@ -295,6 +297,7 @@ pub fn render_package(
     templates: &ClusterTypeTemplates,
     target: &TargetValues,
     cluster_type: &Str,
+    namespace: &Str,
     config: &ConfigData,
     shared_config: &Map,
 ) -> Result<crate::tree::Package, RenderFailure> {
@@ -302,7 +305,7 @@ pub fn render_package(
         render_templates(
             engine,
             templates,
-            &template_data(target, cluster_type, config, shared),
+            &template_data(target, cluster_type, namespace, config, shared),
             shared,
         )
     };
