@@ -170,6 +170,11 @@ pub fn check_output(dir: &Path, env: &str, out: &Path) -> Result<()> {
             dir.display()
         );
     }
+    // Outside the control-plane folder there is nothing to protect (and no need to read its
+    // main branch for the environments it declares).
+    if !out_abs.starts_with(&dir_abs) {
+        return Ok(());
+    }
     let mut protected = vec![MAIN.to_owned(), WORKLOADS.to_owned(), env.to_owned()];
     protected.extend(discover_environments(dir).unwrap_or_default());
     if let Some(folder) = protected.iter().find(|p| out_abs.starts_with(dir_abs.join(p))) {
