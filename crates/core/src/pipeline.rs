@@ -594,7 +594,11 @@ impl<'e> Prepared<'e> {
             .par_chunks(batch)
             .zip(choices.par_chunks(batch))
             .flat_map_iter(|(jobs, choices)| {
-                let packages: Vec<_> = jobs.iter().zip(choices).map(|(job, choice)| render_one(job, choice)).collect();
+                let packages: Vec<_> = jobs
+                    .iter()
+                    .zip(choices)
+                    .map(|(job, choice)| render_one(job, choice))
+                    .collect();
                 jobs.iter()
                     .zip(packages)
                     .map(|(job, package)| Ok(package?.and_then(|package| take(job, package))))
