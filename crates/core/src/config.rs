@@ -17,6 +17,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use foldhash::{HashMap, HashMapExt};
+
 use kalypso_api::{ClusterTypeSpec, ConfigMapData, Labels, labels};
 use kalypso_gotmpl::{List, Map, MapKey, Str, Type, Value};
 
@@ -116,6 +118,12 @@ struct ConfigEntries {
 #[derive(Clone, Debug, Default)]
 pub struct ConfigSources {
     sources: Vec<ConfigEntries>,
+    /// The positions of the sources whose filter names a `cluster-type`, by that name (in
+    /// merge order): a source that names another cluster type never matches, so an
+    /// assignment's candidates are these of its cluster type and [`Self::any_cluster_type`].
+    by_cluster_type: HashMap<String, Vec<usize>>,
+    /// The positions of the sources whose filter names no cluster type, in merge order.
+    any_cluster_type: Vec<usize>,
     /// Label keys that sources match against cluster-type and target labels, sorted.
     relevant_keys: Vec<String>,
     uses_target_name: bool,
@@ -218,8 +226,18 @@ impl ConfigSources {
         relevant_keys.dedup();
         let uses_target_name = relevant_keys.iter().any(|k| k == labels::DEPLOYMENT_TARGET);
         let uses_workload = relevant_keys.iter().any(|k| k == labels::WORKLOAD);
+        let mut by_cluster_type: HashMap<String, Vec<usize>> = HashMap::new();
+        let mut any_cluster_type = Vec::new();
+        for (i, source) in sources.iter().enumerate() {
+            match source.filter.get(labels::CLUSTER_TYPE) {
+                Some(name) => by_cluster_type.entry(name.clone()).or_default().push(i),
+                None => any_cluster_type.push(i),
+            }
+        }
         ConfigSources {
             sources,
+            by_cluster_type,
+            any_cluster_type,
             relevant_keys,
             uses_target_name,
             uses_workload,
@@ -249,9 +267,12 @@ impl ConfigSources {
     pub fn merge_for(&self, cluster_type: &Object<ClusterTypeSpec>, target: &DeploymentTarget) -> ConfigData {
         let mut values: BTreeMap<String, Value> = BTreeMap::new();
         let mut provenance: BTreeMap<String, Vec<Contribution>> = BTreeMap::new();
-        for source in self
-            .sources
-            .iter()
+        let named: &[usize] = self
+            .by_cluster_type
+            .get(cluster_type.name())
+            .map_or(&[], Vec::as_slice);
+        for source in merged_in_order(&self.any_cluster_type, named)
+            .map(|i| &self.sources[i])
             .filter(|s| labels_match(&s.filter, cluster_type, target))
         {
             for (key, raw, value) in &source.entries {
@@ -288,6 +309,16 @@ impl ConfigSources {
     pub fn is_empty(&self) -> bool {
         self.sources.is_empty()
     }
+}
+
+/// The positions of `a` and `b` (each ascending, no position in both) in ascending order.
+fn merged_in_order<'a>(a: &'a [usize], b: &'a [usize]) -> impl Iterator<Item = usize> + 'a {
+    let (mut a, mut b) = (a.iter().copied().peekable(), b.iter().copied().peekable());
+    std::iter::from_fn(move || match (a.peek(), b.peek()) {
+        (Some(&x), Some(&y)) if y < x => b.next(),
+        (Some(_), _) => a.next(),
+        (None, _) => b.next(),
+    })
 }
 
 /// A target's part of what identifies a distinct configuration (see
@@ -449,6 +480,80 @@ mod tests {
         // A target without a workload label (declared directly) has workload "".
         target.labels.remove("workload");
         assert!(labels_match(&labels_of(&[("workload", "")]), &ct, &target));
+    }
+
+    #[test]
+    fn positions_merge_in_ascending_order() {
+        let merged = |a: &[usize], b: &[usize]| merged_in_order(a, b).collect::<Vec<_>>();
+        assert_eq!(merged(&[0, 2, 5], &[1, 3]), [0, 1, 2, 3, 5]);
+        assert_eq!(merged(&[], &[4, 7]), [4, 7]);
+        assert_eq!(merged(&[1, 9], &[]), [1, 9]);
+        assert_eq!(merged(&[3], &[0, 1, 2]), [0, 1, 2, 3]);
+    }
+
+    /// Only the sources of the assignment's cluster type or of none are tried: the merge is
+    /// that of every matching source, in the original's order.
+    #[test]
+    fn a_merge_takes_the_matching_sources_of_any_cluster_type_in_order() {
+        let mut ns = Namespace::default();
+        let maps = [
+            ("a-any", &[][..], "1"),
+            ("b-east", &[("cluster-type", "east")][..], "2"),
+            ("c-west", &[("cluster-type", "west")][..], "3"),
+            ("d-prod", &[("tier", "prod")][..], "4"),
+            ("e-east-prod", &[("cluster-type", "east"), ("tier", "prod")][..], "5"),
+            ("f-east-dev", &[("cluster-type", "east"), ("tier", "dev")][..], "6"),
+        ];
+        for (name, filter, value) in maps {
+            let mut map = Object::new(
+                name,
+                ConfigMapData {
+                    data: labels_of(&[("KEY", value), (name, value)]),
+                },
+                crate::Origin::new(format!("dev/{name}.yaml"), 1),
+            );
+            map.meta.labels = labels_of(filter);
+            map.meta.labels.insert(labels::PLATFORM_CONFIG.into(), "true".into());
+            ns.config_maps.insert(name.to_owned(), map);
+        }
+        let sources = ConfigSources::new(&ns, |raw| Value::from(raw));
+        let target = DeploymentTarget {
+            name: "app-t".into(),
+            workload: "app".into(),
+            workspace: "team".into(),
+            labels: labels_of(&[("workload", "app"), ("tier", "prod")]),
+            spec: Default::default(),
+            origin: crate::Origin::new("w.yaml", 1),
+        };
+        for (cluster_type, expected) in [
+            ("east", ["a-any", "b-east", "d-prod", "e-east-prod"].as_slice()),
+            ("west", &["a-any", "c-west", "d-prod"]),
+            ("north", &["a-any", "d-prod"]),
+        ] {
+            let ct = Object::new(
+                cluster_type,
+                ClusterTypeSpec::default(),
+                crate::Origin::new("dev/ct.yaml", 1),
+            );
+            let merged = sources.merge_for(&ct, &target);
+            let named: Vec<&str> = merged
+                .values
+                .keys()
+                .filter(|k| *k != "KEY")
+                .map(String::as_str)
+                .collect();
+            assert_eq!(named, expected, "{cluster_type}");
+            let last = ns.config_maps[*expected.last().unwrap()].spec.data["KEY"].as_str();
+            assert_eq!(show(&merged.values["KEY"]), last, "{cluster_type}: the last source wins");
+            let order: Vec<&str> = merged.provenance["KEY"]
+                .iter()
+                .map(|c| match &c.source {
+                    ConfigSource::ConfigMap { name } => name.as_str(),
+                    ConfigSource::AzureAppConfig { key, .. } => key.as_str(),
+                })
+                .collect();
+            assert_eq!(order, expected, "{cluster_type}: the merge order");
+        }
     }
 
     #[test]
