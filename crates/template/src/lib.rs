@@ -243,7 +243,11 @@ impl Engine {
 
 /// Whether rendered output still contains an action opener, `{{`.
 fn contains_action(out: &[u8]) -> bool {
-    memchr::memmem::find(out, b"{{").is_some()
+    // Built once: `memmem::find` builds its searcher on every call, and this runs on every
+    // file of every render.
+    static OPENER: std::sync::LazyLock<memchr::memmem::Finder<'static>> =
+        std::sync::LazyLock::new(|| memchr::memmem::Finder::new(b"{{"));
+    OPENER.find(out).is_some()
 }
 
 impl Default for Engine {
