@@ -501,8 +501,16 @@ mod tests {
             ("b-east", &[("cluster-type", "east")][..], "2"),
             ("c-west", &[("cluster-type", "west")][..], "3"),
             ("d-prod", &[("tier", "prod")][..], "4"),
-            ("e-east-prod", &[("cluster-type", "east"), ("tier", "prod")][..], "5"),
-            ("f-east-dev", &[("cluster-type", "east"), ("tier", "dev")][..], "6"),
+            (
+                "e-east-prod",
+                &[("cluster-type", "east"), ("tier", "prod")][..],
+                "5",
+            ),
+            (
+                "f-east-dev",
+                &[("cluster-type", "east"), ("tier", "dev")][..],
+                "6",
+            ),
         ];
         for (name, filter, value) in maps {
             let mut map = Object::new(
@@ -513,7 +521,9 @@ mod tests {
                 crate::Origin::new(format!("dev/{name}.yaml"), 1),
             );
             map.meta.labels = labels_of(filter);
-            map.meta.labels.insert(labels::PLATFORM_CONFIG.into(), "true".into());
+            map.meta
+                .labels
+                .insert(labels::PLATFORM_CONFIG.into(), "true".into());
             ns.config_maps.insert(name.to_owned(), map);
         }
         let sources = ConfigSources::new(&ns, |raw| Value::from(raw));
@@ -544,7 +554,11 @@ mod tests {
                 .collect();
             assert_eq!(named, expected, "{cluster_type}");
             let last = ns.config_maps[*expected.last().unwrap()].spec.data["KEY"].as_str();
-            assert_eq!(show(&merged.values["KEY"]), last, "{cluster_type}: the last source wins");
+            assert_eq!(
+                show(&merged.values["KEY"]),
+                last,
+                "{cluster_type}: the last source wins"
+            );
             let order: Vec<&str> = merged.provenance["KEY"]
                 .iter()
                 .map(|c| match &c.source {
