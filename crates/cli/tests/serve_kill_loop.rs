@@ -52,6 +52,19 @@ fn config_map(round: u32) -> String {
     )
 }
 
+/// Commits `round`'s input to the control plane's dev branch.
+fn write_round(repos: &ExampleRepos, round: u32) {
+    write_files(
+        &repos.control_plane,
+        "dev",
+        &[(
+            "cluster-types/east-us/east-us-config.yaml",
+            Some(&config_map(round)),
+        )],
+        &format!("round {round}"),
+    );
+}
+
 fn delivered(gitops: &Path, round: u32) -> bool {
     let marker = format!("round-{round}");
     branch_files(gitops, "dev")
@@ -94,15 +107,7 @@ fn serve_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_sta
     // that kills land anywhere in the start, the first poll, the render and the delivery.
     let mut whole = 0;
     for round in 0..2 {
-        write_files(
-            &repos.control_plane,
-            "dev",
-            &[(
-                "cluster-types/east-us/east-us-config.yaml",
-                Some(&config_map(round)),
-            )],
-            &format!("round {round}"),
-        );
+        write_round(&repos, round);
         let started = Instant::now();
         let serve = start_serve(&config);
         wait_for_delivery(&repos.gitops, round, seed);
@@ -121,15 +126,7 @@ fn serve_killed_at_any_instant_leaves_the_old_or_the_new_commit_and_the_next_sta
     while killed_rounds < 20 && Instant::now() < deadline {
         killed_rounds += 1;
         let round = killed_rounds + 1;
-        write_files(
-            &repos.control_plane,
-            "dev",
-            &[(
-                "cluster-types/east-us/east-us-config.yaml",
-                Some(&config_map(round)),
-            )],
-            &format!("round {round}"),
-        );
+        write_round(&repos, round);
         let old = rev_parse(&repos.gitops, "refs/heads/dev").unwrap();
         let serve = start_serve(&config);
         std::thread::sleep(Duration::from_millis(rng.below(window.max(1))));
