@@ -587,8 +587,10 @@ impl<'e> Prepared<'e> {
         // assignment right after them would find them gone (bench/rendercpu.py: batches of
         // 32 to 512 cut the B fleet's user CPU by 15% to 19%).
         // As large as helps (256 renders' packages are a few hundred KiB), but small enough
-        // that every thread gets several batches.
-        let batch = (self.jobs.len() / (rayon::current_num_threads() * 4)).clamp(1, MAX_RENDER_BATCH);
+        // that every thread gets several batches of what is to be rendered (a run that
+        // renders a few assignments, one cluster type's, say, holds the others).
+        let to_render = choices.iter().filter(|c| **c == Choice::Render).count();
+        let batch = (to_render / (rayon::current_num_threads() * 4)).clamp(1, MAX_RENDER_BATCH);
         let results: Vec<Result<Option<Package>, Failed>> = self
             .jobs
             .par_chunks(batch)
