@@ -527,10 +527,9 @@ impl<'e> Prepared<'e> {
 
     /// Renders the assignments `choices` (one per job, in order) says to render, in
     /// parallel, and records those it renders or the sink holds. Each package is handed to
-    /// `take` on the rendering thread once its batch (at most 256 assignments) is
-    /// rendered (a sink may write it at once, rather than hold a whole fleet's files in
-    /// memory); the packages `take` hands back are
-    /// kept in `Rendered::content`. Failures go to `diagnostics` and to `Rendered::failures`.
+    /// `take` on the rendering thread once its batch (at most 256 assignments) is rendered
+    /// (a sink may write it at once, rather than hold a whole fleet's files in memory); the
+    /// packages `take` hands back are kept in `Rendered::content`. Failures go to `diagnostics` and to `Rendered::failures`.
     pub fn render(
         &self,
         engine: &Engine,

@@ -159,8 +159,8 @@ impl TargetValues {
 }
 
 /// The original's template data for one assignment. `namespace` is the assignment's
-/// ([`namespace`]: `<target environment>-<cluster type>-<target>`); `config` is the assignment's own copy of
-/// its config ([`ConfigData::to_map`]) or the frozen one it shares
+/// ([`namespace`]: `<target environment>-<cluster type>-<target>`); `config` is the
+/// assignment's own copy of its config ([`ConfigData::to_map`]) or the frozen one it shares
 /// ([`ConfigData::frozen_map`]); with `shared` (the latter), the target's labels and
 /// manifests are its frozen maps too.
 pub fn template_data(
@@ -288,10 +288,10 @@ pub struct RenderFailure {
 }
 
 /// Renders one assignment's package (`namespace` is the assignment's, see [`namespace`]).
-/// Unless one of its templates may change a map, the data
-/// holds `shared_config`, the frozen config shared by every assignment with the same config;
-/// otherwise (also when nested rendering turns out such a template) the package is rendered
-/// from the assignment's own copy of `config`.
+/// Unless one of its templates may change a map, the data holds `shared_config`, the frozen
+/// config shared by every assignment with the same config; otherwise (also when nested
+/// rendering turns out such a template) the package is rendered from the assignment's own
+/// copy of `config`.
 pub fn render_package(
     engine: &Engine,
     templates: &ClusterTypeTemplates,
